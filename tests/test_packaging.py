@@ -1,0 +1,152 @@
+"""Packaging consistency: pyproject.toml, environment.yml, the Makefile and .ci/run agree.
+
+environment.yml is read with a minimal line parser (below) rather than PyYAML, so this test
+needs no dependency beyond the standard library. The parser handles exactly the shape of that
+file: top-level ``key: value`` / ``key:`` lines, ``- item`` lists under them, and one nested
+``- pip:`` list. A file it cannot read makes the test fail loudly rather than guess.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Entries of environment.yml that are not packages of ours.
+ENV_IGNORED = {"python", "pip"}
+# The pyproject extras that environment.yml mirrors (besides the core dependencies).
+MIRRORED_EXTRAS = ("test", "notebooks")
+
+_NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+_LOWER_BOUND = re.compile(r">=\s*([0-9][0-9A-Za-z.]*)")
+
+
+def normalise(name: str) -> str:
+    """PEP 503 normalised project name."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def req_name(requirement: str) -> str:
+    """Normalised package name of a PEP 508 requirement or a conda match spec."""
+    m = _NAME.match(requirement)
+    assert m, f"cannot read a package name from {requirement!r}"
+    return normalise(m.group(1))
+
+
+def lower_bound(requirement: str) -> str | None:
+    m = _LOWER_BOUND.search(requirement)
+    return m.group(1) if m else None
+
+
+def read_env_yml(path: Path) -> dict:
+    """Read the simple environment.yml: returns {key: str | list}, the pip list under 'pip'."""
+    data: dict = {}
+    key = None  # the current top-level key holding a list
+    in_pip = False  # inside the nested `- pip:` list
+    pip_indent = -1
+    for lineno, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.split(" #", 1)[0].rstrip() if not raw.lstrip().startswith("#") else ""
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        text = line.strip()
+        if indent == 0:
+            in_pip = False
+            k, sep, v = text.partition(":")
+            assert sep, f"{path.name}:{lineno}: expected 'key: value', got {raw!r}"
+            v = v.strip()
+            if v:
+                data[k.strip()] = v
+                key = None
+            else:
+                key = k.strip()
+                data[key] = []
+            continue
+        assert text.startswith("- "), f"{path.name}:{lineno}: expected a '- item', got {raw!r}"
+        item = text[2:].strip().strip("'\"")
+        if in_pip and indent > pip_indent:
+            data["pip"].append(item)
+        elif item == "pip:":
+            in_pip, pip_indent = True, indent
+            data.setdefault("pip", [])
+        else:
+            assert key is not None, f"{path.name}:{lineno}: list item outside a list: {raw!r}"
+            in_pip = False
+            data[key].append(item)
+    return data
+
+
+def pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def pyproject_requirements() -> list[str]:
+    project = pyproject()["project"]
+    reqs = list(project["dependencies"])
+    for extra in MIRRORED_EXTRAS:
+        reqs += project["optional-dependencies"][extra]
+    return reqs
+
+
+def env_requirements() -> list[str]:
+    env = read_env_yml(ROOT / "environment.yml")
+    conda = [d for d in env["dependencies"] if req_name(d) not in ENV_IGNORED]
+    pip = [p for p in env.get("pip", []) if not p.startswith("-e")]
+    return conda + pip
+
+
+def test_env_yml_reader_handles_the_file_shape():
+    env = read_env_yml(ROOT / "environment.yml")
+    assert env["name"] == "topas"
+    assert "conda-forge" in env["channels"]
+    assert any(d.startswith("python=3.11") for d in env["dependencies"])
+    assert "-e ." in env["pip"], "environment.yml must install topas itself with pip: -e ."
+
+
+def test_environment_yml_matches_pyproject_names():
+    want = {req_name(r) for r in pyproject_requirements()}
+    have = {req_name(r) for r in env_requirements()}
+    only_py = sorted(want - have)
+    only_env = sorted(have - want)
+    assert want == have, (
+        "environment.yml and pyproject.toml (core + "
+        + " + ".join(MIRRORED_EXTRAS)
+        + " extras) list different packages.\n"
+        f"  in pyproject.toml only:  {only_py or '-'}\n"
+        f"  in environment.yml only: {only_env or '-'}"
+    )
+
+
+def test_environment_yml_matches_pyproject_lower_bounds():
+    want = {req_name(r): lower_bound(r) for r in pyproject_requirements()}
+    have = {req_name(r): lower_bound(r) for r in env_requirements()}
+    diffs = [
+        f"  {n}: pyproject >={want[n]}, environment.yml >={have[n]}"
+        for n in sorted(want.keys() & have.keys())
+        if want[n] != have[n]
+    ]
+    assert not diffs, "lower bounds differ:\n" + "\n".join(diffs)
+
+
+def test_core_deps_exclude_gpu_stack():
+    core = {req_name(r) for r in pyproject()["project"]["dependencies"]}
+    assert not core & {"torch", "sglang", "metagpt"}, "GPU/agent stacks must stay optional extras"
+
+
+def test_makefile_installs_existing_extras():
+    extras = set(pyproject()["project"]["optional-dependencies"])
+    makefile = (ROOT / "Makefile").read_text()
+    used = {e for group in re.findall(r"\.\[([a-z,]+)\]", makefile) for e in group.split(",")}
+    assert used, "the Makefile installs no extras"
+    assert used <= extras, f"Makefile installs unknown extras: {sorted(used - extras)}"
+
+
+def test_ci_run_invokes_make_test():
+    path = ROOT / ".ci" / "run"
+    lines = [ln.split("#", 1)[0].strip() for ln in path.read_text().splitlines()]
+    assert any(re.fullmatch(r"(exec\s+)?make\s+test", ln) for ln in lines), (
+        ".ci/run must run `make test` (the README's test command)"
+    )
+    assert path.stat().st_mode & 0o111, ".ci/run must be executable"
