@@ -1,0 +1,129 @@
+"""The simulator's mutable entities: requests, tasks in flight, agent prefixes.
+
+These are engine-internal (they hold the true output length ``y``); policies see them only
+through the immutable views in ``topas.engine.view``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from topas.engine.view import RequestView, StageView, TaskView
+from topas.workload.model import Agent, Stage, Task
+
+# Request states.
+PENDING, WAITING, PREFILL, DECODE, DONE = "pending", "waiting", "prefill", "decode", "done"
+
+
+@dataclass(slots=True, eq=False)
+class Request:
+    rid: str
+    task: "TaskState"
+    stage: Stage
+    agent: str
+    x: int  # suffix input tokens x_v
+    y: int  # true output tokens y_v (engine only)
+    state: str = PENDING
+    ready_time: float = float("nan")
+    generated: int = 0  # y_r(t)
+    kv: int = 0  # own KV tokens held on the GPU
+    prefill_left: int = 0  # tokens still to prefill in the current admission
+    prefill_total: int = 0
+    admitted_time: float | None = None
+    first_admit_time: float | None = None
+    finish_time: float | None = None
+    state_since: float = 0.0
+    queue_time: float = 0.0
+    prefill_time: float = 0.0
+    decode_time: float = 0.0
+    preemptions: int = 0  # by the policy
+    retractions: int = 0  # by the engine (decode out of memory)
+    recomputed_tokens: int = 0
+    prefix_hit: bool | None = None  # prefix resident when first admitted
+    _waiting_view: RequestView | None = None  # a waiting request's view does not change
+
+    @property
+    def service_time(self) -> float:
+        return self.prefill_time + self.decode_time
+
+    def enter(self, state: str, now: float) -> None:
+        """Move to ``state`` at ``now``, accounting the time spent in the previous one."""
+        spent = now - self.state_since
+        if self.state == WAITING:
+            self.queue_time += spent
+        elif self.state == PREFILL:
+            self.prefill_time += spent
+        elif self.state == DECODE:
+            self.decode_time += spent
+        self.state = state
+        self.state_since = now
+        self._waiting_view = None
+
+    def view(self, now: float) -> RequestView:
+        if self.state == WAITING and self._waiting_view is not None:
+            return self._waiting_view
+        running = self.state in (PREFILL, DECODE)
+        service = self.service_time + (now - self.state_since if running else 0.0)
+        v = RequestView(
+            rid=self.rid,
+            task_id=self.task.task.id,
+            stage_id=self.stage.id,
+            agent=self.agent,
+            input_tokens=self.x,
+            generated=self.generated,
+            ready_time=self.ready_time,
+            kv_tokens=self.kv,
+            service_time=service,
+            preemptions=self.preemptions + self.retractions,
+            admitted_time=self.admitted_time if running else None,
+        )
+        if self.state == WAITING:
+            self._waiting_view = v
+        return v
+
+
+@dataclass(slots=True, eq=False)
+class TaskState:
+    task: Task
+    requests: dict[str, Request] = field(default_factory=dict)  # by stage id
+    done: set[str] = field(default_factory=set)
+    finish_time: float | None = None
+    _stage_views: dict[str, StageView] | None = None
+    _view: TaskView | None = None
+
+    def view(self) -> TaskView:
+        if self._view is None:
+            t = self.task
+            if self._stage_views is None:
+                kids = t.children
+                self._stage_views = {
+                    s.id: StageView(s.id, s.agent, s.input_tokens, s.parents, kids[s.id]) for s in t.stages
+                }
+            self._view = TaskView(
+                id=t.id,
+                arrival=t.arrival,
+                workflow=t.workflow,
+                stages=self._stage_views,
+                topo_order=t.topo_order,
+                done=frozenset(self.done),
+                observed_output={s: self.requests[s].y for s in sorted(self.done)},
+            )
+        return self._view
+
+    def invalidate(self) -> None:
+        self._view = None
+
+
+@dataclass(slots=True, eq=False)
+class Prefix:
+    agent: Agent
+    resident: bool = False
+    on_host: bool = False
+    refcount: int = 0
+    last_used: float = -1.0
+    loaded_at: float = -1.0
+    prefill_left: int = 0  # > 0 while a first-ever load is being prefilled
+
+    @property
+    def tokens(self) -> int:
+        return self.agent.prefix_tokens

@@ -1,0 +1,147 @@
+"""What a run produces: per-task and per-request tables, prefix events, a KV timeline, decisions,
+and a summary (PAPER.md metrics: mean and p99 task JCT, request throughput, decision overhead).
+
+Everything but the decision wall times is a deterministic function of the inputs; wall times
+live only in ``decisions.wall_s`` and the ``*_wall_*`` summary keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:  # pragma: no cover
+    from topas.engine.simulator import Simulator
+
+WALL_CLOCK_KEYS = ("sim_wall_s", "decision_wall_mean_ms", "decision_wall_p50_ms",
+                   "decision_wall_p99_ms", "decision_wall_share")
+
+
+@dataclass
+class SimResult:
+    tasks: pd.DataFrame
+    requests: pd.DataFrame
+    prefix_events: pd.DataFrame
+    timeline: pd.DataFrame
+    decisions: pd.DataFrame
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def deterministic_summary(self) -> dict[str, Any]:
+        """The summary without wall-clock measurements (identical across identical runs)."""
+        return {k: v for k, v in self.summary.items() if k not in WALL_CLOCK_KEYS}
+
+    def to_parquet(self, directory: str | Path) -> None:
+        """Write each table as ``<name>.parquet`` in ``directory`` (created if missing)."""
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        for name in ("tasks", "requests", "prefix_events", "timeline", "decisions"):
+            getattr(self, name).to_parquet(d / f"{name}.parquet", index=False)
+        pd.DataFrame([self.summary]).to_parquet(d / "summary.parquet", index=False)
+
+
+def percentile(values: np.ndarray, q: float) -> float:
+    return float(np.percentile(values, q)) if len(values) else float("nan")
+
+
+def build_result(sim: "Simulator", wall_seconds: float) -> SimResult:
+    tasks = pd.DataFrame(
+        [
+            {
+                "task_id": ts.task.id,
+                "workflow": ts.task.workflow,
+                "arrival": ts.task.arrival,
+                "finish": ts.finish_time,
+                "jct": ts.finish_time - ts.task.arrival,
+                "n_stages": len(ts.task.stages),
+            }
+            for ts in sim.tasks.values()
+        ],
+        columns=["task_id", "workflow", "arrival", "finish", "jct", "n_stages"],
+    )
+    requests = pd.DataFrame(
+        [
+            {
+                "rid": r.rid,
+                "task_id": r.task.task.id,
+                "stage_id": r.stage.id,
+                "agent": r.agent,
+                "input_tokens": r.x,
+                "output_tokens": r.y,
+                "ready": r.ready_time,
+                "first_admit": r.first_admit_time,
+                "finish": r.finish_time,
+                "queue_time": r.queue_time,
+                "prefill_time": r.prefill_time,
+                "decode_time": r.decode_time,
+                "preemptions": r.preemptions,
+                "retractions": r.retractions,
+                "recomputed_tokens": r.recomputed_tokens,
+                "prefix_hit": bool(r.prefix_hit),
+            }
+            for r in sim.requests.values()
+        ]
+    )
+    prefix_events = pd.DataFrame(sim.prefix_events, columns=["time", "agent", "event", "tokens", "bytes"])
+    timeline = pd.DataFrame(
+        sim.timeline, columns=["time", "prefix_tokens", "request_tokens", "decode_batch", "prefill_queue", "waiting"]
+    )
+    decisions = pd.DataFrame(
+        [d[:9] for d in sim.decisions],
+        columns=["time", "wall_s", "n_waiting", "n_running", "n_proposed", "n_admitted",
+                 "n_preempt", "n_evict", "n_load"],
+    )
+    infos = pd.DataFrame([d[9] for d in sim.decisions])
+    if len(infos.columns):
+        decisions = pd.concat([decisions, infos.add_prefix("info_")], axis=1)
+
+    jct = tasks["jct"].to_numpy(dtype=float)
+    makespan = float(tasks["finish"].max() - tasks["arrival"].min()) if len(tasks) else 0.0
+    ev = prefix_events["event"] if len(prefix_events) else pd.Series([], dtype=str)
+    wall = decisions["wall_s"].to_numpy(dtype=float)
+    summary: dict[str, Any] = {
+        "policy": sim.policy.name,
+        "n_tasks": len(tasks),
+        "n_requests": len(requests),
+        "jct_mean": float(jct.mean()) if len(jct) else float("nan"),
+        "jct_p50": percentile(jct, 50),
+        "jct_p90": percentile(jct, 90),
+        "jct_p99": percentile(jct, 99),
+        "makespan": makespan,
+        "throughput_rps": len(requests) / makespan if makespan > 0 else float("nan"),
+        "throughput_tps": len(tasks) / makespan if makespan > 0 else float("nan"),
+        "avg_decode_batch": sim.decode_batch_area / sim.decode_steps if sim.decode_steps else 0.0,
+        "decode_steps": sim.decode_steps,
+        "busy_time": sim.busy_time,
+        "prefix_hits": int(requests["prefix_hit"].sum()) if len(requests) else 0,
+        "prefix_loads_swap": int((ev == "load_swap").sum()),
+        "prefix_loads_prefill": int((ev == "load_prefill").sum()),
+        "prefix_evictions": int(ev.str.startswith("evict").sum()) if len(ev) else 0,
+        "bytes_swapped": float(prefix_events["bytes"].sum()) if len(prefix_events) else 0.0,
+        "recomputed_tokens": int(requests["recomputed_tokens"].sum()) if len(requests) else 0,
+        "preemptions": int(requests["preemptions"].sum()) if len(requests) else 0,
+        "retractions": int(requests["retractions"].sum()) if len(requests) else 0,
+        "queue_time_mean": float(requests["queue_time"].mean()) if len(requests) else float("nan"),
+        "kv_util_mean": _time_weighted_util(timeline, sim.budget),
+        "n_decisions": len(decisions),
+        "sim_wall_s": wall_seconds,
+        "decision_wall_mean_ms": float(wall.mean() * 1e3) if len(wall) else 0.0,
+        "decision_wall_p50_ms": percentile(wall, 50) * 1e3 if len(wall) else 0.0,
+        "decision_wall_p99_ms": percentile(wall, 99) * 1e3 if len(wall) else 0.0,
+        "decision_wall_share": float(wall.sum() / makespan) if makespan > 0 else 0.0,
+    }
+    return SimResult(tasks, requests, prefix_events, timeline, decisions, summary)
+
+
+def _time_weighted_util(timeline: pd.DataFrame, budget: int) -> float:
+    """Mean KV occupancy (prefixes + requests) / B over time, each sample held until the next."""
+    if len(timeline) < 2:
+        return 0.0
+    t = timeline["time"].to_numpy(dtype=float)
+    used = (timeline["prefix_tokens"] + timeline["request_tokens"]).to_numpy(dtype=float)
+    dt = np.diff(t)
+    total = dt.sum()
+    return float((used[:-1] * dt).sum() / total / budget) if total > 0 else 0.0

@@ -1,0 +1,135 @@
+"""What a scheduling policy may see (``EngineView``) and what it may return (``Decision``).
+
+A policy is shown an immutable snapshot of the engine at each decision point. The snapshot is
+built from the engine's state but carries *only what a real scheduler could know*: agents'
+prefix lengths and output priors, requests' suffix input lengths and tokens generated so far,
+the tasks' DAG shapes, what has finished (with the output lengths observed once a call is
+done), and the cost model. It never carries a request's true output length ``y_v`` nor
+anything about tasks that have not arrived. ``tests/test_view.py`` checks this.
+
+The same two classes are used by the simulator (``topas.engine.simulator``) and by the SGLang
+plugin, so a policy runs unchanged on either engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from topas.engine.cost import CostModel
+
+
+@dataclass(frozen=True, slots=True)
+class StageView:
+    """A stage's public shape: agent a(v), suffix input x_v, parents and children. No y_v."""
+
+    id: str
+    agent: str
+    input_tokens: int
+    parents: tuple[str, ...]
+    children: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskView:
+    """A task that has arrived and not finished: tau_i, its DAG and progress.
+
+    ``topo_order`` lists stage ids in topological order; ``done`` the finished stages;
+    ``observed_output`` the output length of each finished stage (observed after the fact).
+    """
+
+    id: str
+    arrival: float
+    workflow: str
+    stages: Mapping[str, StageView]
+    topo_order: tuple[str, ...]
+    done: frozenset[str]
+    observed_output: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestView:
+    """A request (one stage of one task) that is ready: waiting or running.
+
+    ``generated`` is y_r(t), the tokens produced so far (kept across a preemption: they must be
+    recomputed on readmission). ``kv_tokens`` is the request's own KV now (0 while waiting).
+    ``service_time`` is the time it has spent in running batches so far, all admissions summed.
+    """
+
+    rid: str
+    task_id: str
+    stage_id: str
+    agent: str
+    input_tokens: int
+    generated: int
+    ready_time: float
+    kv_tokens: int
+    service_time: float
+    preemptions: int
+    admitted_time: float | None = None  # last admission (running requests only)
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixView:
+    """An agent's prefix: l_a tokens, where its KV is, and how many running requests use it."""
+
+    agent: str
+    tokens: int
+    expected_output_tokens: float
+    resident: bool
+    on_host: bool
+    refcount: int
+    last_used: float
+
+
+@dataclass(frozen=True, slots=True)
+class EngineView:
+    """The engine at a decision point t.
+
+    Memory (tokens): ``kv_budget`` = B_t; ``prefix_tokens`` = sum of resident l_a;
+    ``request_tokens`` = sum of running requests' own KV; ``free_tokens`` = the rest.
+    """
+
+    time: float
+    kv_budget: int
+    prefix_tokens: int
+    request_tokens: int
+    prefixes: Mapping[str, PrefixView]
+    running: tuple[RequestView, ...]
+    waiting: tuple[RequestView, ...]
+    tasks: Mapping[str, TaskView]
+    cost: CostModel
+    decode_batch: int = 0  # requests in the current decode batch
+
+    @property
+    def free_tokens(self) -> int:
+        return self.kv_budget - self.prefix_tokens - self.request_tokens
+
+    @property
+    def resident(self) -> frozenset[str]:
+        """R_t: agents whose prefix KV is on the GPU."""
+        return frozenset(a for a, p in self.prefixes.items() if p.resident)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A policy's answer: prefix moves, preemptions and an ordered admission list.
+
+    The engine applies, in this order: ``preempt`` (running requests to stop; their KV is freed
+    and they return to the waiting queue), ``evict`` (resident prefixes to move to host),
+    ``load`` (prefixes to bring to the GPU), then walks ``admit`` in order, admitting each
+    request while SGLang's admission check passes and stopping at the first that does not.
+
+    Policies with ``manages_prefixes = False`` return only ``admit``; the engine then loads
+    prefixes on demand and evicts unreferenced ones by LRU, as SGLang's radix cache does.
+    """
+
+    admit: tuple[str, ...] = ()
+    preempt: tuple[str, ...] = ()
+    evict: tuple[str, ...] = ()
+    load: tuple[str, ...] = ()
+    info: Mapping[str, float] = field(default_factory=dict, compare=False)
+
+
+class InfeasibleDecision(ValueError):
+    """Raised by an engine for a Decision it cannot apply; the message names the item and rule."""

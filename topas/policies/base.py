@@ -1,0 +1,144 @@
+"""The policy interface and the registry of policies by name.
+
+A policy is an object with ``decide(view) -> Decision`` (see ``topas.engine.view``), in the
+spirit of SGLang's ``schedule_policy.py``: at each decision point it orders the waiting queue
+and, if it manages prefixes, also says which agent prefixes to keep, load or evict and which
+running requests to preempt. Parameters are a dataclass (``Params``) so they are documented,
+typed, settable by name from the CLI (``--param beta=0.5``) and from notebooks, and checked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Iterable, Mapping
+
+from topas.engine.view import Decision, EngineView, RequestView
+
+
+class PolicyError(ValueError):
+    """An unknown policy or parameter, or a parameter of the wrong type; names the valid ones."""
+
+
+@dataclasses.dataclass(frozen=True)
+class NoParams:
+    """This policy has no parameters."""
+
+
+class Policy(ABC):
+    """Base class: subclasses set ``name``, optionally ``Params`` and ``manages_prefixes``."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type] = NoParams
+    manages_prefixes: ClassVar[bool] = False
+
+    def __init__(self, **params: Any) -> None:
+        self.params = make_params(self.Params, params, policy=self.name)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget all per-run state (called before a run)."""
+
+    @abstractmethod
+    def decide(self, view: EngineView) -> Decision:
+        """The decision at this scheduling point."""
+
+    def on_finish(self, request: RequestView, time: float, output_tokens: int) -> None:
+        """A request finished at ``time`` having produced ``output_tokens`` (observed now)."""
+
+    def on_preempt(self, request: RequestView, time: float, by_engine: bool) -> None:
+        """A running request was preempted (by this policy) or retracted (by the engine)."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.params})"
+
+
+_REGISTRY: dict[str, type[Policy]] = {}
+
+
+def register(cls: type[Policy]) -> type[Policy]:
+    """Class decorator: make a policy available by its ``name``."""
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"policy name {cls.name!r} registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def available_policies() -> list[str]:
+    _load_builtin()
+    return list(_REGISTRY)
+
+
+def policy_class(name: str) -> type[Policy]:
+    _load_builtin()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise PolicyError(
+            f"unknown policy {name!r}; valid policies: {', '.join(_REGISTRY)}"
+        ) from None
+
+
+def make_policy(name: str, params: Mapping[str, Any] | None = None, **kw: Any) -> Policy:
+    """A fresh policy by name, e.g. ``make_policy("topas", beta=0.5)``."""
+    return policy_class(name)(**{**(params or {}), **kw})
+
+
+def param_names(name: str) -> list[str]:
+    return [f.name for f in dataclasses.fields(policy_class(name).Params)]
+
+
+def make_params(cls: type, given: Mapping[str, Any], policy: str = "?") -> Any:
+    """Build a Params dataclass from ``given``, coercing strings (from the CLI) to field types."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(given) - set(fields))
+    if unknown:
+        valid = ", ".join(fields) or "(none)"
+        raise PolicyError(
+            f"policy {policy!r} has no parameter {', '.join(map(repr, unknown))}; valid parameters: {valid}"
+        )
+    hints = typing.get_type_hints(cls)
+    values = {k: _coerce(v, hints[k], policy, k) for k, v in given.items()}
+    return cls(**values)
+
+
+def _coerce(value: Any, typ: Any, policy: str, key: str) -> Any:
+    origin = typing.get_origin(typ)
+    choices = typing.get_args(typ) if origin is typing.Literal else None
+    base = type(choices[0]) if choices else typ
+    try:
+        if base is bool and isinstance(value, str):
+            low = value.strip().lower()
+            if low not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(value)
+            out: Any = low in ("true", "1", "yes")
+        elif base in (int, float, str, bool):
+            if base is int and isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+            out = base(value)
+        else:
+            out = value
+    except (TypeError, ValueError):
+        raise PolicyError(
+            f"policy {policy!r} parameter {key!r}: {value!r} is not a valid {getattr(base, '__name__', base)}"
+        ) from None
+    if choices and out not in choices:
+        raise PolicyError(f"policy {policy!r} parameter {key!r}: {out!r} is not one of {choices}")
+    return out
+
+
+def parse_param_strings(items: Iterable[str]) -> dict[str, str]:
+    """``["beta=0.5", "M=6"]`` -> ``{"beta": "0.5", "M": "6"}`` (types are coerced by the policy)."""
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise PolicyError(f"parameter {item!r} is not of the form NAME=VALUE")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _load_builtin() -> None:
+    # Importing the package registers the built-in policies (one module per policy).
+    import topas.policies  # noqa: F401

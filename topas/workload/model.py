@@ -1,0 +1,112 @@
+"""The workload model: agents, stages, tasks (workflow DAGs) and traces.
+
+Symbols follow PAPER.md: an agent ``a`` has a static prefix (system prompt) of ``l_a`` tokens;
+a task ``i`` arrives at ``tau_i`` with a DAG ``G_i`` of stages ``v``; stage ``v`` is served by
+agent ``a(v)``, has ``x_v`` suffix input tokens and ``y_v`` true output tokens. ``y_v`` lives in
+the trace so the engine can simulate it; schedulers never read it (see ``topas.engine.view``).
+
+Objects here are immutable and validated on construction by ``topas.workload.validate``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Mapping
+
+import networkx as nx
+
+
+@dataclass(frozen=True, slots=True)
+class Agent:
+    """An agent: a role with a static system-prompt prefix of ``prefix_tokens`` (l_a) tokens.
+
+    ``expected_output_tokens`` is a trace-level prior for the agent's output length (what an
+    operator would know from history, e.g. the mean of past calls); schedulers may use it as the
+    prior of their estimator. It is *not* the true output of any particular call.
+    """
+
+    name: str
+    prefix_tokens: int
+    expected_output_tokens: float
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """One LLM call of a task: agent ``a(v)``, suffix input ``x_v``, true output ``y_v``."""
+
+    id: str
+    agent: str
+    input_tokens: int
+    output_tokens: int
+    parents: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Task:
+    """A workflow instance (a job): arrival ``tau_i`` and its DAG of stages, in topological order."""
+
+    id: str
+    arrival: float
+    stages: tuple[Stage, ...]
+    workflow: str = ""
+
+    @cached_property
+    def stage_map(self) -> dict[str, Stage]:
+        return {s.id: s for s in self.stages}
+
+    @cached_property
+    def graph(self) -> nx.DiGraph:
+        """G_i as a networkx DiGraph, nodes = stage ids with attribute ``agent``."""
+        g = nx.DiGraph()
+        for s in self.stages:
+            g.add_node(s.id, agent=s.agent)
+        for s in self.stages:
+            for p in s.parents:
+                g.add_edge(p, s.id)
+        return g
+
+    @cached_property
+    def children(self) -> dict[str, tuple[str, ...]]:
+        kids: dict[str, list[str]] = {s.id: [] for s in self.stages}
+        for s in self.stages:
+            for p in s.parents:
+                kids[p].append(s.id)
+        return {k: tuple(v) for k, v in kids.items()}
+
+    @cached_property
+    def topo_order(self) -> tuple[str, ...]:
+        """Stage ids in a deterministic topological order (ties broken by declaration order)."""
+        index = {s.id: k for k, s in enumerate(self.stages)}
+        return tuple(nx.lexicographical_topological_sort(self.graph, key=lambda n: index[n]))
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A workload: the agents table and the tasks, sorted by arrival.
+
+    ``meta`` records how the trace was made (generator and its parameters, provenance).
+    """
+
+    name: str
+    agents: Mapping[str, Agent]
+    tasks: tuple[Task, ...]
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_requests(self) -> int:
+        return sum(len(t.stages) for t in self.tasks)
+
+    def with_arrivals(self, arrivals: list[float]) -> "Trace":
+        """The same tasks re-timed with new arrival times (one per task, non-decreasing)."""
+        if len(arrivals) != len(self.tasks):
+            raise ValueError(f"{len(arrivals)} arrival times for {len(self.tasks)} tasks")
+        tasks = tuple(
+            Task(id=t.id, arrival=float(a), stages=t.stages, workflow=t.workflow)
+            for t, a in zip(self.tasks, arrivals)
+        )
+        return Trace(name=self.name, agents=self.agents, tasks=tasks, meta=self.meta)
+
+    def head(self, n: int) -> "Trace":
+        """The first ``n`` tasks (for quick runs and tests)."""
+        return Trace(name=self.name, agents=self.agents, tasks=self.tasks[:n], meta=self.meta)
