@@ -1,0 +1,91 @@
+"""Service-time estimates a real scheduler can make: no true output lengths, no future.
+
+Output lengths: per agent, the empirical distribution ``F_a`` of the outputs of that agent's
+*finished* calls (observed online through ``Policy.on_finish``), seeded by the trace-level
+prior ``expected_output_tokens`` (what an operator knows from history) as ``prior_weight``
+pseudo-observations until real ones arrive. Residuals are conditioned on service already
+received: for a call that has generated ``g`` tokens, ``E[Y - g | Y > g]`` over the samples
+(PAPER.md: "residual service times ... conditioned on service already received").
+
+Times: a stage's expected residual service time in seconds is its prefill (suffix input plus
+tokens to recompute, on top of the cached prefix) plus the expected remaining output times the
+per-token decode time at the engine's current operating point (batch and KV), from the cost
+model. Using the current operating point is our choice (the paper does not say).
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from topas.engine.view import EngineView, StageView
+
+
+@dataclass
+class OutputEstimator:
+    """Per-agent empirical output-length distributions with a prior."""
+
+    prior_weight: int = 1
+    max_samples: int = 256  # keep the most recent observations per agent
+    _samples: dict[str, list[int]] = field(default_factory=dict)  # sorted, per agent
+    _recent: dict[str, list[int]] = field(default_factory=dict)  # arrival order, per agent
+
+    def observe(self, agent: str, output_tokens: int) -> None:
+        recent = self._recent.setdefault(agent, [])
+        recent.append(int(output_tokens))
+        if len(recent) > self.max_samples:
+            old = recent.pop(0)
+            s = self._samples[agent]
+            del s[bisect.bisect_left(s, old)]
+        bisect.insort(self._samples.setdefault(agent, []), int(output_tokens))
+
+    def samples(self, agent: str, prior: float) -> list[float]:
+        """The agent's observed outputs (sorted) plus ``prior_weight`` copies of the prior."""
+        obs = self._samples.get(agent, [])
+        return [float(prior)] * self.prior_weight + [float(v) for v in obs]
+
+    def expected_remaining(self, agent: str, prior: float, generated: int) -> float:
+        """``E[Y - g | Y > g]``; if no sample exceeds ``g``, one more token is expected."""
+        obs = self._samples.get(agent, [])
+        k = bisect.bisect_right(obs, generated)
+        total = sum(obs[k:]) - generated * (len(obs) - k)
+        n = len(obs) - k
+        if prior > generated:
+            total += self.prior_weight * (prior - generated)
+            n += self.prior_weight
+        return total / n if n else 1.0
+
+    def sample_remaining(self, agent: str, prior: float, generated: int, rng: np.random.Generator, size: int) -> np.ndarray:
+        """``size`` draws of ``Y - g`` from the conditional empirical distribution ``Y | Y > g``."""
+        vals = [v - generated for v in self.samples(agent, prior) if v > generated]
+        if not vals:
+            return np.ones(size)
+        return rng.choice(np.asarray(vals, dtype=float), size=size)
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    """Per-token decode time and the cached-prefix length used for prefill estimates."""
+
+    tpot: float  # seconds per output token at the current batch and KV
+
+    @staticmethod
+    def of(view: EngineView) -> "OperatingPoint":
+        batch = max(view.decode_batch, 1)
+        kv = max(view.request_tokens + view.prefix_tokens, 1)
+        return OperatingPoint(tpot=view.cost.decode_time(batch, kv))
+
+
+def stage_residual_time(
+    view: EngineView,
+    est: OutputEstimator,
+    op: OperatingPoint,
+    stage: StageView,
+    generated: int = 0,
+) -> float:
+    """Expected residual service time (s) of a stage that has generated ``generated`` tokens."""
+    p = view.prefixes[stage.agent]
+    prefill = view.cost.prefill_time([(stage.input_tokens + generated, p.tokens)])
+    return prefill + est.expected_remaining(stage.agent, p.expected_output_tokens, generated) * op.tpot
