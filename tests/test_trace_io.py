@@ -1,0 +1,154 @@
+"""Reading and writing topas.trace/1 files: round trips, determinism, formats, bad files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from topas.workload import (
+    Agent,
+    Stage,
+    Task,
+    Trace,
+    TraceError,
+    read_trace,
+    request_id,
+    trace_from_dict,
+    trace_to_dict,
+    write_trace,
+)
+from topas.workload.synthetic import dag4
+
+def good() -> dict:
+    """A valid two-task DAG-4-like trace."""
+
+    def stages():
+        return [
+            {"id": "A", "agent": "a", "input_tokens": 10, "output_tokens": 5, "parents": []},
+            {"id": "B", "agent": "b", "input_tokens": 20, "output_tokens": 5, "parents": ["A"]},
+            {"id": "C", "agent": "b", "input_tokens": 30, "output_tokens": 5, "parents": ["A"]},
+            {"id": "D", "agent": "a", "input_tokens": 40, "output_tokens": 5, "parents": ["B", "C"]},
+        ]
+
+    return {
+        "schema": "topas.trace/1",
+        "name": "tiny",
+        "meta": {"description": "test"},
+        "agents": [
+            {"name": "a", "prefix_tokens": 100, "expected_output_tokens": 5.0},
+            {"name": "b", "prefix_tokens": 200, "expected_output_tokens": 5},
+        ],
+        "tasks": [
+            {"id": "t00000", "arrival": 0.0, "workflow": "tiny", "stages": stages()},
+            {"id": "t00001", "arrival": 1.5, "workflow": "tiny", "stages": stages()},
+        ],
+    }
+
+
+def test_round_trip_gz_and_plain(tmp_path):
+    t = trace_from_dict(good(), source="<good>")
+    for name in ("tiny.json.gz", "tiny.json"):
+        p = write_trace(t, tmp_path / name)
+        back = read_trace(p)
+        assert back == t
+        assert trace_to_dict(back) == trace_to_dict(t)
+        assert dict(back.meta) == {"description": "test"}
+
+
+def test_round_trip_of_a_generated_trace(tmp_path):
+    t = dag4(n_tasks=50, seed=3)
+    p = write_trace(t, tmp_path / "d.json.gz")
+    assert read_trace(p) == t
+    assert read_trace(p).tasks[7].stages == t.tasks[7].stages
+
+
+def test_dict_round_trip():
+    d = good()
+    assert trace_to_dict(trace_from_dict(d)) == d
+
+
+def test_writing_is_byte_deterministic(tmp_path):
+    t = trace_from_dict(good())
+    a = write_trace(t, tmp_path / "a.json.gz").read_bytes()
+    b = write_trace(trace_from_dict(good()), tmp_path / "b.json.gz").read_bytes()
+    assert a == b
+    assert a[4:8] == b"\x00\x00\x00\x00"  # gzip mtime = 0
+    text = gzip.decompress(a).decode("ascii")
+    assert text == json.dumps(json.loads(text), sort_keys=True, separators=(",", ":")) + "\n"
+
+
+def test_no_tmp_file_left_behind(tmp_path):
+    write_trace(trace_from_dict(good()), tmp_path / "x.json.gz")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.json.gz"]
+
+
+def test_gzip_is_detected_by_content_not_suffix(tmp_path):
+    t = trace_from_dict(good())
+    gz = write_trace(t, tmp_path / "x.json.gz").read_bytes()
+    (tmp_path / "odd.json").write_bytes(gz)
+    assert read_trace(tmp_path / "odd.json") == t
+
+
+def test_stages_are_stored_in_topological_order():
+    d = good()
+    d["tasks"][0]["stages"].reverse()  # D, C, B, A in the file
+    t = trace_from_dict(d)
+    assert [s.id for s in t.tasks[0].stages] == ["A", "C", "B", "D"]  # ties in file order: C before B
+    assert [s.id for s in t.tasks[1].stages] == ["A", "B", "C", "D"]
+
+
+def test_types_are_normalized():
+    t = trace_from_dict(good())
+    b = t.agents["b"]
+    assert isinstance(b.expected_output_tokens, float) and b.expected_output_tokens == 5.0
+    assert isinstance(t.tasks[0].arrival, float)
+    assert t.tasks[0].stages[3].parents == ("B", "C")
+
+
+def test_request_id():
+    assert request_id("t00003", "C") == "t00003/C"
+
+
+def test_missing_file_raises_file_not_found(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        read_trace(tmp_path / "nope.json.gz")
+
+
+def test_invalid_json_names_the_file(tmp_path):
+    p = tmp_path / "bad.json"
+    p.write_text("{not json")
+    with pytest.raises(TraceError, match=r"bad.json: not valid JSON"):
+        read_trace(p)
+
+
+def test_corrupt_gzip_names_the_file(tmp_path):
+    p = tmp_path / "bad.json.gz"
+    p.write_bytes(gzip.compress(b'{"schema": "topas.trace/1"}')[:-6])
+    with pytest.raises(TraceError, match=r"bad.json.gz: not a valid gzip file"):
+        read_trace(p)
+
+
+def test_read_applies_kv_budget(tmp_path):
+    p = write_trace(trace_from_dict(good()), tmp_path / "x.json")
+    with pytest.raises(TraceError, match=r"x.json: agent b: prefix of 200 tokens is larger than the KV budget"):
+        read_trace(p, kv_budget=150)
+
+
+def test_write_refuses_an_invalid_trace(tmp_path):
+    a = Agent("a", 10, 1.0)
+    bad = Trace(name="bad", agents={"a": a},
+                tasks=(Task("t0", 0.0, (Stage("A", "a", 0, 1),)),))
+    with pytest.raises(TraceError, match=r"bad.json.gz: task t0 stage A: input_tokens must be a positive integer"):
+        write_trace(bad, tmp_path / "bad.json.gz")
+    assert not any(tmp_path.iterdir())
+
+
+def test_nan_in_file_is_rejected(tmp_path):
+    d = good()
+    text = json.dumps(d).replace('"arrival": 1.5', '"arrival": NaN')
+    p = tmp_path / "nan.json"
+    p.write_text(text)
+    with pytest.raises(TraceError, match=r"nan.json: task t00001: arrival must be a finite number"):
+        read_trace(p)

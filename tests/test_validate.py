@@ -1,0 +1,361 @@
+"""Trace validation: every rule of topas.trace/1 rejects bad input with a message that names the
+file, the item (task/stage or agent) and the rule broken."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+
+from topas.workload import TraceError, trace_from_dict, validate_trace
+from topas.workload.validate import SUPPORTED_SCHEMAS, find_cycle, topological_order
+
+SRC = "data/x.json.gz"
+
+
+def good() -> dict:
+    """A valid two-task DAG-4-like trace."""
+
+    def stages():
+        return [
+            {"id": "A", "agent": "a", "input_tokens": 10, "output_tokens": 5, "parents": []},
+            {"id": "B", "agent": "b", "input_tokens": 20, "output_tokens": 5, "parents": ["A"]},
+            {"id": "C", "agent": "b", "input_tokens": 30, "output_tokens": 5, "parents": ["A"]},
+            {"id": "D", "agent": "a", "input_tokens": 40, "output_tokens": 5, "parents": ["B", "C"]},
+        ]
+
+    return {
+        "schema": "topas.trace/1",
+        "name": "tiny",
+        "meta": {"description": "test"},
+        "agents": [
+            {"name": "a", "prefix_tokens": 100, "expected_output_tokens": 5.0},
+            {"name": "b", "prefix_tokens": 200, "expected_output_tokens": 5},
+        ],
+        "tasks": [
+            {"id": "t00000", "arrival": 0.0, "workflow": "tiny", "stages": stages()},
+            {"id": "t00001", "arrival": 1.5, "workflow": "tiny", "stages": stages()},
+        ],
+    }
+
+
+def reject(d: dict, *fragments: str, kv_budget: int | None = None) -> TraceError:
+    with pytest.raises(TraceError) as ei:
+        trace_from_dict(d, kv_budget=kv_budget, source=SRC)
+    msg = str(ei.value)
+    assert msg.startswith(SRC + ": "), msg
+    for f in fragments:
+        assert f in msg, f"{f!r} not in {msg!r}"
+    return ei.value
+
+
+def stage(d: dict, task: int, sid: str) -> dict:
+    return next(s for s in d["tasks"][task]["stages"] if s["id"] == sid)
+
+
+def test_good_trace_loads():
+    t = trace_from_dict(good(), kv_budget=1000, source=SRC)
+    assert [x.id for x in t.tasks] == ["t00000", "t00001"]
+    assert t.num_requests == 8
+
+
+def test_trace_error_is_a_value_error_with_location_attributes():
+    d = good()
+    stage(d, 1, "C")["parents"] = ["Z"]
+    e = reject(d)
+    assert isinstance(e, ValueError)
+    assert (e.source, e.task, e.stage) == (SRC, "t00001", "C")
+    assert str(e) == "data/x.json.gz: task t00001 stage C: parent 'Z' does not exist in the task"
+
+
+def test_trace_error_survives_pickling():
+    import pickle
+
+    d = good()
+    stage(d, 1, "C")["parents"] = ["Z"]
+    e = pickle.loads(pickle.dumps(reject(d)))
+    assert isinstance(e, TraceError)
+    assert str(e) == "data/x.json.gz: task t00001 stage C: parent 'Z' does not exist in the task"
+    assert (e.source, e.task, e.stage, e.rule) == (SRC, "t00001", "C", "parent 'Z' does not exist in the task")
+
+
+# ----------------------------------------------------------------------------- schema version
+
+
+def test_missing_schema_lists_supported_versions():
+    d = good()
+    del d["schema"]
+    reject(d, "missing field 'schema'", "topas.trace/1")
+
+
+def test_unknown_schema_version_lists_supported_versions():
+    d = good()
+    d["schema"] = "topas.trace/9"
+    reject(d, "unsupported schema version 'topas.trace/9'", *SUPPORTED_SCHEMAS)
+
+
+def test_not_an_object():
+    with pytest.raises(TraceError, match="must be a JSON object"):
+        trace_from_dict([], source=SRC)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------- missing / unknown fields
+
+
+@pytest.mark.parametrize("field", ["name", "meta", "agents", "tasks"])
+def test_missing_top_level_field(field):
+    d = good()
+    del d[field]
+    reject(d, "top level", f"missing field '{field}'")
+
+
+@pytest.mark.parametrize("field", ["prefix_tokens", "expected_output_tokens"])
+def test_missing_agent_field(field):
+    d = good()
+    del d["agents"][1][field]
+    reject(d, "agent b", f"missing field '{field}'")
+
+
+def test_agent_without_name_is_located_by_position():
+    d = good()
+    del d["agents"][1]["name"]
+    reject(d, "agents[1]", "missing field 'name'")
+
+
+@pytest.mark.parametrize("field", ["arrival", "workflow", "stages"])
+def test_missing_task_field(field):
+    d = good()
+    del d["tasks"][1][field]
+    reject(d, "task t00001", f"missing field '{field}'")
+
+
+@pytest.mark.parametrize("field", ["agent", "input_tokens", "output_tokens", "parents"])
+def test_missing_stage_field(field):
+    d = good()
+    del stage(d, 0, "B")[field]
+    reject(d, "task t00000 stage B", f"missing field '{field}'")
+
+
+def test_stage_without_id_is_located_by_position():
+    d = good()
+    del d["tasks"][0]["stages"][2]["id"]
+    reject(d, "task t00000 stages[2]", "missing field 'id'")
+
+
+def test_unknown_field_is_rejected_not_ignored():
+    d = good()
+    s = stage(d, 0, "D")
+    s["parent"] = s.pop("parents")
+    reject(d, "task t00000 stage D", "missing field 'parents'")
+    s["parents"] = ["B", "C"]
+    reject(d, "task t00000 stage D", "unknown field 'parent'")
+
+
+def test_wrong_types():
+    d = good()
+    d["tasks"][0]["stages"] = {"A": {}}
+    reject(d, "task t00000", "stages must be an array")
+    d = good()
+    stage(d, 0, "B")["parents"] = "A"
+    reject(d, "task t00000 stage B", "parents must be an array")
+    d = good()
+    d["tasks"][1]["id"] = 7
+    reject(d, "tasks[1]", "id must be a string")
+
+
+def test_empty_task():
+    d = good()
+    d["tasks"][1]["stages"] = []
+    reject(d, "task t00001", "at least one stage")
+
+
+# ----------------------------------------------------------------------------- duplicates and references
+
+
+def test_duplicate_agent_names():
+    d = good()
+    d["agents"].append({"name": "a", "prefix_tokens": 1, "expected_output_tokens": 1.0})
+    reject(d, "agent a", "duplicate agent name")
+
+
+def test_duplicate_task_ids():
+    d = good()
+    d["tasks"][1]["id"] = "t00000"
+    reject(d, "task t00000", "duplicate task id")
+
+
+def test_duplicate_stage_ids_within_a_task():
+    d = good()
+    stage(d, 1, "C")["id"] = "B"
+    reject(d, "task t00001 stage B", "duplicate stage id")
+
+
+def test_same_stage_ids_in_different_tasks_are_fine():
+    trace_from_dict(good(), source=SRC)  # both tasks have stages A..D
+
+
+def test_unknown_agent():
+    d = good()
+    stage(d, 1, "D")["agent"] = "nobody"
+    reject(d, "task t00001 stage D", "unknown agent 'nobody'")
+
+
+def test_missing_parent():
+    d = good()
+    stage(d, 0, "C")["parents"] = ["Z"]
+    reject(d, "task t00000 stage C", "parent 'Z' does not exist in the task")
+
+
+def test_parent_listed_twice():
+    d = good()
+    stage(d, 0, "B")["parents"] = ["A", "A"]
+    reject(d, "task t00000 stage B", "parent 'A' is listed twice")
+
+
+@pytest.mark.parametrize("where", ["task", "stage"])
+def test_slash_in_ids_is_rejected(where):
+    d = good()
+    if where == "task":
+        d["tasks"][1]["id"] = "t/1"
+        reject(d, "task t/1", "must not contain '/'")
+    else:
+        stage(d, 1, "A")["id"] = "A/1"
+        reject(d, "task t00001 stage A/1", "must not contain '/'")
+
+
+# ----------------------------------------------------------------------------- cycles
+
+
+def test_cycle_names_the_stages_on_it():
+    d = good()
+    stage(d, 1, "B")["parents"] = ["A", "D"]  # B -> D -> B
+    e = reject(d, "task t00001", "cycle", "B -> D -> B")
+    assert "A" not in e.rule.split("cycle")[1]
+
+
+def test_longer_cycle():
+    d = good()
+    stage(d, 0, "A")["parents"] = ["D"]  # A -> B -> D -> A (and A -> C -> D -> A)
+    reject(d, "task t00000 stage A", "cycle: A -> B -> D -> A")
+
+
+def test_self_loop():
+    d = good()
+    stage(d, 0, "C")["parents"] = ["C"]
+    reject(d, "task t00000 stage C", "cycle: C -> C")
+
+
+def test_find_cycle_and_topological_order_helpers():
+    dag = [("A", []), ("C", ["A"]), ("B", ["A"]), ("D", ["B", "C"])]
+    assert find_cycle(dag) == []
+    assert topological_order(dag) == ["A", "C", "B", "D"]  # ties by declaration order
+    assert topological_order([("D", ["B", "C"]), ("B", ["A"]), ("C", ["A"]), ("A", [])]) == ["A", "B", "C", "D"]
+    cyc = [("A", ["C"]), ("B", ["A"]), ("C", ["B"]), ("X", [])]
+    assert topological_order(cyc) is None
+    assert find_cycle(cyc) == ["A", "B", "C"]
+
+
+# ----------------------------------------------------------------------------- lengths
+
+
+@pytest.mark.parametrize(
+    "value, why",
+    [(0, "zero"), (-3, "negative"), (3.0, "3.0"), (2.5, "2.5"), (True, "boolean"), ("12", "'12'"), (None, "null")],
+)
+@pytest.mark.parametrize("field", ["input_tokens", "output_tokens"])
+def test_bad_stage_lengths(field, value, why):
+    d = good()
+    stage(d, 1, "C")[field] = value
+    reject(d, "task t00001 stage C", f"{field} must be a positive integer", why)
+
+
+@pytest.mark.parametrize("value, why", [(0, "zero"), (-1, "negative"), (4096.0, "4096.0"), (False, "boolean")])
+def test_bad_prefix_length(value, why):
+    d = good()
+    d["agents"][0]["prefix_tokens"] = value
+    reject(d, "agent a", "prefix_tokens must be a positive integer", why)
+
+
+@pytest.mark.parametrize("value", [0, -1.0, math.inf, math.nan, True, "5"])
+def test_bad_expected_output_tokens(value):
+    d = good()
+    d["agents"][1]["expected_output_tokens"] = value
+    reject(d, "agent b", "expected_output_tokens must be a finite number > 0")
+
+
+# ----------------------------------------------------------------------------- arrivals
+
+
+@pytest.mark.parametrize("value", [-0.5, math.inf, math.nan, None, True, "1.0"])
+def test_bad_arrival(value):
+    d = good()
+    d["tasks"][0]["arrival"] = value
+    reject(d, "task t00000", "arrival must be a finite number >= 0")
+
+
+def test_arrivals_out_of_order_name_both_tasks():
+    d = good()
+    d["tasks"][0]["arrival"] = 2.0
+    reject(d, "task t00001", "arrival 1.5 is earlier than the arrival 2.0 of the preceding task t00000",
+           "non-decreasing")
+
+
+def test_equal_arrivals_are_fine():
+    d = good()
+    d["tasks"][1]["arrival"] = 0  # an integer arrival is fine too
+    assert trace_from_dict(d, source=SRC).tasks[1].arrival == 0.0
+
+
+# ----------------------------------------------------------------------------- KV budget
+
+
+def test_prefix_larger_than_budget_names_the_agent():
+    reject(good(), "agent b", "prefix of 200 tokens is larger than the KV budget of 150 tokens", kv_budget=150)
+
+
+def test_request_that_does_not_fit_names_task_stage_and_numbers():
+    # a: 100 + D's 40 + 5 = 145 > 140; b's prefix 200 > 140 would be caught first, so shrink it
+    d = good()
+    d["agents"][1]["prefix_tokens"] = 80
+    e = reject(d, "task t00000 stage D", "prefix 100 + input 40 + output 5 = 145 tokens > budget 140 tokens",
+               kv_budget=140)
+    assert (e.task, e.stage) == ("t00000", "D")
+
+
+def test_budget_exactly_enough_is_fine():
+    trace_from_dict(good(), kv_budget=200 + 30 + 5, source=SRC)
+
+
+def test_bad_budget_argument():
+    with pytest.raises(ValueError, match="kv_budget"):
+        trace_from_dict(good(), kv_budget=0, source=SRC)
+
+
+# ----------------------------------------------------------------------------- built traces
+
+
+def test_validate_trace_after_bad_retiming():
+    t = trace_from_dict(good(), source=SRC)
+    validate_trace(t)
+    bad = t.with_arrivals([3.0, 1.0])
+    with pytest.raises(TraceError, match=r"<trace tiny>: task t00001: arrival 1.0 is earlier .* t00000"):
+        validate_trace(bad)
+    with pytest.raises(TraceError, match="my-source: task t00000: arrival must be"):
+        validate_trace(t.with_arrivals([-1.0, 1.0]), source="my-source")
+
+
+def test_validate_trace_checks_budget():
+    t = trace_from_dict(good(), source=SRC)
+    with pytest.raises(TraceError, match="agent b: prefix of 200 tokens"):
+        validate_trace(t, kv_budget=199)
+
+
+def test_nothing_is_half_loaded():
+    """A problem in the last stage of the last task is found before anything is built."""
+    d = good()
+    before = copy.deepcopy(d)
+    stage(d, 1, "D")["output_tokens"] = 0
+    reject(d, "task t00001 stage D")
+    stage(d, 1, "D")["output_tokens"] = 5
+    assert d == before  # validation does not modify its input

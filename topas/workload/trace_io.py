@@ -1,0 +1,161 @@
+"""Reading and writing traces in the ``topas.trace/1`` schema (documented in data/traces/README.md).
+
+A trace file is one JSON document, gzipped (``<name>.json.gz``) or plain (``.json``; the reader
+tells them apart by the gzip magic bytes, not the suffix). Writing is byte-deterministic: keys
+sorted, fixed separators, ASCII only, gzip header with ``mtime=0`` and no file name, so the same
+``Trace`` always gives the same bytes (given the same zlib).
+
+Loading validates the whole document (:func:`topas.workload.validate.validate_dict`) before any
+object is built, so a bad file raises :class:`~topas.workload.validate.TraceError` and is never
+half-loaded. Stages are stored in a deterministic topological order (ties broken by their order
+in the file).
+"""
+
+from __future__ import annotations
+
+import copy
+import gzip
+import io
+import json
+import numbers
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from topas.workload.model import Agent, Stage, Task, Trace
+from topas.workload.validate import SCHEMA_V1, TraceError, topological_order, validate_dict, validate_trace
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def request_id(task_id: str, stage_id: str) -> str:
+    """The request id used everywhere: ``f"{task_id}/{stage_id}"``."""
+    return f"{task_id}/{stage_id}"
+
+
+def trace_from_dict(d: Mapping[str, Any], kv_budget: int | None = None, source: str = "<dict>") -> Trace:
+    """Build a :class:`Trace` from a decoded document, after validating all of it."""
+    validate_dict(d, source=source, kv_budget=kv_budget)
+    agents = {
+        a["name"]: Agent(
+            name=a["name"],
+            prefix_tokens=int(a["prefix_tokens"]),
+            expected_output_tokens=float(a["expected_output_tokens"]),
+        )
+        for a in d["agents"]
+    }
+    tasks = []
+    for t in d["tasks"]:
+        by_id = {
+            s["id"]: Stage(
+                id=s["id"],
+                agent=s["agent"],
+                input_tokens=int(s["input_tokens"]),
+                output_tokens=int(s["output_tokens"]),
+                parents=tuple(s["parents"]),
+            )
+            for s in t["stages"]
+        }
+        order = topological_order([(s["id"], s["parents"]) for s in t["stages"]])
+        assert order is not None  # validated: acyclic
+        tasks.append(
+            Task(
+                id=t["id"],
+                arrival=float(t["arrival"]),
+                stages=tuple(by_id[sid] for sid in order),
+                workflow=t["workflow"],
+            )
+        )
+    return Trace(name=d["name"], agents=agents, tasks=tuple(tasks), meta=copy.deepcopy(dict(d["meta"])))
+
+
+def trace_to_dict(trace: Trace) -> dict[str, Any]:
+    """The ``topas.trace/1`` document of a trace (agents in table order, tasks and stages in order)."""
+    return {
+        "schema": SCHEMA_V1,
+        "name": trace.name,
+        "meta": copy.deepcopy(dict(trace.meta)),
+        "agents": [
+            {
+                "name": a.name,
+                "prefix_tokens": _int(a.prefix_tokens),
+                "expected_output_tokens": float(a.expected_output_tokens),
+            }
+            for a in trace.agents.values()
+        ],
+        "tasks": [
+            {
+                "id": t.id,
+                "arrival": float(t.arrival),
+                "workflow": t.workflow,
+                "stages": [
+                    {
+                        "id": s.id,
+                        "agent": s.agent,
+                        "input_tokens": _int(s.input_tokens),
+                        "output_tokens": _int(s.output_tokens),
+                        "parents": list(s.parents),
+                    }
+                    for s in t.stages
+                ],
+            }
+            for t in trace.tasks
+        ],
+    }
+
+
+def _int(v: Any) -> Any:
+    """numpy integers -> int for JSON; anything else is left for validation to reject."""
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        return int(v)
+    return v
+
+
+def dumps(d: Mapping[str, Any]) -> bytes:
+    """Canonical JSON bytes of a document: sorted keys, fixed separators, ASCII, trailing newline."""
+    return (json.dumps(d, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False) + "\n").encode(
+        "ascii"
+    )
+
+
+def write_trace(trace: Trace, path: str | os.PathLike[str]) -> Path:
+    """Validate ``trace`` and write it to ``path`` (gzipped if the name ends in ``.gz``).
+
+    The bytes depend only on the trace: gzip ``mtime=0``, no file name in the header, level 9.
+    The file is written to a temporary name and renamed, so a reader never sees half a file.
+    """
+    path = Path(path)
+    validate_trace(trace, source=str(path))
+    payload = dumps(trace_to_dict(trace))
+    if path.name.endswith(".gz"):
+        buf = io.BytesIO()
+        with gzip.GzipFile(filename="", mode="wb", fileobj=buf, mtime=0, compresslevel=9) as gz:
+            gz.write(payload)
+        payload = buf.getvalue()
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(payload)
+    os.replace(tmp, path)
+    return path
+
+
+def read_trace(path: str | os.PathLike[str], kv_budget: int | None = None) -> Trace:
+    """Read and validate a trace file (``.json.gz`` or ``.json``).
+
+    Raises ``FileNotFoundError`` for a missing file and :class:`TraceError` (naming the file) for
+    anything wrong with its content, including bad gzip or JSON.
+    """
+    path = Path(path)
+    source = str(path)
+    raw = path.read_bytes()
+    if raw[:2] == GZIP_MAGIC:
+        try:
+            raw = gzip.decompress(raw)
+        except (OSError, EOFError) as e:
+            raise TraceError(source, f"not a valid gzip file ({e})") from None
+    try:
+        d = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise TraceError(source, f"not UTF-8 text ({e})") from None
+    except json.JSONDecodeError as e:
+        raise TraceError(source, f"not valid JSON ({e})") from None
+    return trace_from_dict(d, kv_budget=kv_budget, source=source)

@@ -1,0 +1,439 @@
+"""Validation of workload traces: every rule of the ``topas.trace/1`` schema, in one place.
+
+Two entry points share the same rules:
+
+- :func:`validate_dict` checks a decoded trace document (what ``json.load`` gives) *before* any
+  :class:`~topas.workload.model.Trace` is built, so a bad file is never half-loaded;
+- :func:`validate_trace` checks an already-built ``Trace`` (e.g. after re-timing or slicing).
+
+Every violation raises :class:`TraceError` whose message names the file (``source``), the task and
+stage (or the agent) and the rule broken, e.g.::
+
+    data/x.json.gz: task t00003 stage C: parent 'Z' does not exist in the task
+
+The first violation found is reported, deterministically: the document's structure (fields and
+JSON types) is checked first, then the rules below, item by item in file order. The rules (see data/traces/README.md for the schema itself):
+
+- ``schema`` present and one of :data:`SUPPORTED_SCHEMAS`;
+- every required field present with the right JSON type, no unknown fields (a typo such as
+  ``parent`` for ``parents`` must not be silently ignored; free-form information goes into the
+  top-level ``meta`` object);
+- agent names unique; task ids unique; stage ids unique within their task; task and stage ids
+  non-empty and free of ``/`` (the request id is ``f"{task_id}/{stage_id}"``);
+- every stage's agent exists; every parent exists in the task, is not listed twice; no cycles
+  (the stages on the cycle are named);
+- token lengths (``prefix_tokens``, ``input_tokens``, ``output_tokens``) are integers >= 1:
+  zero, negative, non-integer values, floats such as ``3.0`` and booleans are rejected;
+- ``arrival`` finite and >= 0, tasks in non-decreasing arrival order;
+- ``expected_output_tokens`` a finite number > 0;
+- with a KV budget ``B``: every agent prefix ``l_a <= B`` and every request
+  ``l_a + x_v + y_v <= B`` (the request must be able to run alone with its prefix resident).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from topas.workload.model import Trace
+
+SCHEMA_V1 = "topas.trace/1"
+SUPPORTED_SCHEMAS: tuple[str, ...] = (SCHEMA_V1,)
+
+TOP_FIELDS = ("schema", "name", "meta", "agents", "tasks")
+AGENT_FIELDS = ("name", "prefix_tokens", "expected_output_tokens")
+TASK_FIELDS = ("id", "arrival", "workflow", "stages")
+STAGE_FIELDS = ("id", "agent", "input_tokens", "output_tokens", "parents")
+
+
+class TraceError(ValueError):
+    """An invalid trace. ``str(err)`` is the full message; the attributes locate the problem.
+
+    Attributes: ``source`` (file or other origin), ``task``, ``stage``, ``agent`` (``None`` when
+    not applicable) and ``rule`` (the message without the location prefix).
+    """
+
+    def __init__(
+        self,
+        source: str,
+        rule: str | None = None,
+        *,
+        task: str | None = None,
+        stage: str | None = None,
+        agent: str | None = None,
+        where: str | None = None,
+    ) -> None:
+        self.source = source
+        self.rule = rule
+        self.task = task
+        self.stage = stage
+        self.agent = agent
+        if rule is None:  # TraceError("a whole message"), also how a pickled error is rebuilt
+            super().__init__(source)
+            return
+        parts = [source]
+        if where is not None:
+            parts.append(where)
+        else:
+            if agent is not None:
+                parts.append(f"agent {agent}")
+            if task is not None:
+                parts.append(f"task {task}" + (f" stage {stage}" if stage is not None else ""))
+        super().__init__(": ".join(parts + [rule]))
+
+    def __reduce__(self):  # keep the location attributes across processes (sweeps pickle errors)
+        return (_rebuild, (self.source, self.rule, self.task, self.stage, self.agent, str(self)))
+
+
+def _rebuild(source, rule, task, stage, agent, message) -> TraceError:
+    e = TraceError(message)
+    e.source, e.rule, e.task, e.stage, e.agent = source, rule, task, stage, agent
+    return e
+
+
+# ----------------------------------------------------------------------------- value checks
+
+
+def _type_name(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, numbers.Integral):
+        return "integer"
+    if isinstance(v, numbers.Real):
+        return "number"
+    if isinstance(v, Mapping):
+        return "object"
+    if isinstance(v, (list, tuple)):
+        return "array"
+    return type(v).__name__
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+
+def _length_problem(field: str, v: Any) -> str | None:
+    """A token length must be an integer >= 1 (``3.0`` and booleans are not integers)."""
+    if not _is_int(v):
+        return f"{field} must be a positive integer, got {v!r} ({_type_name(v)})"
+    if v <= 0:
+        return f"{field} must be a positive integer, got {v} ({'zero' if v == 0 else 'negative'})"
+    return None
+
+
+def _id_problem(field: str, v: Any) -> str | None:
+    if not isinstance(v, str):
+        return f"{field} must be a string, got {v!r} ({_type_name(v)})"
+    if not v:
+        return f"{field} must be a non-empty string"
+    return None
+
+
+def _loc(obj: Any, key: str, fallback: str, kind: str) -> dict[str, str]:
+    """Where an item is: by its id when it has a usable one, else by its position."""
+    if isinstance(obj, Mapping) and isinstance(obj.get(key), str) and obj[key]:
+        return {kind: obj[key]}
+    return {"where": fallback}
+
+
+def _fields(obj: Any, required: Sequence[str], source: str, *, what: str, **loc: str) -> None:
+    """``obj`` is an object holding exactly the ``required`` fields."""
+    if not isinstance(obj, Mapping):
+        raise TraceError(source, f"{what} must be an object, got {_type_name(obj)}", **loc)
+    for f in required:
+        if f not in obj:
+            raise TraceError(source, f"missing field '{f}'", **loc)
+    extra = sorted(str(k) for k in obj if k not in required)
+    if extra:
+        raise TraceError(source, f"unknown field '{extra[0]}' (allowed: {', '.join(required)})", **loc)
+
+
+# ----------------------------------------------------------------------------- structure
+
+
+def validate_dict(d: Any, source: str = "<dict>", kv_budget: int | None = None) -> None:
+    """Check a decoded ``topas.trace/1`` document; raise :class:`TraceError` on the first problem."""
+    if not isinstance(d, Mapping):
+        raise TraceError(source, f"a trace must be a JSON object, got {_type_name(d)}")
+    supported = ", ".join(SUPPORTED_SCHEMAS)
+    if "schema" not in d:
+        raise TraceError(source, f"missing field 'schema' (supported schema versions: {supported})")
+    if d["schema"] not in SUPPORTED_SCHEMAS:
+        raise TraceError(
+            source,
+            f"unsupported schema version {d['schema']!r} (supported schema versions: {supported})",
+        )
+    _check_budget(kv_budget, source)
+    _fields(d, TOP_FIELDS, source, what="the trace", where="top level")
+    p = _id_problem("name", d["name"])
+    if p:
+        raise TraceError(source, p, where="top level")
+    if not isinstance(d["meta"], Mapping):
+        raise TraceError(source, f"meta must be an object, got {_type_name(d['meta'])}", where="top level")
+    for f in ("agents", "tasks"):
+        if not isinstance(d[f], (list, tuple)):
+            raise TraceError(source, f"{f} must be an array, got {_type_name(d[f])}", where="top level")
+
+    # agents: structure, then the shared semantic rules
+    for k, a in enumerate(d["agents"]):
+        loc = _loc(a, "name", f"agents[{k}]", "agent")
+        _fields(a, AGENT_FIELDS, source, **loc, what="an agent")
+        p = _id_problem("name", a["name"])
+        if p:
+            raise TraceError(source, p, **loc)
+    _check_agents(((a["name"], a["prefix_tokens"], a["expected_output_tokens"]) for a in d["agents"]), source)
+
+    for k, t in enumerate(d["tasks"]):
+        loc = _loc(t, "id", f"tasks[{k}]", "task")
+        _fields(t, TASK_FIELDS, source, **loc, what="a task")
+        p = _id_problem("id", t["id"])
+        if p:
+            raise TraceError(source, p, **loc)
+        if not isinstance(t["workflow"], str):
+            raise TraceError(source, f"workflow must be a string, got {_type_name(t['workflow'])}", **loc)
+        if not isinstance(t["stages"], (list, tuple)):
+            raise TraceError(source, f"stages must be an array, got {_type_name(t['stages'])}", **loc)
+        for j, s in enumerate(t["stages"]):
+            sloc = _loc(s, "id", f"task {t['id']} stages[{j}]", "stage")
+            sloc["task"] = t["id"]
+            _fields(s, STAGE_FIELDS, source, **sloc, what="a stage")
+            p = _id_problem("id", s["id"]) or _id_problem("agent", s["agent"])
+            if p:
+                raise TraceError(source, p, **sloc)
+            if not isinstance(s["parents"], (list, tuple)):
+                raise TraceError(source, f"parents must be an array, got {_type_name(s['parents'])}", **sloc)
+            for q in s["parents"]:
+                p = _id_problem("a parent", q)
+                if p:
+                    raise TraceError(source, p, **sloc)
+
+    agents = {a["name"]: a["prefix_tokens"] for a in d["agents"]}
+    _check_tasks(
+        (
+            (
+                t["id"],
+                t["arrival"],
+                [
+                    (s["id"], s["agent"], s["input_tokens"], s["output_tokens"], tuple(s["parents"]))
+                    for s in t["stages"]
+                ],
+            )
+            for t in d["tasks"]
+        ),
+        agents,
+        source,
+        kv_budget,
+    )
+
+
+def validate_trace(trace: "Trace", kv_budget: int | None = None, source: str | None = None) -> None:
+    """Check an already-built :class:`~topas.workload.model.Trace` with the same rules."""
+    source = source if source is not None else f"<trace {trace.name}>"
+    _check_budget(kv_budget, source)
+    p = _id_problem("name", trace.name)
+    if p:
+        raise TraceError(source, p, where="top level")
+    for key, a in trace.agents.items():
+        if key != a.name:
+            raise TraceError(source, f"agents table key {key!r} differs from the agent's name", agent=a.name)
+    _check_agents(((a.name, a.prefix_tokens, a.expected_output_tokens) for a in trace.agents.values()), source)
+    for t in trace.tasks:
+        p = _id_problem("id", t.id)
+        if p:
+            raise TraceError(source, p, where=f"task {t.id!r}")
+        for s in t.stages:
+            p = _id_problem("id", s.id) or _id_problem("agent", s.agent)
+            if p:
+                raise TraceError(source, p, task=t.id, where=f"task {t.id} stage {s.id!r}")
+    agents = {a.name: a.prefix_tokens for a in trace.agents.values()}
+    _check_tasks(
+        (
+            (t.id, t.arrival, [(s.id, s.agent, s.input_tokens, s.output_tokens, tuple(s.parents)) for s in t.stages])
+            for t in trace.tasks
+        ),
+        agents,
+        source,
+        kv_budget,
+    )
+
+
+# ----------------------------------------------------------------------------- shared rules
+
+
+def _check_budget(kv_budget: Any, source: str) -> None:
+    if kv_budget is not None and (not _is_int(kv_budget) or kv_budget <= 0):
+        raise ValueError(f"{source}: kv_budget must be a positive integer, got {kv_budget!r}")
+
+
+def _check_agents(agents: Iterable[tuple[str, Any, Any]], source: str) -> None:
+    seen: set[str] = set()
+    for name, prefix, expected in agents:
+        if name in seen:
+            raise TraceError(source, "duplicate agent name (agent names must be unique)", agent=name)
+        seen.add(name)
+        p = _length_problem("prefix_tokens", prefix)
+        if p:
+            raise TraceError(source, p, agent=name)
+        if not _is_number(expected) or not math.isfinite(expected) or expected <= 0:
+            raise TraceError(
+                source,
+                f"expected_output_tokens must be a finite number > 0, got {expected!r}",
+                agent=name,
+            )
+
+
+def _check_tasks(
+    tasks: Iterable[tuple[str, Any, list[tuple[str, str, Any, Any, tuple[str, ...]]]]],
+    agents: Mapping[str, int],
+    source: str,
+    kv_budget: int | None,
+) -> None:
+    if kv_budget is not None:
+        for name, prefix in agents.items():
+            if prefix > kv_budget:
+                raise TraceError(
+                    source,
+                    f"prefix of {prefix} tokens is larger than the KV budget of {kv_budget} tokens",
+                    agent=name,
+                )
+    seen_tasks: set[str] = set()
+    prev: tuple[str, float] | None = None
+    for tid, arrival, stages in tasks:
+        if "/" in tid:
+            raise TraceError(source, "task id must not contain '/' (request ids are 'task/stage')", task=tid)
+        if tid in seen_tasks:
+            raise TraceError(source, "duplicate task id (task ids must be unique)", task=tid)
+        seen_tasks.add(tid)
+        if not _is_number(arrival) or not math.isfinite(arrival) or arrival < 0:
+            raise TraceError(source, f"arrival must be a finite number >= 0, got {arrival!r}", task=tid)
+        if prev is not None and arrival < prev[1]:
+            raise TraceError(
+                source,
+                f"arrival {arrival!r} is earlier than the arrival {prev[1]!r} of the preceding task "
+                f"{prev[0]} (tasks must be in non-decreasing arrival order)",
+                task=tid,
+            )
+        prev = (tid, arrival)
+        if not stages:
+            raise TraceError(source, "a task must have at least one stage", task=tid)
+        ids: set[str] = set()
+        for sid, agent, x, y, parents in stages:
+            if "/" in sid:
+                raise TraceError(
+                    source, "stage id must not contain '/' (request ids are 'task/stage')", task=tid, stage=sid
+                )
+            if sid in ids:
+                raise TraceError(source, "duplicate stage id within the task", task=tid, stage=sid)
+            ids.add(sid)
+        for sid, agent, x, y, parents in stages:
+            if agent not in agents:
+                raise TraceError(source, f"unknown agent '{agent}' (not in the agents table)", task=tid, stage=sid)
+            for field, v in (("input_tokens", x), ("output_tokens", y)):
+                p = _length_problem(field, v)
+                if p:
+                    raise TraceError(source, p, task=tid, stage=sid)
+            seen_parents: set[str] = set()
+            for q in parents:
+                if q not in ids:
+                    raise TraceError(source, f"parent '{q}' does not exist in the task", task=tid, stage=sid)
+                if q in seen_parents:
+                    raise TraceError(source, f"parent '{q}' is listed twice", task=tid, stage=sid)
+                seen_parents.add(q)
+        cycle = find_cycle([(sid, parents) for sid, _a, _x, _y, parents in stages])
+        if cycle:
+            raise TraceError(
+                source,
+                "the stages form a cycle: " + " -> ".join(cycle + [cycle[0]]),
+                task=tid,
+                stage=cycle[0],
+            )
+        if kv_budget is not None:
+            for sid, agent, x, y, parents in stages:
+                need = agents[agent] + x + y
+                if need > kv_budget:
+                    raise TraceError(
+                        source,
+                        f"request does not fit in the KV budget: prefix {agents[agent]} + input {x} "
+                        f"+ output {y} = {need} tokens > budget {kv_budget} tokens",
+                        task=tid,
+                        stage=sid,
+                    )
+
+
+# ----------------------------------------------------------------------------- graph helpers
+
+
+def topological_order(stages: Sequence[tuple[str, Sequence[str]]]) -> list[str] | None:
+    """Stage ids in topological order, ties broken by declaration order; ``None`` if cyclic.
+
+    ``stages`` is ``[(stage_id, parents), ...]`` with unique ids and existing parents.
+    """
+    index = {sid: k for k, (sid, _p) in enumerate(stages)}
+    indeg = {sid: len(set(p)) for sid, p in stages}
+    kids: dict[str, list[str]] = {sid: [] for sid, _p in stages}
+    for sid, parents in stages:
+        for q in sorted(set(parents), key=index.__getitem__):
+            kids[q].append(sid)
+    import heapq
+
+    ready = [index[sid] for sid, _p in stages if indeg[sid] == 0]
+    heapq.heapify(ready)
+    order: list[str] = []
+    while ready:
+        sid = stages[heapq.heappop(ready)][0]
+        order.append(sid)
+        for c in kids[sid]:
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                heapq.heappush(ready, index[c])
+    return order if len(order) == len(stages) else None
+
+
+def find_cycle(stages: Sequence[tuple[str, Sequence[str]]]) -> list[str]:
+    """The stages on one cycle (edge order parent -> child, starting at the earliest-declared
+    stage on it), or ``[]`` if the stages form a DAG. Deterministic: follows declaration order."""
+    if topological_order(stages) is not None:
+        return []
+    index = {sid: k for k, (sid, _p) in enumerate(stages)}
+    kids: dict[str, list[str]] = {sid: [] for sid, _p in stages}
+    for sid, parents in stages:
+        for q in parents:
+            if sid not in kids[q]:
+                kids[q].append(sid)
+    for sid in kids:
+        kids[sid].sort(key=index.__getitem__)
+    state: dict[str, int] = {}  # 1 = on the DFS stack, 2 = done
+    for root, _p in stages:
+        if state.get(root):
+            continue
+        stack: list[tuple[str, int]] = [(root, 0)]
+        path: list[str] = [root]
+        state[root] = 1
+        while stack:
+            node, k = stack[-1]
+            if k < len(kids[node]):
+                stack[-1] = (node, k + 1)
+                c = kids[node][k]
+                if state.get(c) == 1:
+                    cyc = path[path.index(c):]
+                    start = min(range(len(cyc)), key=lambda i: index[cyc[i]])
+                    return cyc[start:] + cyc[:start]
+                if not state.get(c):
+                    state[c] = 1
+                    stack.append((c, 0))
+                    path.append(c)
+            else:
+                state[node] = 2
+                stack.pop()
+                path.pop()
+    raise AssertionError("a cyclic graph without a cycle")  # pragma: no cover
