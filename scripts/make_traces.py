@@ -1,0 +1,49 @@
+#!/usr/bin/env python
+"""Regenerate the committed synthetic traces data/traces/{chain-3,dag-4,dag-10-wide}.json.gz.
+
+Each file is ``SYNTHETIC[name]()`` with the generator's defaults (topas/workload/synthetic.py),
+written by ``topas.workload.write_trace``, which is byte-deterministic: running this script again
+reproduces the committed files bit for bit (tests/test_synthetic.py checks it).
+
+    python scripts/make_traces.py                 # all three into data/traces/
+    python scripts/make_traces.py --out /tmp/t --only dag-4
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+from pathlib import Path
+
+try:
+    import topas  # noqa: F401
+except ImportError:  # running from a checkout without `make install`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from topas.paths import traces_dir
+from topas.workload.synthetic import SYNTHETIC
+from topas.workload.trace_io import write_trace
+
+
+def main(argv: list[str] | None = None) -> list[Path]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, default=None, help="output directory (default: data/traces/)")
+    ap.add_argument("--only", choices=sorted(SYNTHETIC), default=None, help="write only this workload")
+    args = ap.parse_args(argv)
+    out = args.out if args.out is not None else traces_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    names = [args.only] if args.only else list(SYNTHETIC)
+    written = []
+    for name in names:
+        trace = SYNTHETIC[name]()
+        path = write_trace(trace, out / f"{name}.json.gz")
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+        print(f"wrote {path}: {len(trace.tasks)} tasks, {trace.num_requests} requests, "
+              f"{len(trace.agents)} agents, sha256 {digest}")
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    main()

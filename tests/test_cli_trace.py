@@ -1,0 +1,189 @@
+"""`topas trace validate` and `topas trace describe` (click.testing.CliRunner)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from topas import __version__
+from topas.cli import main
+from topas.paths import REPO_ROOT
+
+TRACES = REPO_ROOT / "data" / "traces"
+
+
+def good() -> dict:
+    stages = [
+        {"id": "A", "agent": "a", "input_tokens": 10, "output_tokens": 5, "parents": []},
+        {"id": "B", "agent": "b", "input_tokens": 20, "output_tokens": 5, "parents": ["A"]},
+        {"id": "C", "agent": "b", "input_tokens": 30, "output_tokens": 5, "parents": ["A"]},
+        {"id": "D", "agent": "a", "input_tokens": 40, "output_tokens": 5, "parents": ["B", "C"]},
+    ]
+    return {
+        "schema": "topas.trace/1",
+        "name": "tiny",
+        "meta": {},
+        "agents": [
+            {"name": "a", "prefix_tokens": 100, "expected_output_tokens": 5.0},
+            {"name": "b", "prefix_tokens": 200, "expected_output_tokens": 5.0},
+        ],
+        "tasks": [
+            {"id": "t00000", "arrival": 0.0, "workflow": "tiny", "stages": json.loads(json.dumps(stages))},
+            {"id": "t00001", "arrival": 2.0, "workflow": "tiny", "stages": json.loads(json.dumps(stages))},
+        ],
+    }
+
+
+@pytest.fixture
+def runner():
+    try:  # click 8.1 mixes stderr into stdout unless told not to; 8.2+ keeps them apart always
+        return CliRunner(mix_stderr=False)
+    except TypeError:
+        return CliRunner()
+
+
+def write(tmp_path, d, name="x.json"):
+    p = tmp_path / name
+    p.write_text(json.dumps(d))
+    return p
+
+
+def run(runner, *args):
+    return runner.invoke(main, [str(a) for a in args])
+
+
+def test_version(runner):
+    r = run(runner, "--version")
+    assert r.exit_code == 0 and __version__ in r.output
+
+
+def test_help_lists_trace_commands(runner):
+    r = run(runner, "trace", "--help")
+    assert r.exit_code == 0 and "validate" in r.output and "describe" in r.output
+
+
+def test_validate_ok(runner, tmp_path):
+    r = run(runner, "trace", "validate", write(tmp_path, good()))
+    assert r.exit_code == 0, r.output
+    assert r.stdout.strip() == "OK: 2 tasks, 8 requests, 2 agents"
+
+
+def test_validate_committed_traces(runner):
+    for name, req, ag in (("chain-3", 3000, 3), ("dag-4", 4000, 4), ("dag-10-wide", 10000, 10)):
+        r = run(runner, "trace", "validate", TRACES / f"{name}.json.gz")
+        assert r.exit_code == 0, r.output
+        assert r.stdout.startswith(f"OK: 1000 tasks, {req} requests, {ag} agents")
+
+
+def test_validate_with_kv_budget(runner, tmp_path):
+    p = write(tmp_path, good())
+    r = run(runner, "trace", "validate", p, "--kv-budget", 1000)
+    assert r.exit_code == 0 and "fits a KV budget of 1000 tokens" in r.stdout
+    r = run(runner, "trace", "validate", p, "--kv-budget", 150)
+    assert r.exit_code == 1
+    assert "agent b: prefix of 200 tokens is larger than the KV budget of 150 tokens" in r.stderr
+    assert r.stdout == ""
+
+
+def cases():
+    d1 = good()
+    d1["tasks"][1]["stages"][2]["parents"] = ["Z"]
+    d2 = good()
+    d2["tasks"][0]["stages"][0]["parents"] = ["D"]
+    d3 = good()
+    d3["tasks"][1]["stages"][3]["output_tokens"] = 3.0
+    d4 = good()
+    d4["tasks"][0]["arrival"] = 5.0
+    d5 = good()
+    d5["schema"] = "topas.trace/0"
+    d6 = good()
+    d6["tasks"][1]["stages"][1]["agent"] = "ghost"
+    return [
+        (d1, "task t00001 stage C: parent 'Z' does not exist in the task"),
+        (d2, "task t00000 stage A: the stages form a cycle: A -> B -> D -> A"),
+        (d3, "task t00001 stage D: output_tokens must be a positive integer, got 3.0"),
+        (d4, "task t00001: arrival 2.0 is earlier than the arrival 5.0 of the preceding task t00000"),
+        (d5, "unsupported schema version 'topas.trace/0' (supported schema versions: topas.trace/1)"),
+        (d6, "task t00001 stage B: unknown agent 'ghost'"),
+    ]
+
+
+@pytest.mark.parametrize("d, message", cases())
+def test_validate_rejects_with_the_message(runner, tmp_path, d, message):
+    p = write(tmp_path, d, "bad.json")
+    r = run(runner, "trace", "validate", p)
+    assert r.exit_code == 1
+    assert f"{p}: {message}" in r.stderr
+    assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_validate_missing_file(runner, tmp_path):
+    r = run(runner, "trace", "validate", tmp_path / "nope.json.gz")
+    assert r.exit_code == 1
+    assert r.stderr.strip() == f"error: {tmp_path / 'nope.json.gz'}: no such file"
+
+
+def test_validate_directory_and_garbage(runner, tmp_path):
+    r = run(runner, "trace", "validate", tmp_path)
+    assert r.exit_code == 1 and "is a directory" in r.stderr
+    p = tmp_path / "garbage.json"
+    p.write_text("]]")
+    r = run(runner, "trace", "validate", p)
+    assert r.exit_code == 1 and "garbage.json: not valid JSON" in r.stderr
+
+
+def test_profile_and_budget_are_exclusive(runner, tmp_path):
+    r = run(runner, "trace", "validate", write(tmp_path, good()), "--profile", "x", "--kv-budget", 5)
+    assert r.exit_code == 2 and "not both" in r.stderr
+
+
+def test_validate_with_profile(runner, tmp_path):
+    cost = pytest.importorskip("topas.engine.cost", reason="topas.engine.cost (load_profile) not available yet")
+    try:
+        budget = cost.load_profile("a100-80gb_qwen2.5-32b").kv_budget_tokens
+    except ValueError as e:
+        pytest.skip(f"default profile not available: {e}")
+    r = run(runner, "trace", "validate", TRACES / "dag-4.json.gz", "--profile", "a100-80gb_qwen2.5-32b")
+    assert r.exit_code == 0, r.output
+    assert f"fits a KV budget of {budget} tokens" in r.stdout
+    d = good()
+    d["agents"][1]["prefix_tokens"] = budget + 1
+    r = run(runner, "trace", "validate", write(tmp_path, d), "--profile", "a100-80gb_qwen2.5-32b")
+    assert r.exit_code == 1
+    assert f"agent b: prefix of {budget + 1} tokens is larger than the KV budget of {budget} tokens" in r.stderr
+
+
+def test_validate_with_unknown_profile(runner, tmp_path):
+    pytest.importorskip("topas.engine.cost", reason="topas.engine.cost (load_profile) not available yet")
+    r = run(runner, "trace", "validate", write(tmp_path, good()), "--profile", "no-such-gpu_no-model")
+    assert r.exit_code == 1 and "no-such-gpu_no-model" in r.stderr
+
+
+def test_describe(runner, tmp_path):
+    r = run(runner, "trace", "describe", TRACES / "dag-4.json.gz")
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    for expected in ("trace      dag-4", "tasks      1000", "requests   4000", "agents     4",
+                     "mean rate", "stages     per task: mean 4.0, min 4, max 4",
+                     "depth      stages on the longest path: mean 3.0, min 3, max 3", "dag4.D"):
+        assert expected in out, expected
+    assert len(out.splitlines()) <= 40  # one screen
+
+
+def test_describe_per_agent_statistics(runner, tmp_path):
+    r = run(runner, "trace", "describe", write(tmp_path, good()))
+    assert r.exit_code == 0, r.output
+    rows = {line.split()[0]: line.split() for line in r.stdout.splitlines() if line.startswith(("a ", "b "))}
+    # agent, calls, prefix, exp.out, in.mean, in.min, in.max, out.mean, out.min, out.max
+    assert rows["a"] == ["a", "4", "100", "5", "25.0", "10", "40", "5.0", "5", "5"]
+    assert rows["b"] == ["b", "4", "200", "5", "25.0", "20", "30", "5.0", "5", "5"]
+    assert "arrivals   0.000 .. 2.000 s (span 2.000 s), mean rate 0.5 tasks/s" in r.stdout
+
+
+def test_describe_bad_file(runner, tmp_path):
+    d = good()
+    d["agents"].append(d["agents"][0])
+    r = run(runner, "trace", "describe", write(tmp_path, d))
+    assert r.exit_code == 1 and "agent a: duplicate agent name" in r.stderr
