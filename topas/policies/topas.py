@@ -1,0 +1,461 @@
+"""TOPAS: joint prefix residency and admission (PAPER.md "The method"), and its ablations.
+
+At each scheduling point TOPAS picks a post-decision state (R', Q') -- the agent prefixes to
+keep resident and the requests to run -- maximising
+
+    Score(R', Q') = J_admit - J_move - J_redo - J_revoke + V_reuse
+
+subject to ``sum_{a in R'} l_a + sum_{r in Q'} d_r(t) <= B_t`` (``topas_terms`` has each term).
+
+* ``d_r(t)``: a request's own KV demand = suffix input + generated tokens + ``output_reserve``
+  times its expected remaining output (the estimator in ``estimates``; never the true length).
+* GREEDYPACK(R'): fill the budget left by R' and the kept running requests with waiting
+  requests of agents in R', largest age-weighted conditional progress ``g_i(t) * Delta_task``
+  first, re-conditioning a task's other requests after each admission (sequential
+  conditioning), until nothing fits, the gain is <= 0, or K admissions.
+  *Parallel siblings.* With the deterministic estimator, admitting one of two equally long
+  parallel branches shortens the task's longest path by 0 (the other branch still bounds it);
+  only both together do. GREEDYPACK therefore also scores, per task, the bundle of all its
+  admissible ready stages, whose gain is the sequentially conditioned sum (``delta_task`` with
+  several stages). Without this, DAG-4's B/C and DAG-10-Wide's fan-out would never be
+  admitted. This is our addition; the paper does not say how it handles the tie.
+* Search over R': the pool is the agents with waiting or running requests plus the resident
+  ones. If it has <= M agents every subset is scored; otherwise a local search starts from
+  R_t: best single addition, pair additions when stuck, then deletions and swaps, until no
+  move improves (O(|pool|^2) evaluations per round). Dropping an agent that has running
+  requests preempts them (at most K preemptions), charged J_redo and J_revoke.
+* Liveness (our addition): if the engine is idle and the best state admits nothing (a first
+  prefix load can cost more than one short request gains), the single best request is admitted
+  with its prefix anyway, so TOPAS can never stall the engine.
+
+Ablations (PAPER.md "Ablation"): ``topas-no-reuse`` (V_reuse off), ``topas-no-aging``
+(g_i = 1), ``topas-base`` (neither), ``topas-request-only`` (no prefix search: requests are
+ordered by the same age-weighted progress and prefixes are left to the engine's SGLang
+behaviour, which shows what the joint search adds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+from dataclasses import dataclass
+from typing import Any, Literal, Mapping
+
+import numpy as np
+
+from topas.engine.view import Decision, EngineView, RequestView, TaskView
+from topas.policies.base import Policy, PolicyError, make_params, register
+from topas.policies.estimates import OperatingPoint, OutputEstimator
+from topas.policies.topas_terms import (
+    aging,
+    expected_longest_path,
+    j_move,
+    j_redo,
+    j_revoke,
+    lookahead_counts,
+    v_reuse,
+)
+
+
+@dataclass(frozen=True)
+class TopasParams:
+    #: weight of the prefix-reuse value V_reuse
+    beta: float = 1.0
+    #: aging strength rho in g_i(t) = 1 + rho * log(1 + (t - tau_i) / H_age)
+    rho: float = 1.0
+    #: aging horizon H_age, seconds
+    H_age: float = 60.0
+    #: enumerate every prefix subset when the pool has at most M agents
+    M: int = 6
+    #: cap on admissions and on preemptions per decision
+    K: int = 64
+    #: E[LP] estimator: "expected" (longest path over expected residuals) or "sampled"
+    estimator: Literal["expected", "sampled"] = "expected"
+    #: draws per stage for the sampled estimator
+    samples: int = 16
+    #: fraction of a request's expected remaining output reserved in d_r(t)
+    output_reserve: float = 1.0
+    #: waiting requests considered per agent (the best by initial gain), for speed
+    candidates_per_agent: int = 32
+    #: prior pseudo-observations of each agent's expected output length
+    prior_weight: int = 1
+    #: include V_reuse (ablation switch)
+    reuse: bool = True
+    #: include aging (ablation switch)
+    aging: bool = True
+    #: seed of the sampled estimator's draws
+    seed: int = 0
+    #: allow dropping a prefix whose agent has running requests (preempting them)
+    preempt: bool = True
+
+    def __post_init__(self) -> None:
+        checks = {
+            "beta": self.beta >= 0, "rho": self.rho >= 0, "H_age": self.H_age > 0, "M": self.M >= 0,
+            "K": self.K >= 1, "samples": self.samples >= 1, "output_reserve": self.output_reserve >= 0,
+            "candidates_per_agent": self.candidates_per_agent >= 1, "prior_weight": self.prior_weight >= 0,
+        }
+        bad = [k for k, ok in checks.items() if not ok]
+        if bad:
+            raise PolicyError(f"topas parameter {bad[0]}={getattr(self, bad[0])!r} is out of range")
+
+
+class _TaskCtx:
+    """One task during one decision: its unfinished stages, residual times and L_i(H) cache."""
+
+    __slots__ = ("view", "order", "children", "residual", "committed", "g", "_cache", "waiting")
+
+    def __init__(self, tv: TaskView, residual: dict[str, Any], committed: frozenset[str], g: float) -> None:
+        self.view = tv
+        self.order = tuple(s for s in tv.topo_order if s not in tv.done)
+        self.children = {s: tv.stages[s].children for s in self.order}
+        self.residual = residual
+        self.committed = committed
+        self.g = g
+        self._cache: dict[frozenset[str], float] = {}
+        self.waiting: list[RequestView] = []
+
+    def L(self, h: frozenset[str]) -> float:
+        """L_i(H, t)."""
+        v = self._cache.get(h)
+        if v is None:
+            v = self._cache[h] = expected_longest_path(self.order, self.children, self.residual, h)
+        return v
+
+    def gain(self, h: frozenset[str], stages: tuple[str, ...]) -> float:
+        """g_i(t) * Delta_task(stages | H, t)."""
+        return self.g * (self.L(h) - self.L(h | frozenset(stages)))
+
+
+@dataclass
+class _Plan:
+    resident: frozenset[str]
+    admit: list[tuple[str, float]]  # (rid, lambda_r) in admission order
+    preempt: list[str]
+    score: float
+    terms: dict[str, float]
+
+
+@register
+class Topas(Policy):
+    name = "topas"
+    Params = TopasParams
+    manages_prefixes = True
+    #: parameters an ablation fixes (cannot be overridden)
+    FIXED: Mapping[str, Any] = {}
+
+    def __init__(self, **params: Any) -> None:
+        clash = sorted(set(params) & set(self.FIXED))
+        if clash:
+            raise PolicyError(f"policy {self.name!r} fixes parameter {clash[0]!r}; use policy 'topas' to set it")
+        super().__init__(**params)
+        self.params = dataclasses.replace(self.params, **self.FIXED)
+
+    def reset(self) -> None:
+        self.estimator = OutputEstimator(prior_weight=self.params.prior_weight)
+        self.credits: dict[str, float] = {}  # lambda_r of running requests
+        self._decisions = 0
+
+    def on_finish(self, request: RequestView, time: float, output_tokens: int) -> None:
+        self.estimator.observe(request.agent, output_tokens)
+        self.credits.pop(request.rid, None)
+
+    def on_preempt(self, request: RequestView, time: float, by_engine: bool) -> None:
+        self.credits.pop(request.rid, None)
+
+    # ------------------------------------------------------------------ decision
+    def decide(self, view: EngineView) -> Decision:
+        self._decisions += 1
+        if not view.waiting:
+            return Decision()
+        ctx = _DecisionCtx(self, view)
+        plan, evaluated = ctx.search()
+        for rid, lam in plan.admit:
+            self.credits[rid] = lam
+        r_t = view.resident
+        return Decision(
+            admit=tuple(rid for rid, _ in plan.admit),
+            preempt=tuple(plan.preempt),
+            evict=tuple(sorted(r_t - plan.resident)),
+            load=tuple(sorted(plan.resident - r_t)),
+            info={"candidates": float(evaluated), "score": plan.score, **plan.terms},
+        )
+
+
+class _DecisionCtx:
+    """Everything one decision needs, computed once and shared by all candidate prefix sets."""
+
+    def __init__(self, policy: Topas, view: EngineView) -> None:
+        self.p = p = policy.params
+        self.policy = policy
+        self.view = view
+        self.cost = view.cost
+        est = policy.estimator
+        op = OperatingPoint.of(view)
+        self.tpot = op.tpot
+        rng = np.random.default_rng([p.seed, policy._decisions]) if p.estimator == "sampled" else None
+
+        def residual(stage_id: str, tv: TaskView, generated: int) -> Any:
+            st = tv.stages[stage_id]
+            pv = view.prefixes[st.agent]
+            prefill = view.cost.prefill_time([(st.input_tokens + generated, pv.tokens)])
+            if rng is None:
+                return prefill + est.expected_remaining(st.agent, pv.expected_output_tokens, generated) * op.tpot
+            draws = est.sample_remaining(st.agent, pv.expected_output_tokens, generated, rng, p.samples)
+            return prefill + draws * op.tpot
+
+        gen: dict[str, int] = {r.rid: r.generated for r in view.running}
+        gen.update({r.rid: r.generated for r in view.waiting})
+        running_by_task: dict[str, set[str]] = {}
+        for r in view.running:
+            running_by_task.setdefault(r.task_id, set()).add(r.stage_id)
+        self.tasks: dict[str, _TaskCtx] = {}
+        self.pending: list[tuple[str, tuple[str, ...]]] = []  # (agent, unfinished parent rids)
+        for tid, tv in view.tasks.items():
+            res = {}
+            for s in tv.topo_order:
+                if s not in tv.done:
+                    res[s] = residual(s, tv, gen.get(f"{tid}/{s}", 0))
+            g = aging(view.time, tv.arrival, p.rho, p.H_age) if p.aging else 1.0
+            self.tasks[tid] = _TaskCtx(tv, res, frozenset(running_by_task.get(tid, ())), g)
+        ready = set(gen)
+        for tid, tv in view.tasks.items():
+            for s in tv.topo_order:
+                rid = f"{tid}/{s}"
+                if s in tv.done or rid in ready:
+                    continue
+                parents = tuple(f"{tid}/{q}" for q in tv.stages[s].parents if q not in tv.done)
+                self.pending.append((tv.stages[s].agent, parents))
+
+        # waiting requests: demand d_r(t), initial gain, best candidates per agent
+        self.demand: dict[str, int] = {}
+        by_agent: dict[str, list[tuple[float, float, str, RequestView]]] = {}
+        for r in view.waiting:
+            pv = view.prefixes[r.agent]
+            rem = est.expected_remaining(r.agent, pv.expected_output_tokens, r.generated)
+            self.demand[r.rid] = r.input_tokens + r.generated + int(p.output_reserve * rem)
+            tc = self.tasks[r.task_id]
+            g0 = tc.gain(tc.committed, (r.stage_id,))
+            by_agent.setdefault(r.agent, []).append((-g0, tc.view.arrival, r.rid, r))
+        self.cands: list[RequestView] = []
+        for agent in sorted(by_agent):
+            best = sorted(by_agent[agent], key=lambda e: e[:3])[: p.candidates_per_agent]
+            self.cands.extend(e[3] for e in best)
+        for r in sorted(self.cands, key=lambda r: (self.tasks[r.task_id].order.index(r.stage_id), r.rid)):
+            self.tasks[r.task_id].waiting.append(r)
+
+        # running requests: kept demand, by agent
+        self.running_by_agent: dict[str, list[RequestView]] = {}
+        self.running_demand = 0
+        self.run_demand: dict[str, int] = {}
+        for r in view.running:
+            self.running_by_agent.setdefault(r.agent, []).append(r)
+            pv = view.prefixes[r.agent]
+            rem = est.expected_remaining(r.agent, pv.expected_output_tokens, r.generated)
+            self.run_demand[r.rid] = r.kv_tokens + int(p.output_reserve * rem)
+
+        # prefix moves
+        self.move_in: dict[str, float] = {}
+        self.move_out: dict[str, float] = {}
+        self.reload: dict[str, float] = {}
+        for a, pv in view.prefixes.items():
+            swap = view.cost.swap_time(pv.tokens)
+            self.reload[a] = swap
+            self.move_in[a] = swap if pv.on_host else view.cost.prefill_time([(pv.tokens, 0)])
+            self.move_out[a] = 0.0 if pv.on_host else swap
+        self.r_t = view.resident
+        active = {r.agent for r in view.waiting} | set(self.running_by_agent)
+        self.pool = tuple(sorted(active | self.r_t))
+        self._memo: dict[frozenset[str], _Plan | None] = {}
+
+    # ------------------------------------------------------------------ evaluation of one R'
+    def evaluate(self, resident: frozenset[str], force: bool = False) -> _Plan | None:
+        """The best (R', Q') for this R' (GREEDYPACK), or None if R' is infeasible."""
+        key = resident if not force else resident | {"\0force"}
+        if key in self._memo:
+            return self._memo[key]
+        plan = self._evaluate(resident, force)
+        self._memo[key] = plan
+        return plan
+
+    def _evaluate(self, resident: frozenset[str], force: bool) -> _Plan | None:
+        p, view = self.p, self.view
+        preempt = [r for a, rs in self.running_by_agent.items() if a not in resident for r in rs]
+        if len(preempt) > (p.K if p.preempt else 0):
+            return None
+        preempt_ids = {r.rid for r in preempt}
+        free = view.kv_budget - sum(view.prefixes[a].tokens for a in resident)
+        free -= sum(d for rid, d in self.run_demand.items() if rid not in preempt_ids)
+        if free < 0 and resident - self.r_t:
+            return None  # no room to load a prefix; a state with no loads stays feasible
+        admit, gains = self._greedy_pack(resident, free, preempt_ids, force)
+        q_rids = {r.rid for r in view.running if r.rid not in preempt_ids} | {rid for rid, _ in admit}
+        affected = len({rid.split("/", 1)[0] for rid in q_rids})
+        moved_in = [self.move_in[a] for a in resident - self.r_t]
+        moved_out = [self.move_out[a] for a in self.r_t - resident]
+        terms = {
+            "J_admit": gains,
+            "J_move": j_move(moved_in, moved_out, affected),
+            "J_redo": j_redo((r.generated for r in preempt), self.tpot),
+            "J_revoke": j_revoke(self.policy.credits.get(r.rid, 0.0) for r in preempt),
+            "V_reuse": v_reuse(p.beta, lookahead_counts(self.pending, q_rids), self.reload, resident)
+            if p.reuse else 0.0,
+        }
+        score = terms["J_admit"] - terms["J_move"] - terms["J_redo"] - terms["J_revoke"] + terms["V_reuse"]
+        return _Plan(resident, admit, sorted(r.rid for r in preempt), score, terms)
+
+    def _greedy_pack(
+        self, resident: frozenset[str], free: int, preempted: set[str], force: bool
+    ) -> tuple[list[tuple[str, float]], float]:
+        """GREEDYPACK: admissions by largest g_i(t) * Delta_task, sequentially conditioned."""
+        K = self.p.K
+        heap: list[tuple[float, float, str, int, tuple[RequestView, ...]]] = []
+        state: dict[str, tuple[frozenset[str], list[RequestView], int]] = {}
+
+        def push_units(tid: str) -> None:
+            tc = self.tasks[tid]
+            h, avail, version = state[tid]
+            for r in avail:
+                heapq.heappush(heap, (-tc.gain(h, (r.stage_id,)), tc.view.arrival, r.rid, version, (r,)))
+            if len(avail) > 1:
+                stages = tuple(r.stage_id for r in avail)
+                heapq.heappush(heap, (-tc.gain(h, stages), tc.view.arrival, avail[0].rid + "+", version, tuple(avail)))
+
+        for tid, tc in self.tasks.items():
+            avail = [r for r in tc.waiting if r.agent in resident]
+            if not avail:
+                continue
+            h = tc.committed - {rid.split("/", 1)[1] for rid in preempted if rid.startswith(tid + "/")}
+            state[tid] = (h, avail, 0)
+            push_units(tid)
+        admitted: list[tuple[str, float]] = []
+        total = 0.0
+        while heap and len(admitted) < K:
+            neg, _, _, version, unit = heapq.heappop(heap)
+            tid = unit[0].task_id
+            h, avail, cur = state[tid]
+            if version != cur:
+                continue
+            if -neg <= 0 and not (force and not admitted):
+                break
+            need = sum(self.demand[r.rid] for r in unit)
+            if need > free or len(admitted) + len(unit) > K:
+                continue
+            # lambda_r: a bundle's credit is shared equally by its members (a sequential split
+            # would give one parallel sibling all of it and the other nothing to revoke)
+            lam = -neg / len(unit)
+            for r in unit:
+                admitted.append((r.rid, lam))
+            h = h | {r.stage_id for r in unit}
+            total += -neg
+            free -= need
+            taken = {r.rid for r in unit}
+            state[tid] = (h, [r for r in avail if r.rid not in taken], cur + 1)
+            push_units(tid)
+        return admitted, total
+
+    # ------------------------------------------------------------------ search over R'
+    def _fits(self, resident: frozenset[str]) -> bool:
+        return sum(self.view.prefixes[a].tokens for a in resident) <= self.view.kv_budget
+
+    def search(self) -> tuple[_Plan, int]:
+        """The best post-decision state and the number of prefix sets evaluated."""
+        self._best: _Plan | None = None
+        self._consider(self.r_t)
+        if len(self.pool) <= self.p.M:
+            for k in range(len(self.pool) + 1):
+                for combo in itertools.combinations(self.pool, k):
+                    self._consider(frozenset(combo))
+        else:
+            self._local_search()
+        best = self._best
+        if best is None or (not best.admit and not self.view.running):
+            best = self._liveness() or best
+        assert best is not None, "the current prefix set is always feasible"
+        return best, len(self._memo)
+
+    def _consider(self, resident: frozenset[str]) -> bool:
+        """Score R'; True if it beats the incumbent."""
+        if sum(self.view.prefixes[a].tokens for a in resident) > self.view.kv_budget:
+            return False
+        plan = self.evaluate(resident)
+        if plan is None or (self._best is not None and not self._better(plan, self._best)):
+            return False
+        self._best = plan
+        return True
+
+    def _local_search(self) -> None:
+        """From R_t: single additions; pair additions when stuck; then deletions and swaps."""
+        for _ in range(4 * len(self.pool) + 4):
+            cur = self._best.resident if self._best is not None else self.r_t
+            outside = [a for a in self.pool if a not in cur]
+            inside = sorted(cur)
+            neighbourhoods = (
+                [cur | {a} for a in outside],
+                [cur | {a, b} for a, b in itertools.combinations(outside, 2)],
+                [cur - {a} for a in inside] + [(cur - {a}) | {b} for a in inside for b in outside],
+            )
+            for moves in neighbourhoods:
+                # evaluate the whole neighbourhood (no short-circuit), keep the best
+                if sum([self._consider(frozenset(m)) for m in moves]):
+                    break
+            else:
+                return
+
+    @staticmethod
+    def _better(a: _Plan, b: _Plan) -> bool:
+        if a.score != b.score:
+            return a.score > b.score
+        return (len(a.resident), sorted(a.resident)) < (len(b.resident), sorted(b.resident))
+
+    def _liveness(self) -> _Plan | None:
+        """Idle engine, nothing admitted: admit the best single request with its prefix."""
+        for r in sorted(self.cands, key=lambda r: (-self.tasks[r.task_id].gain(self.tasks[r.task_id].committed, (r.stage_id,)), r.ready_time, r.rid)):
+            keep = [a for a in sorted(self.r_t, key=lambda a: -self.view.prefixes[a].last_used) if a != r.agent]
+            resident = frozenset({r.agent})
+            for a in keep:  # keep as many resident prefixes as fit beside it
+                trial = resident | {a}
+                if sum(self.view.prefixes[x].tokens for x in trial) + self.demand[r.rid] <= self.view.kv_budget:
+                    resident = trial
+            plan = self.evaluate(resident, force=True)
+            if plan is not None and plan.admit:
+                return plan
+        return None
+
+
+def _ablation(name: str, doc: str, **fixed: Any) -> type[Topas]:
+    cls = type(f"Topas_{name.replace('-', '_')}", (Topas,), {"name": name, "FIXED": fixed, "__doc__": doc})
+    return register(cls)
+
+
+_ablation("topas-no-reuse", "TOPAS without the prefix-reuse value V_reuse.", reuse=False)
+_ablation("topas-no-aging", "TOPAS without aging (g_i(t) = 1).", aging=False)
+_ablation("topas-base", "TOPAS without V_reuse and without aging.", reuse=False, aging=False)
+
+
+@register
+class TopasRequestOnly(Topas):
+    """TOPAS's admission utility without the prefix search.
+
+    Waiting requests are ordered by GREEDYPACK over every agent (as if all prefixes could be
+    resident), i.e. by age-weighted sequentially conditioned progress; prefixes are left to the
+    engine's SGLang behaviour (load on demand, LRU eviction). Comparing it with ``topas`` shows
+    what choosing the prefix set jointly adds.
+    """
+
+    name = "topas-request-only"
+    manages_prefixes = False
+
+    def decide(self, view: EngineView) -> Decision:
+        self._decisions += 1
+        if not view.waiting:
+            return Decision()
+        ctx = _DecisionCtx(self, view)
+        everyone = frozenset(view.prefixes)
+        admit, _ = ctx._greedy_pack(everyone, 1 << 62, set(), force=True)
+        first = [rid for rid, _ in admit]
+        taken = set(first)
+        rest = sorted((r for r in view.waiting if r.rid not in taken), key=lambda r: (r.ready_time, r.rid))
+        for rid, lam in admit:
+            self.credits[rid] = lam
+        return Decision(admit=tuple(first) + tuple(r.rid for r in rest))
