@@ -192,8 +192,11 @@ class Simulator:
         pname = self.policy.name
         manages = self.policy.manages_prefixes
         if not manages and (d.evict or d.load or d.preempt):
+            moves = "; ".join(f"{k} {tuple(v)!r}" for k, v in
+                              (("evict", d.evict), ("load", d.load), ("preempt", d.preempt)) if v)
             raise InfeasibleDecision(
-                f"policy {pname!r} does not manage prefixes but returned evict/load/preempt"
+                f"policy {pname!r} does not manage prefixes (manages_prefixes = False) but returned {moves}; "
+                "such a policy may only return an admit order"
             )
         if len(set(d.admit)) != len(d.admit):
             dup = sorted({r for r in d.admit if d.admit.count(r) > 1})
