@@ -1,0 +1,131 @@
+"""SPF: task-level shortest (expected) remaining processing first.
+
+The workflow analogue of SRPT (Schrage 1968; the "SPF" baseline of PAPER.md "Setup"): waiting
+requests are ordered by their *task's* expected remaining longest path, shortest first, so the
+task closest to completion gets the GPU. Ties are broken by the task's arrival, then by the
+stage's position in the task's topological order, then by request id (deterministic).
+
+The expected remaining longest path of a task (``expected_remaining_path``) is
+``topas.workload.critical_path.longest_remaining_path`` over the task's DAG, with finished stages
+taking no time and every unfinished stage taking its expected residual service time from the
+shared non-clairvoyant estimator (``topas.policies.estimates``):
+
+- a *waiting* stage (ready, not running; possibly retracted earlier): ``stage_residual_time``
+  conditioned on the tokens it has generated (``E[Y - g | Y > g]`` decode steps plus the prefill
+  of its suffix input and of the ``g`` tokens to recompute);
+- a *running* stage: the same, but without the prefill term (interpretation: a running request's
+  prefill is done or in the current iteration, so only its expected remaining decode is left);
+- a *pending* stage (parents unfinished): ``stage_residual_time`` from 0 generated tokens.
+
+Output lengths come from an ``OutputEstimator`` fed by ``on_finish`` with the observed output of
+every finished call (per agent, seeded by the agent's trace-level prior with ``prior_weight``
+pseudo-observations). The policy never reads a true output length (the view has none).
+Decode time per token is the engine's current operating point (``OperatingPoint.of(view)``), the
+estimator's documented choice.
+
+Interpretations we had to make (the paper names SPF but does not define it further):
+
+- "remaining processing" is the remaining *critical path* (longest path), not the sum of the
+  task's remaining work: on a DAG the task finishes when its longest remaining path does. On
+  Chain-3 (A -> B -> C) the longest path is the sum of the remaining stages, so SPF *is* SRPT
+  with expected sizes there (PAPER.md: "SPF (which equals SRPT on Chain-3)");
+- it is non-preemptive, like every policy that leaves prefixes to the engine: it only orders the
+  waiting queue (the engine walks the order and stops at the first request that does not fit);
+  a running request is never preempted for a shorter task. Engine retractions (decode out of
+  memory) still happen, and a retracted request is re-ranked with its generated tokens;
+- prefixes are left to the engine (SGLang radix cache: load on demand, LRU eviction).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from topas.engine.view import Decision, EngineView, RequestView, TaskView
+from topas.policies.base import Policy, register
+from topas.policies.estimates import OperatingPoint, OutputEstimator, stage_residual_time
+from topas.workload.critical_path import longest_remaining_path
+
+
+@dataclass(frozen=True)
+class SPFParams:
+    #: Pseudo-observations of the agent's trace-level output prior in the estimator.
+    prior_weight: int = 1
+
+
+def expected_remaining_path(
+    view: EngineView,
+    task: TaskView,
+    est: OutputEstimator,
+    op: OperatingPoint,
+    running: dict[tuple[str, str], RequestView],
+    waiting: dict[tuple[str, str], RequestView],
+    memo: dict | None = None,
+) -> float:
+    """The task's expected remaining longest path (s).
+
+    ``running`` and ``waiting`` map ``(task_id, stage_id)`` to the view's running and waiting
+    requests (stages in neither are pending). ``memo`` (optional, one per decision) caches stage
+    times by ``(agent, input tokens, generated, running)``: within one view they depend on nothing
+    else.
+    """
+    if memo is None:
+        memo = {}
+    times: dict[str, float] = {}
+    for sid in task.topo_order:
+        if sid in task.done:
+            continue
+        stage = task.stages[sid]
+        r = running.get((task.id, sid))
+        is_running = r is not None
+        if r is None:
+            r = waiting.get((task.id, sid))
+        generated = r.generated if r is not None else 0
+        key = (stage.agent, stage.input_tokens, generated, is_running)
+        z = memo.get(key)
+        if z is None:
+            if is_running:  # prefill done: only the expected remaining decode is left
+                prior = view.prefixes[stage.agent].expected_output_tokens
+                z = est.expected_remaining(stage.agent, prior, generated) * op.tpot
+            else:
+                z = stage_residual_time(view, est, op, stage, generated)
+            memo[key] = z
+        times[sid] = z
+    children = {sid: task.stages[sid].children for sid in task.topo_order}
+    return longest_remaining_path(task.topo_order, children, lambda v: times.get(v, 0.0), zero=task.done)
+
+
+@register
+class SPF(Policy):
+    name = "spf"
+    Params = SPFParams
+
+    def reset(self) -> None:
+        self.est = OutputEstimator(prior_weight=self.params.prior_weight)
+
+    def on_finish(self, request: RequestView, time: float, output_tokens: int) -> None:
+        self.est.observe(request.agent, output_tokens)
+
+    def task_paths(self, view: EngineView) -> dict[str, float]:
+        """Expected remaining longest path (s) of every task with a waiting request."""
+        op = OperatingPoint.of(view)
+        running = {(r.task_id, r.stage_id): r for r in view.running}
+        waiting = {(r.task_id, r.stage_id): r for r in view.waiting}
+        memo: dict = {}
+        out: dict[str, float] = {}
+        for r in view.waiting:
+            if r.task_id not in out:
+                out[r.task_id] = expected_remaining_path(
+                    view, view.tasks[r.task_id], self.est, op, running, waiting, memo
+                )
+        return out
+
+    def decide(self, view: EngineView) -> Decision:
+        paths = self.task_paths(view)
+        tasks = view.tasks
+
+        def key(r: RequestView):
+            t = tasks[r.task_id]
+            return (paths[r.task_id], t.arrival, t.topo_order.index(r.stage_id), r.rid)
+
+        order = sorted(view.waiting, key=key)
+        return Decision(admit=tuple(r.rid for r in order))
