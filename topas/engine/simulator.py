@@ -9,10 +9,12 @@ token per step, so runs of decode steps are advanced in closed form
 
 Memory (tokens): the KV budget B holds the resident agent prefixes (each paid once, shared by all
 running requests of that agent) and every running request's own KV (suffix input + generated
-tokens). A request runs only while its agent's prefix is resident. Prefix moves: a load from the
-host tier costs ``swap_time(l_a)``; a first-ever load (or with no host copy) is a prefill of l_a
-tokens; an eviction writes the prefix to the host tier (``swap_time``) unless a host copy already
-exists, which is then free. Move times are serialised with the next iteration's compute.
+tokens; admission also allocates the slot of the token its prefill will produce, so finishing a
+prefill never overshoots the budget). A request runs only while its agent's prefix is resident.
+Prefix moves: a load from the host tier costs ``swap_time(l_a)``; a first-ever load (or with no
+host copy) is a prefill of l_a tokens; an eviction writes the prefix to the host tier
+(``swap_time``) unless a host copy already exists, which is then free. Move times are serialised
+with the next iteration's compute.
 
 Admission follows SGLang's ``PrefillAdder``: the policy's admission list is walked in order and
 stops at the first request that does not fit after reserving ``new_token_ratio`` of every
@@ -242,7 +244,7 @@ class Simulator:
             if len(self.prefill_queue) + len(self.decoding) >= self.config.max_running_requests:
                 break
             p = self.prefixes[r.agent]
-            need = r.x + r.generated
+            need = r.x + r.generated + 1  # the KV that _start allocates
             own_reserve = self._reserve(r)
             if not p.resident:
                 if manages:
@@ -328,8 +330,10 @@ class Simulator:
             r.prefix_hit = p.loaded_at != self.now  # resident before this decision
         r.recomputed_tokens += r.generated
         r.admitted_time = self.now
-        r.kv = r.x + r.generated
-        r.prefill_total = r.prefill_left = r.kv
+        r.prefill_total = r.prefill_left = r.x + r.generated
+        # KV for the tokens to prefill and for the output token the prefill produces (allocated now,
+        # so that admission decisions taken before this request's prefill ends see it)
+        r.kv = r.prefill_total + 1
         self.request_tokens += r.kv
         p.refcount += 1
         p.last_used = self.now
@@ -414,9 +418,7 @@ class Simulator:
         for r in progressed:
             if r.prefill_left == 0:
                 self.prefill_queue.remove(r)
-                r.generated += 1  # the prefill produces the first (next) output token
-                r.kv += 1
-                self.request_tokens += 1
+                r.generated += 1  # the prefill produces the first (next) output token (KV held since _start)
                 r.enter(DECODE, self.now)
                 self.decoding[r.rid] = r
                 if r.generated >= r.y:
