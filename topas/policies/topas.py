@@ -11,14 +11,19 @@ subject to ``sum_{a in R'} l_a + sum_{r in Q'} d_r(t) <= B_t`` (``topas_terms`` 
   times its expected remaining output (the estimator in ``estimates``; never the true length).
 * GREEDYPACK(R'): fill the budget left by R' and the kept running requests with waiting
   requests of agents in R', largest age-weighted conditional progress ``g_i(t) * Delta_task``
-  first, re-conditioning a task's other requests after each admission (sequential
-  conditioning), until nothing fits, the gain is <= 0, or K admissions.
-  *Parallel siblings.* With the deterministic estimator, admitting one of two equally long
-  parallel branches shortens the task's longest path by 0 (the other branch still bounds it);
-  only both together do. GREEDYPACK therefore also scores, per task, the bundle of all its
-  admissible ready stages, whose gain is the sequentially conditioned sum (``delta_task`` with
-  several stages). Without this, DAG-4's B/C and DAG-10-Wide's fan-out would never be
-  admitted. This is our addition; the paper does not say how it handles the tie.
+  first, until nothing more fits, the gain is <= 0, or K admissions.
+  *Sequential conditioning and parallel siblings.* Within one decision the only admissible
+  stages of a task are its ready frontier F (waiting stages; the running ones are in H). For a
+  single ready stage (every chain stage, and any stage alone in its frontier) the gain is
+  exactly ``Delta_task(r | H)``. For parallel siblings, conditioning one after another gives
+  all of ``Delta_task(F | H)`` to whichever sibling comes last and nothing to the others (with
+  two equally long branches, admitting one shortens the longest path by 0), so GREEDYPACK
+  could never start them. We therefore attribute the frontier's sequentially conditioned sum
+  ``Delta_task(F | H)`` to its members in proportion to their expected residual times: the
+  shares sum to the paper's total when the whole frontier is admitted, and each sibling gets
+  its part when only some fit. This is our addition; the paper does not say how it handles it.
+  A request's gain is then fixed for the decision, so GREEDYPACK is one walk down a list
+  sorted by gain, filtered by R'.
 * Search over R': the pool is the agents with waiting or running requests plus the resident
   ones. If it has <= M agents every subset is scored; otherwise a local search starts from
   R_t: best single addition, pair additions when stuck, then deletions and swaps, until no
@@ -37,7 +42,6 @@ behaviour, which shows what the joint search adds).
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import itertools
 from dataclasses import dataclass
 from typing import Any, Literal, Mapping
@@ -125,6 +129,18 @@ class _TaskCtx:
     def gain(self, h: frozenset[str], stages: tuple[str, ...]) -> float:
         """g_i(t) * Delta_task(stages | H, t)."""
         return self.g * (self.L(h) - self.L(h | frozenset(stages)))
+
+    def frontier_gains(self) -> dict[str, float]:
+        """Each waiting stage's share of g_i(t) * Delta_task(F | H, t), F = the waiting stages."""
+        frontier = tuple(r.stage_id for r in self.waiting)
+        if not frontier:
+            return {}
+        total = self.gain(self.committed, frontier)
+        if len(frontier) == 1:
+            return {frontier[0]: total}
+        size = {s: float(np.mean(self.residual[s])) for s in frontier}
+        norm = sum(size.values())
+        return {s: total * size[s] / norm if norm > 0 else total / len(frontier) for s in frontier}
 
 
 @dataclass
@@ -227,22 +243,27 @@ class _DecisionCtx:
                 parents = tuple(f"{tid}/{q}" for q in tv.stages[s].parents if q not in tv.done)
                 self.pending.append((tv.stages[s].agent, parents))
 
-        # waiting requests: demand d_r(t), initial gain, best candidates per agent
+        # waiting requests: demand d_r(t) and gain g_i(t) * Delta_task share (fixed per decision)
         self.demand: dict[str, int] = {}
-        by_agent: dict[str, list[tuple[float, float, str, RequestView]]] = {}
         for r in view.waiting:
             pv = view.prefixes[r.agent]
             rem = est.expected_remaining(r.agent, pv.expected_output_tokens, r.generated)
             self.demand[r.rid] = r.input_tokens + r.generated + int(p.output_reserve * rem)
-            tc = self.tasks[r.task_id]
-            g0 = tc.gain(tc.committed, (r.stage_id,))
-            by_agent.setdefault(r.agent, []).append((-g0, tc.view.arrival, r.rid, r))
-        self.cands: list[RequestView] = []
-        for agent in sorted(by_agent):
-            best = sorted(by_agent[agent], key=lambda e: e[:3])[: p.candidates_per_agent]
-            self.cands.extend(e[3] for e in best)
-        for r in sorted(self.cands, key=lambda r: (self.tasks[r.task_id].order.index(r.stage_id), r.rid)):
+        for r in sorted(view.waiting, key=lambda r: (r.task_id, self.tasks[r.task_id].order.index(r.stage_id))):
             self.tasks[r.task_id].waiting.append(r)
+        self.gain: dict[str, float] = {}
+        for tid, tc in self.tasks.items():
+            for stage, g in tc.frontier_gains().items():
+                self.gain[f"{tid}/{stage}"] = g
+        by_agent: dict[str, list[RequestView]] = {}
+        for r in view.waiting:
+            by_agent.setdefault(r.agent, []).append(r)
+        rank = lambda r: (-self.gain[r.rid], self.tasks[r.task_id].view.arrival, r.rid)  # noqa: E731
+        cands = []
+        for agent in sorted(by_agent):
+            cands.extend(sorted(by_agent[agent], key=rank)[: p.candidates_per_agent])
+        #: the candidates, best gain first (ties: older task, then request id)
+        self.cands: list[RequestView] = sorted(cands, key=rank)
 
         # running requests: kept demand, by agent
         self.running_by_agent: dict[str, list[RequestView]] = {}
@@ -307,51 +328,23 @@ class _DecisionCtx:
     def _greedy_pack(
         self, resident: frozenset[str], free: int, preempted: set[str], force: bool
     ) -> tuple[list[tuple[str, float]], float]:
-        """GREEDYPACK: admissions by largest g_i(t) * Delta_task, sequentially conditioned."""
-        K = self.p.K
-        heap: list[tuple[float, float, str, int, tuple[RequestView, ...]]] = []
-        state: dict[str, tuple[frozenset[str], list[RequestView], int]] = {}
-
-        def push_units(tid: str) -> None:
-            tc = self.tasks[tid]
-            h, avail, version = state[tid]
-            for r in avail:
-                heapq.heappush(heap, (-tc.gain(h, (r.stage_id,)), tc.view.arrival, r.rid, version, (r,)))
-            if len(avail) > 1:
-                stages = tuple(r.stage_id for r in avail)
-                heapq.heappush(heap, (-tc.gain(h, stages), tc.view.arrival, avail[0].rid + "+", version, tuple(avail)))
-
-        for tid, tc in self.tasks.items():
-            avail = [r for r in tc.waiting if r.agent in resident]
-            if not avail:
-                continue
-            h = tc.committed - {rid.split("/", 1)[1] for rid in preempted if rid.startswith(tid + "/")}
-            state[tid] = (h, avail, 0)
-            push_units(tid)
+        """GREEDYPACK: admit by largest g_i(t) * Delta_task while the budget allows."""
         admitted: list[tuple[str, float]] = []
         total = 0.0
-        while heap and len(admitted) < K:
-            neg, _, _, version, unit = heapq.heappop(heap)
-            tid = unit[0].task_id
-            h, avail, cur = state[tid]
-            if version != cur:
-                continue
-            if -neg <= 0 and not (force and not admitted):
+        for r in self.cands:
+            if len(admitted) >= self.p.K:
                 break
-            need = sum(self.demand[r.rid] for r in unit)
-            if need > free or len(admitted) + len(unit) > K:
+            gain = self.gain[r.rid]
+            if gain <= 0 and not (force and not admitted):
+                break
+            if r.agent not in resident:
                 continue
-            # lambda_r: a bundle's credit is shared equally by its members (a sequential split
-            # would give one parallel sibling all of it and the other nothing to revoke)
-            lam = -neg / len(unit)
-            for r in unit:
-                admitted.append((r.rid, lam))
-            h = h | {r.stage_id for r in unit}
-            total += -neg
+            need = self.demand[r.rid]
+            if need > free:
+                continue
             free -= need
-            taken = {r.rid for r in unit}
-            state[tid] = (h, [r for r in avail if r.rid not in taken], cur + 1)
-            push_units(tid)
+            admitted.append((r.rid, gain))  # lambda_r = the credit recorded at admission
+            total += gain
         return admitted, total
 
     # ------------------------------------------------------------------ search over R'
@@ -410,7 +403,7 @@ class _DecisionCtx:
 
     def _liveness(self) -> _Plan | None:
         """Idle engine, nothing admitted: admit the best single request with its prefix."""
-        for r in sorted(self.cands, key=lambda r: (-self.tasks[r.task_id].gain(self.tasks[r.task_id].committed, (r.stage_id,)), r.ready_time, r.rid)):
+        for r in self.cands:
             keep = [a for a in sorted(self.r_t, key=lambda a: -self.view.prefixes[a].last_used) if a != r.agent]
             resident = frozenset({r.agent})
             for a in keep:  # keep as many resident prefixes as fit beside it
