@@ -25,7 +25,8 @@ subject to ``sum_{a in R'} l_a + sum_{r in Q'} d_r(t) <= B_t`` (``topas_terms`` 
   A request's gain is then fixed for the decision, so GREEDYPACK is one walk down a list
   sorted by gain, filtered by R'.
 * Search over R': the pool is the agents with waiting or running requests plus the resident
-  ones. If it has <= M agents every subset is scored; otherwise a local search starts from
+  ones (less the agents with running requests when ``preempt`` is off: R' must keep them).
+  If it has <= M agents every subset is scored; otherwise a local search starts from
   R_t: best single addition, pair additions when stuck, then deletions and swaps, until no
   move improves (O(|pool|^2) evaluations per round). Dropping an agent that has running
   requests preempts them (at most K preemptions), charged J_redo and J_revoke.
@@ -138,7 +139,8 @@ class _TaskCtx:
         total = self.gain(self.committed, frontier)
         if len(frontier) == 1:
             return {frontier[0]: total}
-        size = {s: float(np.mean(self.residual[s])) for s in frontier}
+        size = {s: float(np.mean(self.residual[s])) if isinstance(self.residual[s], np.ndarray)
+                else self.residual[s] for s in frontier}
         norm = sum(size.values())
         return {s: total * size[s] / norm if norm > 0 else total / len(frontier) for s in frontier}
 
@@ -211,12 +213,18 @@ class _DecisionCtx:
         self.tpot = op.tpot
         rng = np.random.default_rng([p.seed, policy._decisions]) if p.estimator == "sampled" else None
 
+        memo: dict[tuple[str, int, int], float] = {}
+
         def residual(stage_id: str, tv: TaskView, generated: int) -> Any:
             st = tv.stages[stage_id]
+            key = (st.agent, st.input_tokens, generated)
+            if rng is None and key in memo:
+                return memo[key]
             pv = view.prefixes[st.agent]
             prefill = view.cost.prefill_time([(st.input_tokens + generated, pv.tokens)])
             if rng is None:
-                return prefill + est.expected_remaining(st.agent, pv.expected_output_tokens, generated) * op.tpot
+                val = memo[key] = prefill + est.expected_remaining(st.agent, pv.expected_output_tokens, generated) * op.tpot
+                return val
             draws = est.sample_remaining(st.agent, pv.expected_output_tokens, generated, rng, p.samples)
             return prefill + draws * op.tpot
 
@@ -225,23 +233,24 @@ class _DecisionCtx:
         running_by_task: dict[str, set[str]] = {}
         for r in view.running:
             running_by_task.setdefault(r.task_id, set()).add(r.stage_id)
+        # Only tasks with waiting requests are scored (L_i and Delta_task).
         self.tasks: dict[str, _TaskCtx] = {}
-        self.pending: list[tuple[str, tuple[str, ...]]] = []  # (agent, unfinished parent rids)
-        for tid, tv in view.tasks.items():
-            res = {}
-            for s in tv.topo_order:
-                if s not in tv.done:
-                    res[s] = residual(s, tv, gen.get(f"{tid}/{s}", 0))
+        for tid in sorted({r.task_id for r in view.waiting}):
+            tv = view.tasks[tid]
+            res = {s: residual(s, tv, gen.get(f"{tid}/{s}", 0)) for s in tv.topo_order if s not in tv.done}
             g = aging(view.time, tv.arrival, p.rho, p.H_age) if p.aging else 1.0
             self.tasks[tid] = _TaskCtx(tv, res, frozenset(running_by_task.get(tid, ())), g)
-        ready = set(gen)
+        # n_a(t) lookahead: pending stages whose unfinished parents are all ready (waiting or
+        # running) are the only ones that can count for some Q'.
+        self.pending: list[tuple[str, tuple[str, ...]]] = []  # (agent, unfinished parent rids)
         for tid, tv in view.tasks.items():
             for s in tv.topo_order:
                 rid = f"{tid}/{s}"
-                if s in tv.done or rid in ready:
+                if s in tv.done or rid in gen:
                     continue
                 parents = tuple(f"{tid}/{q}" for q in tv.stages[s].parents if q not in tv.done)
-                self.pending.append((tv.stages[s].agent, parents))
+                if all(q in gen for q in parents):
+                    self.pending.append((tv.stages[s].agent, parents))
 
         # waiting requests: demand d_r(t) and gain g_i(t) * Delta_task share (fixed per decision)
         self.demand: dict[str, int] = {}
@@ -285,8 +294,15 @@ class _DecisionCtx:
             self.move_in[a] = swap if pv.on_host else view.cost.prefill_time([(pv.tokens, 0)])
             self.move_out[a] = 0.0 if pv.on_host else swap
         self.r_t = view.resident
+        self.prefix_len = {a: pv.tokens for a, pv in view.prefixes.items()}
+        self.run_demand_by_agent = {
+            a: sum(self.run_demand[r.rid] for r in rs) for a, rs in self.running_by_agent.items()
+        }
         active = {r.agent for r in view.waiting} | set(self.running_by_agent)
-        self.pool = tuple(sorted(active | self.r_t))
+        #: agents every R' keeps: those with running requests, unless preemption is allowed
+        self.must = frozenset(() if p.preempt else self.running_by_agent)
+        #: the agents the search may add or drop
+        self.pool = tuple(sorted((active | self.r_t) - self.must))
         self._memo: dict[frozenset[str], _Plan | None] = {}
 
     # ------------------------------------------------------------------ evaluation of one R'
@@ -305,8 +321,8 @@ class _DecisionCtx:
         if len(preempt) > (p.K if p.preempt else 0):
             return None
         preempt_ids = {r.rid for r in preempt}
-        free = view.kv_budget - sum(view.prefixes[a].tokens for a in resident)
-        free -= sum(d for rid, d in self.run_demand.items() if rid not in preempt_ids)
+        free = view.kv_budget - sum(self.prefix_len[a] for a in resident)
+        free -= sum(d for a, d in self.run_demand_by_agent.items() if a in resident)
         if free < 0 and resident - self.r_t:
             return None  # no room to load a prefix; a state with no loads stays feasible
         admit, gains = self._greedy_pack(resident, free, preempt_ids, force)
@@ -358,7 +374,7 @@ class _DecisionCtx:
         if len(self.pool) <= self.p.M:
             for k in range(len(self.pool) + 1):
                 for combo in itertools.combinations(self.pool, k):
-                    self._consider(frozenset(combo))
+                    self._consider(self.must | frozenset(combo))
         else:
             self._local_search()
         best = self._best
@@ -369,7 +385,7 @@ class _DecisionCtx:
 
     def _consider(self, resident: frozenset[str]) -> bool:
         """Score R'; True if it beats the incumbent."""
-        if sum(self.view.prefixes[a].tokens for a in resident) > self.view.kv_budget:
+        if sum(self.prefix_len[a] for a in resident) > self.view.kv_budget:
             return False
         plan = self.evaluate(resident)
         if plan is None or (self._best is not None and not self._better(plan, self._best)):
@@ -382,7 +398,7 @@ class _DecisionCtx:
         for _ in range(4 * len(self.pool) + 4):
             cur = self._best.resident if self._best is not None else self.r_t
             outside = [a for a in self.pool if a not in cur]
-            inside = sorted(cur)
+            inside = sorted(cur - self.must)
             neighbourhoods = (
                 [cur | {a} for a in outside],
                 [cur | {a, b} for a, b in itertools.combinations(outside, 2)],

@@ -38,6 +38,8 @@ def expected_longest_path(
     estimator: the mean over draws of the longest path, i.e. a Monte-Carlo E[LP]). Stages in
     ``committed`` (H) take no time. Children outside ``topo_order`` (finished) are ignored.
     """
+    if not any(isinstance(residual[v], np.ndarray) for v in topo_order if v not in committed):
+        return _longest_path_scalar(topo_order, children, residual, committed)
     lp: dict[str, float | np.ndarray] = {}
     best: float | np.ndarray = 0.0
     for v in reversed(topo_order):
@@ -49,6 +51,21 @@ def expected_longest_path(
         lp[v] = z + tail
         best = np.maximum(best, lp[v])
     return float(np.mean(best))
+
+
+def _longest_path_scalar(topo_order, children, residual, committed) -> float:
+    lp: dict[str, float] = {}
+    best = 0.0
+    for v in reversed(topo_order):
+        tail = 0.0
+        for c in children[v]:
+            t = lp.get(c)
+            if t is not None and t > tail:
+                tail = t
+        val = lp[v] = (0.0 if v in committed else residual[v]) + tail
+        if val > best:
+            best = val
+    return best
 
 
 def delta_task(
