@@ -5,6 +5,8 @@
     topas --version
     topas trace validate FILE [--profile NAME | --kv-budget N]
     topas trace describe FILE
+    topas simulate --trace NAME_OR_FILE --policy NAME [--param K=V ...] [--rate R | --load X] ...
+    topas policies
 
 To extend it, define ``@main.command()`` / ``@main.group()`` functions here (or in a module that
 this one imports). Errors a user can fix are printed as one line on stderr with exit status 1.
@@ -151,6 +153,159 @@ def trace_describe(file: Path) -> None:
     """Summarize FILE: tasks, requests, arrivals, DAG sizes and per-agent token statistics."""
     t = _load(file)
     click.echo("\n".join(describe_lines(t, str(file))))
+
+
+# ----------------------------------------------------------------------------- topas simulate
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n:.0f} B"
+
+
+def simulate_summary_lines(prepared, result, out: Path | None = None) -> list[str]:
+    """The one-screen report of ``topas simulate`` (a :class:`topas.experiments.spec.Prepared`
+    and the :class:`topas.engine.metrics.SimResult` of running it)."""
+    exp, s, trace = prepared.experiment, result.summary, prepared.trace
+    params = "  ".join(f"{k}={v}" for k, v in exp.params) or "(default parameters)"
+    nominal = prepared.nominal_rate
+    if prepared.rate is None:
+        arrivals = "the trace's own arrival times" + (f" (nominal {nominal:g} tasks/s)" if nominal else "")
+    elif exp.load is not None:
+        arrivals = f"Poisson {prepared.rate:.4g} tasks/s = load {exp.load:g} x nominal {nominal:g}, seed {exp.seed}"
+    else:
+        arrivals = f"Poisson {prepared.rate:.4g} tasks/s, seed {exp.seed}"
+    budget = prepared.cost.kv_budget_tokens
+    override = " (--kv-budget)" if exp.kv_budget is not None else ""
+    lines = [
+        f"workload     {trace.name}  ({prepared.trace_path})",
+        f"policy       {exp.policy}  {params}",
+        f"profile      {prepared.cost.name}  (KV budget {budget:,} tokens{override})",
+        f"arrivals     {arrivals}",
+        f"tasks        {s['n_tasks']} tasks, {s['n_requests']} requests"
+        + (f" (first {exp.n_tasks} of the trace)" if exp.n_tasks is not None else ""),
+        f"JCT (s)      mean {s['jct_mean']:.2f}   p50 {s['jct_p50']:.2f}   p90 {s['jct_p90']:.2f}   "
+        f"p99 {s['jct_p99']:.2f}",
+        f"throughput   {s['throughput_rps']:.4g} requests/s, {s['throughput_tps']:.4g} tasks/s "
+        f"(makespan {s['makespan']:.1f} s)",
+        f"batching     avg decode batch {s['avg_decode_batch']:.2f} over {s['decode_steps']:,} decode steps; "
+        f"mean KV use {100 * s['kv_util_mean']:.1f}%",
+        f"prefixes     hits {s['prefix_hits']}, loads {s['prefix_loads_swap']} by swap + "
+        f"{s['prefix_loads_prefill']} by prefill, evictions {s['prefix_evictions']}, "
+        f"swapped {_fmt_bytes(s['bytes_swapped'])}",
+        f"rework       recomputed {s['recomputed_tokens']:,} tokens; retractions {s['retractions']}, "
+        f"preemptions {s['preemptions']}",
+        f"decisions    {s['n_decisions']:,}, mean {s['decision_wall_mean_ms']:.3f} ms wall "
+        f"(p99 {s['decision_wall_p99_ms']:.3f} ms), {100 * s['decision_wall_share']:.3f}% of simulated time",
+        f"wall time    {s['sim_wall_s']:.2f} s to simulate",
+    ]
+    if out is not None:
+        lines.append(f"written      {out}/{{tasks,requests,prefix_events,timeline,decisions,summary}}.parquet")
+    return lines
+
+
+@main.command("simulate")
+@click.option("--trace", "trace_name", required=True, metavar="NAME_OR_FILE",
+              help="A trace name under data/traces/ (chain-3, dag-4, ...) or a trace file.")
+@click.option("--policy", required=True, metavar="NAME", help="The scheduler (`topas policies` lists them).")
+@click.option("--param", "params", multiple=True, metavar="K=V",
+              help="A policy parameter, e.g. --param beta=0.5 (repeatable).")
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None, metavar="R",
+              help="Re-time the tasks with Poisson arrivals of R tasks/s.")
+@click.option("--load", type=click.FloatRange(min=0, min_open=True), default=None, metavar="X",
+              help="Re-time the tasks with Poisson arrivals at X times the trace's nominal rate.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the Poisson arrivals.")
+@click.option("--tasks", "n_tasks", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Simulate only the first N tasks of the trace.")
+@click.option("--profile", default=None, metavar="NAME",
+              help="Engine profile name under data/profiles/ or a profile file [default: a100-80gb_qwen2.5-32b].")
+@click.option("--kv-budget", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Override the profile's KV budget (tokens).")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=None, metavar="DIR",
+              help="Write the result tables to DIR/<table>.parquet.")
+@click.option("--progress/--no-progress", default=None,
+              help="Show a progress bar on stderr [default: only when stderr is a terminal].")
+def simulate_cmd(trace_name: str, policy: str, params: tuple[str, ...], rate: float | None,
+                 load: float | None, seed: int, n_tasks: int | None, profile: str | None,
+                 kv_budget: int | None, out: Path | None, progress: bool | None) -> None:
+    """Simulate one trace under one policy and print a summary.
+
+    Without --rate or --load the trace's own arrival times are used. Exit status 1 with a message
+    naming the bad item for an unknown policy, parameter, profile or trace, a missing or invalid
+    trace file, or a bad --param; 2 for a usage error (e.g. both --rate and --load).
+    """
+    if rate is not None and load is not None:
+        raise click.UsageError("give either --rate or --load, not both")
+    from topas.engine.cost import DEFAULT_PROFILE, ProfileError
+    from topas.engine.simulator import simulate
+    from topas.experiments.spec import Experiment, ExperimentError, prepare
+    from topas.policies.base import PolicyError, parse_param_strings
+    from topas.workload.validate import TraceError
+
+    try:
+        exp = Experiment(
+            workload=trace_name, policy=policy, params=parse_param_strings(params),
+            profile=profile or DEFAULT_PROFILE, rate=rate, load=load, seed=seed, n_tasks=n_tasks,
+            kv_budget=kv_budget,
+        )
+        prepared = prepare(exp)
+    except (ExperimentError, PolicyError, ProfileError, TraceError, FileNotFoundError) as e:
+        fail(f"error: {e}")
+    except OSError as e:
+        fail(f"error: {trace_name}: cannot read: {e.strerror or e}")
+    if progress is None:
+        progress = sys.stderr.isatty()
+    result = simulate(prepared.trace, prepared.policy, prepared.cost, prepared.config, progress=progress)
+    if out is not None:
+        try:
+            result.to_parquet(out)
+        except OSError as e:
+            fail(f"error: cannot write the result tables to {out}: {e.strerror or e}")
+    click.echo("\n".join(simulate_summary_lines(prepared, result, out)))
+
+
+# ----------------------------------------------------------------------------- topas policies
+
+
+def policies_lines() -> list[str]:
+    """The ``topas policies`` listing: each policy, its one-line description and its parameters."""
+    import dataclasses
+    import typing
+
+    from topas.policies.base import available_policies, policy_class
+
+    lines: list[str] = []
+    for name in available_policies():
+        cls = policy_class(name)
+        doc = (cls.__doc__ or sys.modules[cls.__module__].__doc__ or "").strip().splitlines()
+        head = doc[0].strip() if doc else ""
+        fixed = dict(getattr(cls, "FIXED", {}) or {})
+        prefixes = "manages prefixes" if cls.manages_prefixes else "engine manages prefixes (LRU)"
+        lines.append(f"{name}  [{prefixes}]" + (f"  {head}" if head else ""))
+        fields = dataclasses.fields(cls.Params)
+        hints = typing.get_type_hints(cls.Params)
+        if not fields:
+            lines.append("    (no parameters)")
+        for f in fields:
+            typ = hints.get(f.name, f.type)
+            if typing.get_origin(typ) is typing.Literal:
+                tname = " | ".join(repr(c) for c in typing.get_args(typ))
+            else:
+                tname = getattr(typ, "__name__", None) or str(typ).replace("typing.", "")
+            if f.name in fixed:
+                lines.append(f"    {f.name}: {tname} = {fixed[f.name]!r}  (fixed by this ablation)")
+            else:
+                default = f.default if f.default is not dataclasses.MISSING else "(required)"
+                lines.append(f"    {f.name}: {tname} = {default!r}")
+    return lines
+
+
+@main.command("policies")
+def policies_cmd() -> None:
+    """List the policies with their parameters (name: type = default); set them with --param."""
+    click.echo("\n".join(policies_lines()))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,363 @@
+#!/usr/bin/env python3
+"""The one reproduction driver (``make reproduce`` / ``make figures`` call it).
+
+Until the notebooks land it runs the synthetic-workload comparison: every synthetic workload
+(chain-3, dag-4, dag-10-wide) under every registered policy, at ``--load`` times each trace's
+nominal arrival rate (``meta["rate"]``; default 1.2, where the queue builds up), for ``--seeds``
+arrival seeds (0, 1, ...) and the first ``--tasks`` tasks of each trace, on the simulator with
+the default engine profile. It prints and writes a results table:
+
+* per workload and policy: mean and p99 task JCT, each the mean over seeds with the spread
+  across seeds (min-max);
+* for ``topas`` (and, for reference, its ablations): the change against the best *baseline*,
+  ``(policy - best) / best`` in percent, the best baseline chosen separately for each metric
+  (as the paper does) among fcfs, lpm, spf, parrot-fcfs and autellix-las by the mean over seeds.
+  Ablations (``topas-*``) and any other registered policy are shown but never count as a baseline;
+* next to topas's change, the paper's reported reduction from ``data/paper/reported.csv``, labelled
+  "paper (reported)": measured by the paper's authors on SGLang / A100, not by us, and never used
+  to choose anything here.
+
+Outputs (each written atomically: a temporary file, then a rename), in ``--out-dir``
+(default ``figures/``):
+
+* ``results_synthetic.csv``: the table, one row per workload and policy, numbers unrounded; with
+  the run settings in columns, so ``--figures-only`` re-renders the Markdown from it alone;
+* ``results_synthetic.md``: the table in Markdown, ready to paste into the README;
+* ``results_synthetic_runs.csv``: one row per simulation (the raw per-seed summaries).
+
+Options: ``--quick`` (1 seed, 100 tasks unless given), ``--figures-only`` (no simulation; needs
+``results_synthetic.csv``), ``--engine sim|sglang`` (SGLang is not implemented yet: exit 2),
+``--jobs N`` (worker processes; default: all cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run from a checkout without installing
+
+WORKLOADS = ("chain-3", "dag-4", "dag-10-wide")
+BASELINES = ("fcfs", "lpm", "spf", "parrot-fcfs", "autellix-las")
+METRICS = (("mean", "jct_mean"), ("p99", "jct_p99"))  # (table name, summary key)
+TABLE = "results_synthetic"
+PAPER_LABEL = "paper (reported)"
+
+COLUMNS = [
+    "workload", "policy", "kind", "engine", "profile", "load", "tasks", "seeds",
+    "jct_mean", "jct_mean_min", "jct_mean_max", "jct_p99", "jct_p99_min", "jct_p99_max",
+    "throughput_rps", "avg_decode_batch", "decision_wall_mean_ms",
+    "best_baseline_mean", "mean_vs_best_pct", "best_baseline_p99", "p99_vs_best_pct",
+    "paper_mean_vs_best_pct", "paper_p99_vs_best_pct",
+]
+
+
+def kind_of(policy: str) -> str:
+    if policy in BASELINES:
+        return "baseline"
+    if policy == "topas":
+        return "topas"
+    if policy.startswith("topas-"):
+        return "ablation"
+    return "other"
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def csv_text(rows: list[dict], columns: list[str]) -> str:
+    import io
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in columns})
+    return buf.getvalue()
+
+
+def read_csv(path: Path) -> list[dict]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def paper_reported(path: Path | None = None) -> dict[tuple[str, str], float]:
+    """``(workload, "mean"|"p99") -> reported % change of TOPAS vs the best baseline``."""
+    path = path or REPO / "data" / "paper" / "reported.csv"
+    out: dict[tuple[str, str], float] = {}
+    for r in read_csv(path):
+        if r["comparison"] == "vs_best_baseline" and r["metric"] in ("mean_jct", "p99_jct"):
+            out[(r["workload"], r["metric"].split("_")[0])] = float(r["value_pct"])
+    return out
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+def aggregate(runs: list[dict], settings: dict) -> list[dict]:
+    """One row per (workload, policy) from the per-run rows: mean and min-max over seeds."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in runs:
+        groups.setdefault((r["workload"], r["policy"]), []).append(r)
+    rows = []
+    for (w, p), rs in groups.items():
+        row = {"workload": w, "policy": p, "kind": kind_of(p), **settings}
+        for key in ("jct_mean", "jct_p99", "throughput_rps", "avg_decode_batch", "decision_wall_mean_ms"):
+            vals = [float(r[key]) for r in rs]
+            row[key] = sum(vals) / len(vals)
+            if key in ("jct_mean", "jct_p99"):
+                row[f"{key}_min"], row[f"{key}_max"] = min(vals), max(vals)
+        rows.append(row)
+    return rows
+
+
+def add_comparisons(rows: list[dict], paper: dict[tuple[str, str], float]) -> list[dict]:
+    """Fill the best-baseline columns (per workload and metric) and the paper's numbers."""
+    for row in rows:
+        for name, key in METRICS:
+            row[key] = float(row[key])
+            row[f"best_baseline_{name}"] = None
+            row[f"{name}_vs_best_pct"] = None
+        row["paper_mean_vs_best_pct"] = row["paper_p99_vs_best_pct"] = None
+    by_workload: dict[str, list[dict]] = {}
+    for row in rows:
+        by_workload.setdefault(row["workload"], []).append(row)
+    for w, rs in by_workload.items():
+        base = [r for r in rs if r["kind"] == "baseline"]
+        for name, key in METRICS:
+            if not base:
+                continue
+            best = min(base, key=lambda r: (r[key], r["policy"]))
+            for r in rs:
+                if r["kind"] in ("topas", "ablation", "other"):
+                    r[f"best_baseline_{name}"] = best["policy"]
+                    r[f"{name}_vs_best_pct"] = 100.0 * (r[key] - best[key]) / best[key] if best[key] else None
+                if r["kind"] == "topas":
+                    r[f"paper_{name}_vs_best_pct"] = paper.get((w, name))
+    return rows
+
+
+def sort_rows(rows: list[dict], policies: list[str]) -> list[dict]:
+    worder = {w: i for i, w in enumerate(WORKLOADS)}
+    korder = {"baseline": 0, "topas": 1, "ablation": 2, "other": 3}
+    porder = {p: i for i, p in enumerate(policies)}
+    return sorted(rows, key=lambda r: (worder.get(r["workload"], len(worder)), r["workload"],
+                                       korder[r["kind"]], porder.get(r["policy"], len(porder)), r["policy"]))
+
+
+def _num(v) -> float | None:
+    if v is None or v == "":
+        return None
+    f = float(v)
+    return None if math.isnan(f) else f
+
+
+def _pct(v) -> str:
+    f = _num(v)
+    return "" if f is None else f"{f:+.1f}%"
+
+
+def render_markdown(rows: list[dict]) -> str:
+    """The Markdown table (with a caption stating the settings and how to read it)."""
+    if not rows:
+        return "(no results)\n"
+    s = rows[0]
+    seeds = int(float(s["seeds"]))
+    lines = [
+        f"Synthetic workloads on the simulator (engine `{s['engine']}`, profile `{s['profile']}`), "
+        f"first {int(float(s['tasks']))} tasks of each trace, Poisson arrivals at {float(s['load']):g}x "
+        f"each trace's nominal rate, {seeds} arrival seed{'s' if seeds != 1 else ''}. JCT in seconds: "
+        "mean over seeds, (min-max) across seeds. \"vs best baseline\" = (policy - best baseline) / "
+        "best baseline, the best baseline chosen separately per metric among "
+        f"{', '.join(BASELINES)}; ablations are never a baseline. "
+        f"\"{PAPER_LABEL}\" is the paper's own number (SGLang on an A100, its operating point), "
+        "from data/paper/reported.csv, shown for comparison only.",
+        "",
+        "| workload | policy | mean JCT (s) | p99 JCT (s) | mean vs best baseline | "
+        f"p99 vs best baseline | {PAPER_LABEL}: mean | {PAPER_LABEL}: p99 |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        policy = f"**{r['policy']}**" if r["kind"] == "topas" else r["policy"]
+        if r["kind"] == "ablation":
+            policy += " (ablation)"
+        elif r["kind"] == "other":
+            policy += " (not a baseline)"
+
+        def jct(key: str) -> str:
+            return (f"{float(r[key]):.1f} ({float(r[key + '_min']):.1f}-{float(r[key + '_max']):.1f})"
+                    if seeds > 1 else f"{float(r[key]):.1f}")
+
+        def vs(name: str) -> str:
+            p = _pct(r.get(f"{name}_vs_best_pct"))
+            return f"{p} vs {r[f'best_baseline_{name}']}" if p else ""
+
+        lines.append(
+            f"| {r['workload']} | {policy} | {jct('jct_mean')} | {jct('jct_p99')} | {vs('mean')} | "
+            f"{vs('p99')} | {_pct(r.get('paper_mean_vs_best_pct'))} | {_pct(r.get('paper_p99_vs_best_pct'))} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def render_text(rows: list[dict]) -> str:
+    """A plain-text table for the terminal."""
+    header = ("workload", "policy", "mean JCT", "(min-max)", "p99 JCT", "(min-max)",
+              "mean vs best", "p99 vs best", "paper mean", "paper p99")
+    out = []
+    for r in rows:
+        tag = {"ablation": " (abl.)", "other": " (other)"}.get(r["kind"], "")
+
+        def vs(name: str) -> str:
+            p = _pct(r.get(f"{name}_vs_best_pct"))
+            return f"{p} ({r[f'best_baseline_{name}']})" if p else ""
+
+        def spread(key: str) -> str:  # nothing to show for one seed
+            if int(float(r["seeds"])) < 2:
+                return "-"
+            return f"{float(r[key + '_min']):.1f}-{float(r[key + '_max']):.1f}"
+
+        out.append((r["workload"], r["policy"] + tag,
+                    f"{float(r['jct_mean']):.1f}", spread("jct_mean"),
+                    f"{float(r['jct_p99']):.1f}", spread("jct_p99"),
+                    vs("mean"), vs("p99"),
+                    _pct(r.get("paper_mean_vs_best_pct")), _pct(r.get("paper_p99_vs_best_pct"))))
+    widths = [max(len(x[k]) for x in [header, *out]) for k in range(len(header))]
+
+    def fmt(x) -> str:
+        return "  ".join(c.ljust(w) if k < 2 else c.rjust(w) for k, (c, w) in enumerate(zip(x, widths)))
+
+    lines = [fmt(header), fmt(tuple("-" * w for w in widths))]
+    prev = None
+    for x in out:
+        if prev is not None and x[0] != prev:
+            lines.append("")
+        prev = x[0]
+        lines.append(fmt(x))
+    lines.append("JCT in seconds, mean over seeds (min-max across seeds). 'vs best' = (policy - best "
+                 "baseline) / best baseline, per metric; negative = faster than every baseline.")
+    lines.append(f"'paper mean' / 'paper p99' = {PAPER_LABEL}: the paper's own reduction vs its best "
+                 "baseline (data/paper/reported.csv), not measured here.")
+    return "\n".join(lines)
+
+
+def emit(rows: list[dict], out_dir: Path) -> None:
+    csv_path, md_path = out_dir / f"{TABLE}.csv", out_dir / f"{TABLE}.md"
+    write_atomic(csv_path, csv_text(rows, COLUMNS))
+    write_atomic(md_path, render_markdown(rows))
+    print(render_text(rows))
+    print(f"\nwrote {csv_path} and {md_path}")
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--engine", choices=("sim", "sglang"), default="sim", help="engine (default: sim)")
+    ap.add_argument("--quick", action="store_true", help="small run: 1 seed, 100 tasks (unless given)")
+    ap.add_argument("--figures-only", action="store_true",
+                    help=f"re-render the table from OUT_DIR/{TABLE}.csv without simulating")
+    ap.add_argument("--load", type=float, default=1.2,
+                    help="arrival rate as a multiple of each trace's nominal rate (default: 1.2)")
+    ap.add_argument("--seeds", type=int, default=None, help="arrival seeds 0..N-1 (default: 3; quick: 1)")
+    ap.add_argument("--tasks", type=int, default=None, help="tasks per run (default: 500; quick: 100)")
+    ap.add_argument("--jobs", type=int, default=None, help="worker processes (default: all cores)")
+    ap.add_argument("--profile", default=None, help="engine profile (default: the paper's A100 + Qwen2.5-32B)")
+    ap.add_argument("--out-dir", type=Path, default=REPO / "figures",
+                    help="where the tables go (default: figures/)")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bars")
+    args = ap.parse_args(argv)
+    if args.seeds is None:
+        args.seeds = 1 if args.quick else 3
+    if args.tasks is None:
+        args.tasks = 100 if args.quick else 500
+    for name in ("seeds", "tasks"):
+        if getattr(args, name) < 1:
+            ap.error(f"--{name} must be >= 1")
+    if not (args.load > 0 and math.isfinite(args.load)):
+        ap.error("--load must be a finite number > 0")
+    if args.jobs is not None and args.jobs < 1:
+        ap.error("--jobs must be >= 1")
+    return args
+
+
+def figures_only(out_dir: Path) -> int:
+    path = out_dir / f"{TABLE}.csv"
+    if not path.is_file():
+        print(f"error: {path} not found; run scripts/reproduce.py (make reproduce) first to simulate",
+              file=sys.stderr)
+        return 1
+    rows = read_csv(path)
+    missing = [c for c in COLUMNS if rows and c not in rows[0]]
+    if missing:
+        print(f"error: {path} lacks the column(s) {', '.join(missing)}; re-run scripts/reproduce.py",
+              file=sys.stderr)
+        return 1
+    # derived columns are recomputed from the numbers (the paper's from data/paper/reported.csv)
+    rows = add_comparisons(rows, paper_reported())
+    print(f"re-rendering {path} (no simulation)")
+    emit(rows, out_dir)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.engine == "sglang":
+        print("error: the SGLang backend is not implemented yet (a later issue); use --engine sim",
+              file=sys.stderr)
+        return 2
+    if args.figures_only:
+        return figures_only(args.out_dir)
+
+    from topas.engine.cost import DEFAULT_PROFILE
+    from topas.experiments import Experiment, run_many
+    from topas.policies import available_policies
+
+    profile = args.profile or DEFAULT_PROFILE
+    policies = available_policies()
+    seeds = list(range(args.seeds))
+    settings = {"engine": args.engine, "profile": profile, "load": args.load, "tasks": args.tasks,
+                "seeds": args.seeds}
+    print(f"synthetic comparison: {len(WORKLOADS)} workloads x {len(policies)} policies x {len(seeds)} "
+          f"seed(s), {args.tasks} tasks each, load {args.load:g}x nominal, profile {profile}", flush=True)
+    runs: list[dict] = []
+    t0 = time.perf_counter()
+    for k, w in enumerate(WORKLOADS, 1):
+        exps = [Experiment(w, p, profile=profile, load=args.load, seed=s, n_tasks=args.tasks)
+                for p in policies for s in seeds]
+        print(f"[{k}/{len(WORKLOADS)}] {w}: {len(exps)} simulations", flush=True)
+        t = time.perf_counter()
+        runs.extend(run_many(exps, jobs=args.jobs, progress=not args.no_progress, desc=w))
+        print(f"[{k}/{len(WORKLOADS)}] {w}: done in {time.perf_counter() - t:.1f} s", flush=True)
+    print(f"all simulations done in {time.perf_counter() - t0:.1f} s\n", flush=True)
+
+    run_cols = list(runs[0].keys())
+    write_atomic(args.out_dir / f"{TABLE}_runs.csv", csv_text(runs, run_cols))
+    rows = sort_rows(add_comparisons(aggregate(runs, settings), paper_reported()), policies)
+    emit(rows, args.out_dir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

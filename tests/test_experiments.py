@@ -1,0 +1,254 @@
+"""topas.experiments: spec keys, run_experiment, run_many, and scripts/reproduce.py end to end."""
+
+from __future__ import annotations
+
+import csv
+import json
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+from topas.engine.cost import DEFAULT_PROFILE, ProfileError, available_profiles
+from topas.engine.metrics import WALL_CLOCK_KEYS
+from topas.experiments import Experiment, ExperimentError, ExperimentFailed, run_experiment, run_many
+from topas.paths import REPO_ROOT, profiles_dir
+from topas.policies import PolicyError, available_policies
+from topas.workload.trace_io import read_trace, write_trace
+
+BASE = dict(workload="dag-4", policy="topas", params={"beta": 0.5}, load=1.2, seed=0, n_tasks=10)
+
+
+def exp(**kw) -> Experiment:
+    return Experiment(**{**BASE, **kw})
+
+
+# ----------------------------------------------------------------------------- the spec
+
+
+def test_spec_is_hashable_and_normalises_params():
+    a = exp(params={"rho": 2, "beta": 0.5})
+    b = exp(params=[("beta", 0.5), ("rho", 2)])
+    assert a.params == (("beta", 0.5), ("rho", 2))
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    assert pickle.loads(pickle.dumps(a)) == a
+
+
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(rate=0.2, load=1.0), "either rate or load"),
+        (dict(load=0), "load"),
+        (dict(load=None, rate=-1.0), "rate"),
+        (dict(seed=1.5), "seed"),
+        (dict(n_tasks=0), "n_tasks"),
+        (dict(engine="gpu"), "unknown engine 'gpu'"),
+        (dict(params={"beta": [1]}), "beta"),
+    ],
+)
+def test_spec_rejects_bad_fields(kw, message):
+    with pytest.raises(ExperimentError, match=message):
+        exp(**kw)
+
+
+def test_resolve_rate():
+    assert exp().resolve_rate() == pytest.approx(1.2 * 0.15)
+    assert exp(load=None, rate=0.3).resolve_rate() == 0.3
+    assert exp(load=None).resolve_rate() is None
+
+
+def test_key_is_stable_across_processes():
+    e = exp()
+    code = (
+        "from topas.experiments import Experiment;"
+        "print(Experiment('dag-4', 'topas', {'beta': 0.5}, load=1.2, seed=0, n_tasks=10).key())"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT)
+    assert out.stdout.strip() == e.key()
+    assert len(e.key()) == 64 and e.key() == exp().key()
+    assert pickle.loads(pickle.dumps(e)).key() == e.key()
+
+
+def test_key_is_canonical():
+    # CLI strings and typed values, load and the equal rate, defaults given or not: one key
+    assert exp(params={"beta": "0.5"}).key() == exp().key()
+    assert exp(load=None, rate=1.2 * 0.15).key() == exp().key()
+    assert exp(params={"beta": 0.5, "rho": 1.0}).key() == exp().key()
+    # the profile by path or by name
+    path = str(profiles_dir() / f"{DEFAULT_PROFILE}.json")
+    assert exp(profile=path).key() == exp().key()
+    # without re-timing, the (unused) seed does not matter
+    assert exp(load=None, seed=1).key() == exp(load=None, seed=2).key()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(params={"beta": 0.6}),
+        dict(params={"beta": 0.5, "rho": 0.0}),
+        dict(policy="topas-base", params={}),
+        dict(seed=1),
+        dict(load=1.3),
+        dict(load=None),
+        dict(n_tasks=11),
+        dict(workload="chain-3"),
+        dict(kv_budget=30000),
+    ],
+)
+def test_key_changes_with_the_spec(change):
+    assert exp(**change).key() != exp().key()
+
+
+def test_key_changes_with_the_profile(tmp_path):
+    others = [p for p in available_profiles() if p != DEFAULT_PROFILE]
+    assert others
+    assert exp(profile=others[0]).key() != exp().key()
+    d = json.loads((profiles_dir() / f"{DEFAULT_PROFILE}.json").read_text())
+    same = tmp_path / "same.json"
+    same.write_text(json.dumps(d))
+    assert exp(profile=str(same)).key() == exp().key()  # same numbers, another name
+    d["decode"]["c0"] *= 1.01
+    changed = tmp_path / "changed.json"
+    changed.write_text(json.dumps(d))
+    assert exp(profile=str(changed)).key() != exp().key()
+
+
+def test_key_changes_with_the_trace_content(tmp_path):
+    t = read_trace(REPO_ROOT / "data" / "traces" / "dag-4.json.gz")
+    copy = write_trace(t, tmp_path / "dag-4.json.gz")
+    assert exp(workload=str(copy)).key() == exp().key()  # same bytes under another path
+    first = t.tasks[0]
+    s0 = first.stages[0]
+    edited = type(s0)(id=s0.id, agent=s0.agent, input_tokens=s0.input_tokens + 1,
+                      output_tokens=s0.output_tokens, parents=s0.parents)
+    tasks = (type(first)(id=first.id, arrival=first.arrival, stages=(edited, *first.stages[1:]),
+                         workflow=first.workflow), *t.tasks[1:])
+    changed = write_trace(type(t)(name=t.name, agents=t.agents, tasks=tasks, meta=t.meta), tmp_path / "x.json.gz")
+    assert exp(workload=str(changed)).key() != exp().key()
+
+
+@pytest.mark.parametrize(
+    "kw, error, message",
+    [
+        (dict(workload="no-such"), ExperimentError, "available traces: chain-3, dag-10-wide, dag-4"),
+        (dict(workload="missing/trace.json.gz"), FileNotFoundError, "missing/trace.json.gz"),
+        (dict(policy="nope"), PolicyError, "valid policies"),
+        (dict(params={"bogus": 1}), PolicyError, "valid parameters"),
+        (dict(profile="nope"), ProfileError, "available profiles"),
+    ],
+)
+def test_errors_name_the_bad_item(kw, error, message):
+    e = exp(**kw)
+    with pytest.raises(error, match=message):
+        e.key()
+    with pytest.raises(error, match=message):
+        run_experiment(e)
+
+
+def test_run_experiment():
+    r = run_experiment(exp())
+    assert r.summary["n_tasks"] == 10 and r.summary["n_requests"] == 40
+    assert r.tasks["arrival"].iloc[0] == 0.0
+    assert r.deterministic_summary() == run_experiment(exp()).deterministic_summary()
+
+
+# ----------------------------------------------------------------------------- run_many
+
+
+def _deterministic(row: dict) -> dict:
+    return {k: v for k, v in row.items() if k not in WALL_CLOCK_KEYS}
+
+
+def test_run_many_parallel_equals_serial():
+    exps = [exp(policy=p, params={}, seed=s, n_tasks=8) for p in ("fcfs", "parrot-fcfs", "topas") for s in (0, 1)]
+    exps.append(exp(workload="chain-3", n_tasks=8))
+    serial = run_many(exps, jobs=1, progress=False)
+    parallel = run_many(exps, jobs=2, progress=False)
+    assert [_deterministic(r) for r in serial] == [_deterministic(r) for r in parallel]
+    assert [r["key"] for r in serial] == [e.key() for e in exps]
+    assert [(r["policy"], r["seed"]) for r in serial] == [(e.policy, e.seed) for e in exps]
+    row = serial[-1]
+    assert row["workload"] == "chain-3" and row["params"] == '{"beta":0.5}'
+    assert row["rate"] == pytest.approx(1.2 * 0.2) and row["load"] == 1.2 and row["rate_given"] is None
+    assert row["n_tasks"] == 8 and row["n_tasks_limit"] == 8
+    for k in ("jct_mean", "jct_p99", "throughput_rps", *WALL_CLOCK_KEYS):
+        assert k in row
+
+
+def test_run_many_checks_specs_before_running():
+    with pytest.raises(PolicyError, match="unknown policy 'nope'"):
+        run_many([exp(), exp(policy="nope")], jobs=1, progress=False)
+    assert run_many([], progress=False) == []
+    with pytest.raises(ValueError, match="jobs"):
+        run_many([exp()], jobs=0, progress=False)
+
+
+def test_run_many_names_a_failing_experiment(monkeypatch):
+    import topas.experiments.local as local
+
+    def boom(p, *a, **k):
+        raise RuntimeError("kaput")
+
+    monkeypatch.setattr("topas.engine.simulator.simulate", boom)
+    with pytest.raises(ExperimentFailed, match=r"dag-4/topas\[beta=0.5\]@load=1.2,seed=0,tasks=10.*kaput"):
+        local.run_many([exp()], jobs=1, progress=False)
+
+
+# ----------------------------------------------------------------------------- reproduce.py
+
+SCRIPT = REPO_ROOT / "scripts" / "reproduce.py"
+
+
+def reproduce(*args, **kw):
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True,
+                          cwd=REPO_ROOT, **kw)
+
+
+def test_reproduce_quick_end_to_end(tmp_path):
+    out = tmp_path / "figs"
+    r = reproduce("--quick", "--tasks", 20, "--seeds", 1, "--jobs", 2, "--out-dir", out, "--no-progress",
+                  timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr
+    for w in ("chain-3", "dag-4", "dag-10-wide"):
+        assert f"] {w}:" in r.stdout  # progress lines
+    with open(out / "results_synthetic.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    policies = available_policies()
+    assert {(x["workload"], x["policy"]) for x in rows} == {
+        (w, p) for w in ("chain-3", "dag-4", "dag-10-wide") for p in policies}
+    assert len(rows) == 3 * len(policies)
+    topas = [x for x in rows if x["policy"] == "topas"]
+    paper = {"chain-3": ("-27.5", "-31.7"), "dag-4": ("-39.8", "-49.4"), "dag-10-wide": ("-27.7", "-30.8")}
+    baselines = {"fcfs", "lpm", "spf", "parrot-fcfs", "autellix-las"}
+    for x in topas:
+        assert (x["paper_mean_vs_best_pct"], x["paper_p99_vs_best_pct"]) == paper[x["workload"]]
+        assert x["best_baseline_mean"] in baselines and x["best_baseline_p99"] in baselines
+        base = [float(y["jct_mean"]) for y in rows if y["workload"] == x["workload"] and y["policy"] in baselines]
+        assert float(x["mean_vs_best_pct"]) == pytest.approx(100 * (float(x["jct_mean"]) - min(base)) / min(base))
+    assert all(x["kind"] == "ablation" for x in rows if x["policy"].startswith("topas-"))
+    assert all(x["paper_mean_vs_best_pct"] == "" for x in rows if x["policy"] != "topas")
+    md = (out / "results_synthetic.md").read_text()
+    assert "paper (reported)" in md and "| dag-10-wide | **topas** |" in md
+    assert "topas-base (ablation)" in md
+    runs = list(csv.DictReader(open(out / "results_synthetic_runs.csv", newline="")))
+    assert len(runs) == 3 * len(policies)
+    assert not list(out.glob("*.tmp"))
+
+    # --figures-only re-renders the same table from the CSV, without simulating
+    before = md
+    (out / "results_synthetic.md").unlink()
+    r = reproduce("--figures-only", "--out-dir", out, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "no simulation" in r.stdout
+    assert (out / "results_synthetic.md").read_text() == before
+
+
+def test_reproduce_figures_only_needs_the_csv(tmp_path):
+    r = reproduce("--figures-only", "--out-dir", tmp_path, timeout=60)
+    assert r.returncode != 0 and "results_synthetic.csv" in r.stderr and "not found" in r.stderr
+
+
+def test_reproduce_sglang_not_implemented(tmp_path):
+    r = reproduce("--engine", "sglang", "--out-dir", tmp_path, timeout=60)
+    assert r.returncode == 2 and "not implemented" in r.stderr

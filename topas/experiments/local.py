@@ -1,0 +1,112 @@
+"""Run many experiments on local processes.
+
+:func:`run_many` checks every spec first (its key resolves the trace, profile, policy and
+parameters, so a typo fails before any simulation starts), then runs the experiments on a
+``concurrent.futures.ProcessPoolExecutor`` (``jobs=None``: one process per CPU core; ``jobs=1``:
+in this process, no pool), with a tqdm bar, and returns one flat row per experiment in the input
+order: the experiment's fields (:meth:`Experiment.fields`), its ``key``, then the run's summary
+(:class:`topas.engine.metrics.SimResult`). Two keys differ in meaning between the two:
+
+* ``rate``: the resolved arrival rate the run used (tasks/s; ``None`` = the trace's own arrivals);
+  the spec's own value is kept as ``rate_given``;
+* ``n_tasks``: the number of tasks simulated (the summary's); the spec's limit is ``n_tasks_limit``.
+
+Rows are deterministic apart from the wall-clock keys
+(:data:`topas.engine.metrics.WALL_CLOCK_KEYS`): the same experiments give the same rows whatever
+``jobs`` is. Full per-task tables are not returned (they stay in the worker); the Parquet results
+store (a later issue) will keep them.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
+from typing import Any, Iterable
+
+from tqdm.auto import tqdm
+
+from topas.experiments.spec import Experiment, prepare
+
+__all__ = ["run_many", "run_row", "ExperimentFailed"]
+
+
+class ExperimentFailed(RuntimeError):
+    """An experiment raised while running; the message names it, ``__cause__`` is the error."""
+
+
+def run_row(exp: Experiment) -> dict[str, Any]:
+    """Run one experiment (in this process) and return its row (see the module docstring)."""
+    from topas.engine.simulator import simulate
+
+    p = prepare(exp)
+    result = simulate(p.trace, p.policy, p.cost, p.config, progress=False)
+    spec = exp.fields()
+    row: dict[str, Any] = {"key": exp.key()}
+    for k in ("workload", "policy", "params", "profile", "engine", "kv_budget", "load"):
+        row[k] = spec[k]
+    row["rate_given"] = spec["rate"]
+    row["rate"] = p.rate
+    row["seed"] = spec["seed"]
+    row["n_tasks_limit"] = spec["n_tasks"]
+    summary = dict(result.summary)
+    summary.pop("policy", None)  # the same name as the spec's
+    row.update(summary)
+    return row
+
+
+def run_many(
+    experiments: Iterable[Experiment],
+    jobs: int | None = None,
+    progress: bool = True,
+    desc: str = "experiments",
+) -> list[dict[str, Any]]:
+    """Run ``experiments`` and return their rows, in the input order.
+
+    ``jobs``: worker processes (``None``: ``os.cpu_count()``; never more than there are
+    experiments; ``1`` runs in this process). ``progress``: show a tqdm bar on stderr labelled
+    ``desc``. A failing experiment stops the sweep: pending ones are cancelled and
+    :class:`ExperimentFailed` names the experiment (its cause is the original error). A bad spec
+    (unknown workload, policy, parameter or profile) raises its own error before anything runs.
+    """
+    exps = list(experiments)
+    for e in exps:
+        if not isinstance(e, Experiment):
+            raise TypeError(f"run_many takes Experiment objects, got {e!r}")
+        e.key()  # resolves and checks every input; raises naming the bad item
+    if jobs is None:
+        jobs = os.cpu_count() or 1
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be an integer >= 1 or None, got jobs={jobs!r}")
+    jobs = min(jobs, max(1, len(exps)))
+    rows: list[dict[str, Any] | None] = [None] * len(exps)
+    bar = tqdm(total=len(exps), desc=desc, unit="run", disable=not progress)
+    try:
+        if jobs == 1:
+            for i, e in enumerate(exps):
+                rows[i] = _run_or_raise(e)
+                bar.update(1)
+        else:
+            with ProcessPoolExecutor(max_workers=jobs) as pool:
+                futures: dict[Future, int] = {pool.submit(run_row, e): i for i, e in enumerate(exps)}
+                pending = set(futures)
+                while pending:
+                    done, pending = wait(pending, return_when=FIRST_EXCEPTION)
+                    for f in done:
+                        i = futures[f]
+                        err = f.exception()
+                        if err is not None:
+                            for p in pending:
+                                p.cancel()
+                            raise ExperimentFailed(f"experiment {exps[i].label()} failed: {err}") from err
+                        rows[i] = f.result()
+                        bar.update(1)
+    finally:
+        bar.close()
+    return rows  # type: ignore[return-value]
+
+
+def _run_or_raise(e: Experiment) -> dict[str, Any]:
+    try:
+        return run_row(e)
+    except Exception as err:
+        raise ExperimentFailed(f"experiment {e.label()} failed: {err}") from err

@@ -1,0 +1,399 @@
+"""One experiment = (trace, policy + parameters, engine profile, arrival rate, seed): its spec,
+its key, and how to run it.
+
+:class:`Experiment` is a frozen, hashable, picklable value. :meth:`Experiment.key` identifies the
+*result* of running it: the sha256 of the canonical JSON (sorted keys, no spaces) of everything
+the result depends on, so a results store can reuse a result exactly when it is still valid:
+
+* ``trace_sha256``: sha256 of the trace file's bytes (so an edited or regenerated trace never
+  reuses a stale result), and ``n_tasks`` (the head of the trace that runs);
+* ``rate``: the *resolved* arrival rate (``load * meta["rate"]`` when ``load`` is given, so
+  ``load=1.2`` and the equal ``rate`` give the same key) and ``seed``; with neither rate nor load
+  the trace's own arrival times are used and ``seed`` is dropped from the key (it is unused);
+* ``policy`` and ``params``: the policy's *resolved* parameters (every field of its ``Params``
+  dataclass after coercion and defaults, ablations' fixed values applied), so ``beta="0.5"``
+  (from the CLI) and ``beta=0.5`` agree, and changing a default in code changes the key;
+* ``profile_hash``: :attr:`topas.engine.cost.CostModel.profile_hash` of the profile after the
+  ``kv_budget`` override (the profile's numbers, not its name or path);
+* ``engine`` and ``engine_config``: the engine and every :class:`EngineConfig` field;
+* ``schema``: :data:`KEY_SCHEMA`, bumped when the meaning of a result changes in a way none of
+  the above captures (e.g. a simulator fix that changes results).
+
+The workload's and profile's *names* are labels, not part of the key: the same file under two
+names gives the same result. The key does not cover the simulator's source code; bump
+:data:`KEY_SCHEMA` with a change that alters results.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import numbers
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+from topas.engine.cost import DEFAULT_PROFILE
+from topas.paths import traces_dir
+
+if TYPE_CHECKING:  # pragma: no cover
+    from topas.engine.config import EngineConfig
+    from topas.engine.cost import CostModel
+    from topas.engine.metrics import SimResult
+    from topas.policies.base import Policy
+    from topas.workload.model import Trace
+
+__all__ = [
+    "Experiment",
+    "ExperimentError",
+    "KEY_SCHEMA",
+    "ENGINES",
+    "Prepared",
+    "available_traces",
+    "resolve_trace_path",
+    "prepare",
+    "run_experiment",
+]
+
+#: Version of the key's canonical form (see the module docstring).
+KEY_SCHEMA = "topas.experiment/1"
+#: Engines an experiment may name; only ``"sim"`` runs today (SGLang is a later issue).
+ENGINES = ("sim", "sglang")
+_TRACE_SUFFIXES = (".json.gz", ".json")
+
+
+class ExperimentError(ValueError):
+    """A bad experiment spec or an unknown workload; the message names the offending item."""
+
+
+# ----------------------------------------------------------------------------- traces
+
+
+def available_traces() -> list[str]:
+    """Names of the traces in ``data/traces/`` (``<name>.json.gz`` or ``<name>.json``), sorted."""
+    d = traces_dir()
+    if not d.is_dir():
+        return []
+    names = set()
+    for p in d.iterdir():
+        for suf in _TRACE_SUFFIXES:
+            if p.is_file() and p.name.endswith(suf):
+                names.add(p.name[: -len(suf)])
+    return sorted(names)
+
+
+def resolve_trace_path(workload: str | os.PathLike[str]) -> Path:
+    """The trace file of ``workload``: a name under ``data/traces/`` or a path to a file.
+
+    A string with a path separator or a ``.json``/``.json.gz`` suffix, or one naming an existing
+    file, is a path; a missing path raises ``FileNotFoundError``. Any other string is a trace
+    name; an unknown one raises :class:`ExperimentError` listing the available traces.
+    """
+    s = os.fspath(workload)
+    if not s:
+        raise ExperimentError("workload is empty; give a trace name or a trace file")
+    p = Path(s)
+    looks_like_path = isinstance(workload, Path) or os.sep in s or "/" in s or s.endswith(_TRACE_SUFFIXES)
+    if p.is_file():
+        return p
+    if looks_like_path:
+        if p.is_dir():
+            raise ExperimentError(f"trace file {s}: is a directory, not a trace file")
+        raise FileNotFoundError(f"trace file {s}: no such file")
+    for suf in _TRACE_SUFFIXES:
+        cand = traces_dir() / f"{s}{suf}"
+        if cand.is_file():
+            return cand
+    avail = available_traces()
+    raise ExperimentError(
+        f"unknown workload {s!r}: no trace file {s}.json.gz in {traces_dir()} and no such file; "
+        f"available traces: {', '.join(avail) if avail else '(none)'}"
+    )
+
+
+def _file_stamp(path: Path) -> tuple[str, int, int]:
+    st = path.stat()
+    return (str(path.resolve()), st.st_mtime_ns, st.st_size)
+
+
+@lru_cache(maxsize=64)
+def _sha256_file(stamp: tuple[str, int, int]) -> str:
+    return hashlib.sha256(Path(stamp[0]).read_bytes()).hexdigest()
+
+
+def trace_sha256(path: Path) -> str:
+    """sha256 (hex) of a trace file's bytes (cached per process by path, mtime and size)."""
+    return _sha256_file(_file_stamp(path))
+
+
+@lru_cache(maxsize=8)
+def _read_trace_cached(stamp: tuple[str, int, int], kv_budget: int | None) -> "Trace":
+    from topas.workload.trace_io import read_trace
+
+    return read_trace(stamp[0], kv_budget=kv_budget)
+
+
+def _read_trace(path: Path, kv_budget: int | None = None) -> "Trace":
+    """Read (and validate) a trace, cached per process: a sweep reads each file once per worker.
+
+    Errors name the path as given, not the resolved one."""
+    from topas.workload.trace_io import read_trace
+    from topas.workload.validate import TraceError
+
+    try:
+        return _read_trace_cached(_file_stamp(path), kv_budget)
+    except TraceError:
+        return read_trace(path, kv_budget=kv_budget)  # re-raise with the path as the user gave it
+
+
+# ----------------------------------------------------------------------------- the spec
+
+
+def _norm_params(params: Any) -> tuple[tuple[str, Any], ...]:
+    if params is None:
+        return ()
+    items = list(params.items()) if isinstance(params, Mapping) else list(params)
+    out: dict[str, Any] = {}
+    for item in items:
+        try:
+            k, v = item
+        except (TypeError, ValueError):
+            raise ExperimentError(f"params: {item!r} is not a (name, value) pair") from None
+        if not isinstance(k, str) or not k:
+            raise ExperimentError(f"params: parameter name {k!r} is not a non-empty string")
+        if k in out:
+            raise ExperimentError(f"params: parameter {k!r} given twice")
+        if v is not None and not isinstance(v, (str, bool, numbers.Real)):
+            raise ExperimentError(f"params: {k}={v!r} is not a string, number or boolean")
+        if isinstance(v, numbers.Real) and not isinstance(v, bool):
+            v = int(v) if isinstance(v, numbers.Integral) else float(v)
+        out[k] = v
+    return tuple(sorted(out.items()))
+
+
+def _positive(name: str, v: Any) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v <= 0:
+        raise ExperimentError(f"{name} must be a finite number > 0, got {name}={v!r}")
+    return float(v)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One simulation run, as a value.
+
+    ``params`` may be given as a mapping or as (name, value) pairs; it is stored as a tuple of
+    pairs sorted by name (hashable). Values are kept as given (strings from the command line are
+    coerced by the policy); :meth:`key` uses the coerced values. ``rate`` (tasks/s) and ``load``
+    (a multiple of the trace's nominal ``meta["rate"]``) re-time the tasks with Poisson arrivals
+    from ``seed``; give at most one of them; with neither the trace's own arrival times are used.
+    ``n_tasks`` takes the first tasks of the trace (``None``: all). ``kv_budget`` overrides the
+    profile's KV budget (tokens).
+    """
+
+    workload: str
+    policy: str
+    params: tuple[tuple[str, Any], ...] = ()
+    profile: str = DEFAULT_PROFILE
+    rate: float | None = None
+    load: float | None = None
+    seed: int = 0
+    n_tasks: int | None = None
+    engine: str = "sim"
+    kv_budget: int | None = None
+    #: per-instance cache of the resolved, file-dependent parts (not part of equality or hash)
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.workload, os.PathLike):
+            object.__setattr__(self, "workload", os.fspath(self.workload))
+        if not isinstance(self.workload, str) or not self.workload:
+            raise ExperimentError(f"workload must be a trace name or path, got {self.workload!r}")
+        if not isinstance(self.policy, str) or not self.policy:
+            raise ExperimentError(f"policy must be a policy name, got {self.policy!r}")
+        if not isinstance(self.profile, str) or not self.profile:
+            raise ExperimentError(f"profile must be a profile name or path, got {self.profile!r}")
+        object.__setattr__(self, "params", _norm_params(self.params))
+        if self.rate is not None and self.load is not None:
+            raise ExperimentError(f"give either rate or load, not both (rate={self.rate!r}, load={self.load!r})")
+        object.__setattr__(self, "rate", _positive("rate", self.rate))
+        object.__setattr__(self, "load", _positive("load", self.load))
+        if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral):
+            raise ExperimentError(f"seed must be an integer, got seed={self.seed!r}")
+        object.__setattr__(self, "seed", int(self.seed))
+        for name in ("n_tasks", "kv_budget"):
+            v = getattr(self, name)
+            if v is not None:
+                if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
+                    raise ExperimentError(f"{name} must be an integer >= 1 or None, got {name}={v!r}")
+                object.__setattr__(self, name, int(v))
+        if self.engine not in ENGINES:
+            raise ExperimentError(f"unknown engine {self.engine!r}; valid engines: {', '.join(ENGINES)}")
+
+    # ------------------------------------------------------------------ resolution
+    @property
+    def params_dict(self) -> dict[str, Any]:
+        return dict(self.params)
+
+    def trace_path(self) -> Path:
+        """The trace file (see :func:`resolve_trace_path`)."""
+        return resolve_trace_path(self.workload)
+
+    def resolve_rate(self, trace: "Trace | None" = None) -> float | None:
+        """The arrival rate (tasks/s) this experiment runs at, or ``None`` for the trace's own
+        arrival times. With ``load``, it is ``load * trace.meta["rate"]`` (``trace`` is read from
+        :meth:`trace_path` when not given)."""
+        if self.rate is not None:
+            return self.rate
+        if self.load is None:
+            return None
+        if trace is None:
+            trace = _read_trace(self.trace_path())
+        nominal = trace.meta.get("rate")
+        if isinstance(nominal, bool) or not isinstance(nominal, numbers.Real) or not nominal > 0:
+            raise ExperimentError(
+                f"workload {self.workload!r}: load={self.load} needs the trace's nominal meta['rate'] "
+                f"(tasks/s), but it has {nominal!r}; give rate instead"
+            )
+        return float(self.load * nominal)
+
+    def load_cost(self) -> "CostModel":
+        """The cost model: the profile, with the ``kv_budget`` override applied."""
+        from topas.engine.cost import load_profile
+
+        cost = load_profile(self.profile)
+        return cost.with_budget(self.kv_budget) if self.kv_budget is not None else cost
+
+    def engine_config(self) -> "EngineConfig":
+        from topas.engine.config import EngineConfig
+
+        return EngineConfig()
+
+    def make_policy(self) -> "Policy":
+        from topas.policies.base import make_policy
+
+        return make_policy(self.policy, self.params_dict)
+
+    def canonical(self) -> dict[str, Any]:
+        """What the result depends on (see the module docstring); :meth:`key` hashes it."""
+        if "canonical" not in self._cache:
+            path = self.trace_path()
+            policy = self.make_policy()
+            rate = self.resolve_rate()
+            self._cache["canonical"] = {
+                "schema": KEY_SCHEMA,
+                "engine": self.engine,
+                "engine_config": dataclasses.asdict(self.engine_config()),
+                "trace_sha256": trace_sha256(path),
+                "n_tasks": self.n_tasks,
+                "rate": rate,
+                "seed": self.seed if rate is not None else None,
+                "policy": self.policy,
+                "params": dataclasses.asdict(policy.params),
+                "profile_hash": self.load_cost().profile_hash,
+            }
+        return self._cache["canonical"]
+
+    def key(self) -> str:
+        """sha256 (hex) of the canonical JSON of :meth:`canonical`: stable across processes and
+        machines; changes with the trace's content, the profile's numbers, the resolved params,
+        the rate, the seed, the task count, the engine and its config."""
+        if "key" not in self._cache:
+            canon = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"),
+                               ensure_ascii=True, allow_nan=False, default=str)
+            self._cache["key"] = hashlib.sha256(canon.encode("ascii")).hexdigest()
+        return self._cache["key"]
+
+    def label(self) -> str:
+        """A short human-readable name, e.g. ``dag-4/topas[beta=0.5]@load=1.2,seed=0``."""
+        p = ",".join(f"{k}={v}" for k, v in self.params)
+        at = (f"rate={self.rate:g}" if self.rate is not None
+              else f"load={self.load:g}" if self.load is not None else "trace-arrivals")
+        n = f",tasks={self.n_tasks}" if self.n_tasks is not None else ""
+        return f"{self.workload}/{self.policy}{f'[{p}]' if p else ''}@{at},seed={self.seed}{n}"
+
+    def fields(self) -> dict[str, Any]:
+        """The spec as a flat row (``params`` as canonical JSON text, for tables and Parquet)."""
+        return {
+            "workload": self.workload,
+            "policy": self.policy,
+            "params": json.dumps(dict(self.params), sort_keys=True, separators=(",", ":")),
+            "profile": self.profile,
+            "rate": self.rate,
+            "load": self.load,
+            "seed": self.seed,
+            "n_tasks": self.n_tasks,
+            "engine": self.engine,
+            "kv_budget": self.kv_budget,
+        }
+
+    def __getstate__(self) -> dict[str, Any]:  # do not ship the cache to worker processes
+        state = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "_cache"}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+        object.__setattr__(self, "_cache", {})
+
+
+# ----------------------------------------------------------------------------- running
+
+
+@dataclass
+class Prepared:
+    """Everything a run needs, built and checked: the re-timed trace, the policy, the engine."""
+
+    experiment: Experiment
+    trace: "Trace"
+    trace_path: Path
+    rate: float | None
+    #: the trace file's ``meta["rate"]`` (its nominal arrival rate), ``None`` if absent
+    nominal_rate: float | None
+    policy: "Policy"
+    cost: "CostModel"
+    config: "EngineConfig"
+
+
+def prepare(exp: Experiment) -> Prepared:
+    """Resolve and check every input of ``exp`` without simulating.
+
+    Raises (each naming the bad item): :class:`ExperimentError` (unknown workload, listing the
+    available traces; bad spec; unimplemented engine), ``FileNotFoundError`` (missing trace file),
+    :class:`topas.workload.validate.TraceError` (invalid trace, including a prefix or request
+    larger than the KV budget), :class:`topas.engine.cost.ProfileError` (unknown or bad profile,
+    listing the available ones), :class:`topas.policies.base.PolicyError` (unknown policy or
+    parameter, listing the valid ones).
+    """
+    from topas.workload.arrivals import retime
+    from topas.workload.validate import validate_trace
+
+    policy = exp.make_policy()
+    cost = exp.load_cost()
+    path = exp.trace_path()
+    trace = _read_trace(path)
+    if exp.n_tasks is not None:
+        trace = trace.head(exp.n_tasks)
+    # the budget rules (every prefix and every single request fits) on the tasks that run
+    validate_trace(trace, source=str(path), kv_budget=cost.kv_budget_tokens)
+    rate = exp.resolve_rate(trace)
+    nominal = trace.meta.get("rate")
+    nominal = float(nominal) if isinstance(nominal, numbers.Real) and not isinstance(nominal, bool) else None
+    if rate is not None:
+        trace = retime(trace, rate, exp.seed)
+    if exp.engine != "sim":
+        raise ExperimentError(f"engine {exp.engine!r} is not implemented yet; use engine='sim'")
+    return Prepared(exp, trace, path, rate, nominal, policy, cost, exp.engine_config())
+
+
+def run_experiment(exp: Experiment, progress: bool = False) -> "SimResult":
+    """Run one experiment on the simulator and return its :class:`~topas.engine.metrics.SimResult`."""
+    from topas.engine.simulator import simulate
+
+    p = prepare(exp)
+    return simulate(p.trace, p.policy, p.cost, p.config, progress=progress)
