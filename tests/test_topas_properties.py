@@ -9,21 +9,18 @@ beyond), chunked prefill, host tier and re-check interval varied. TOPAS's parame
 too: M in {0, 2, 6} (0 always takes the local search), K in {1, 4, 64}, preempt on/off,
 output_reserve in {0, 0.5, 1}, estimator expected/sampled, H_age 1 s or 60 s.
 
-"Fits alone" means ``l_a + x_v + max(y_v, E_a) <= B``, ``E_a`` the most TOPAS can expect of agent
-a's output (its prior or an observed output of a): with an expectation larger than the budget
-TOPAS cannot admit the request at all (a suspected bug recorded in
-``test_topas_policy.py::test_topas_never_stalls_when_the_expected_output_does_not_fit``).
+"Fits alone" means ``l_a + x_v + max(y_v, E_a) <= B`` in the "consistent" strategy; the
+other strategy only guarantees what the trace validator does (``l_a + x_v + y_v <= B``), under
+SGLang's default admission reservation (``new_token_ratio`` 0.7 of the *true* remaining output,
+which TOPAS can only estimate).
 
 The property: the engine never rejects a decision (no ``InfeasibleDecision``), the run never
 stalls (no ``SimulationStuck``), every task and request finishes, KV occupancy stays within the
 budget, and TOPAS's recorded terms are finite with J_move, J_redo, J_revoke, V_reuse >= 0.
 
-It holds when TOPAS's demand estimate d_r covers what the engine reserves at admission (engine
-output reservation ~0, output_reserve = 1: ``test_..._when_the_demand_covers_the_engine_reservation``).
-With SGLang's default reservation (``new_token_ratio`` 0.7 of the *true* remaining output) it does
-not: TOPAS pins a prefix set sized by its own d_r, the engine refuses the admission, and an idle
-engine whose prefixes are pinned is never unblocked. That test is an xfail naming the bug, with
-two minimal reproductions below it.
+Two minimal cases below once stalled the engine (TOPAS pinned a prefix set sized by its own
+demand estimate, the engine refused the admission, and nothing ever ran); TOPAS now falls back to
+the best request's prefix alone when the engine stays idle with the same requests waiting.
 """
 
 from __future__ import annotations
@@ -36,7 +33,7 @@ from hypothesis import strategies as st
 
 from conftest import ROUND_COST, stage, task
 from topas.engine.config import EngineConfig
-from topas.engine.simulator import SimulationStuck, simulate
+from topas.engine.simulator import simulate
 from topas.policies import make_policy
 from topas.workload.model import Agent, Stage, Task, Trace
 
@@ -109,11 +106,6 @@ def test_topas_and_its_ablations_complete_every_workload_when_the_demand_covers_
     _check_runs(*case)
 
 
-@pytest.mark.xfail(strict=True, raises=SimulationStuck, reason=(
-    "suspected bug: TOPAS sizes its prefix set with its own demand d_r (no +1 output slot, expected "
-    "rather than true output); under SGLang's admission reservation the engine then refuses the "
-    "admission, and an idle engine with a pinned prefix set raises SimulationStuck (see the two "
-    "minimal cases below)"))
 @settings(PROPERTY, phases=[Phase.explicit, Phase.generate])  # no shrinking: it fails at once
 @given(workloads(consistent=False))
 def test_topas_and_its_ablations_complete_every_workload_under_sglang_reservation(case):
@@ -128,8 +120,6 @@ def _two_agent_trace(prior, y):
                                 task("t1", 10.0, stage("A", "a", 100, y))))
 
 
-@pytest.mark.xfail(strict=True, raises=SimulationStuck, reason=(
-    "suspected bug: d_r omits the output-token slot the engine allocates at admission (x + g + 1)"))
 def test_topas_counts_the_output_slot_the_engine_allocates_at_admission():
     # Budget 700 = l_a + l_b + 100. With output_reserve = 0 TOPAS's d_r = x = 100, so it keeps b
     # resident (evicting it would cost a swap) and loads a: 100 tokens free. The engine allocates
@@ -147,9 +137,6 @@ def test_the_same_run_completes_with_one_more_token():
         assert res.tasks["finish"].notna().all()
 
 
-@pytest.mark.xfail(strict=True, raises=SimulationStuck, reason=(
-    "suspected bug: an idle engine refuses TOPAS's admission (its SGLang reservation of the true "
-    "output exceeds TOPAS's expected-output demand) and TOPAS's pinned prefix set is never revised"))
 def test_topas_does_not_pin_a_prefix_set_the_engine_cannot_admit_into():
     # Budget 720 >= l_a + x + y = 300 + 100 + 200. Agent a's prior is 10 tokens, so d_r = 100 + 10
     # = 110 and TOPAS keeps b (300) beside a (300): 120 free >= 110. The engine needs x + 1 = 101

@@ -156,8 +156,8 @@ def test_j_move_is_the_move_time_times_the_affected_tasks():
     assert j_move([0.1, 0.2], [0.3], affected_tasks=3) == pytest.approx(1.8)
     # an eviction to an existing host copy is free (time 0) and costs nothing, whatever the tasks
     assert j_move([], [0.0], affected_tasks=5) == 0.0
-    # no task in Q' waits for the moves: nothing is charged
-    assert j_move([0.5], [0.5], affected_tasks=0) == 0.0
+    # no task in Q' waits for the moves: the GPU time is still charged once (1.0 s)
+    assert j_move([0.5], [0.5], affected_tasks=0) == pytest.approx(1.0)
 
 
 def test_j_redo_charges_a_decode_step_per_generated_token():

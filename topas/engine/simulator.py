@@ -82,6 +82,7 @@ class Simulator:
         self._next_arrival = 0
         self._pending_move_time = 0.0
         self._dirty = False
+        self._idle_retry = False
         cfg = self.config
         self._ratio_init = cfg.init_new_token_ratio
         self._ratio_min = cfg.init_new_token_ratio * cfg.min_new_token_ratio_factor
@@ -110,8 +111,14 @@ class Simulator:
                 self._prefill_iteration()
             elif self.decoding:
                 self._decode_until_event()
+            elif self.waiting and not self._idle_retry:
+                # Idle with requests waiting and nothing admitted: ask the policy once more (it can
+                # see that nothing changed and fall back) before waiting for the next arrival.
+                self._idle_retry = True
+                self._dirty = True
             elif self._next_arrival < n_tasks:
                 self.now = max(self.now, self._arrivals[self._next_arrival].arrival)
+                self._idle_retry = False
             elif self.waiting:
                 raise SimulationStuck(
                     f"policy {self.policy.name!r} admitted none of the {len(self.waiting)} waiting "
@@ -483,6 +490,7 @@ class Simulator:
             self._make_room(len(order))
 
     def _advance(self, dt: float) -> None:
+        self._idle_retry = False
         self.now += dt
         self.busy_time += dt
 

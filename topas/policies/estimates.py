@@ -31,8 +31,10 @@ class OutputEstimator:
     max_samples: int = 256  # keep the most recent observations per agent
     _samples: dict[str, list[int]] = field(default_factory=dict)  # sorted, per agent
     _recent: dict[str, list[int]] = field(default_factory=dict)  # arrival order, per agent
+    _suffix: dict[str, list[int]] = field(default_factory=dict)  # suffix sums of _samples
 
     def observe(self, agent: str, output_tokens: int) -> None:
+        self._suffix.pop(agent, None)
         recent = self._recent.setdefault(agent, [])
         recent.append(int(output_tokens))
         if len(recent) > self.max_samples:
@@ -40,6 +42,17 @@ class OutputEstimator:
             s = self._samples[agent]
             del s[bisect.bisect_left(s, old)]
         bisect.insort(self._samples.setdefault(agent, []), int(output_tokens))
+
+    def _suffix_sum(self, agent: str, k: int) -> int:
+        """sum(sorted samples[k:]), from cached suffix sums (rebuilt after each observation)."""
+        sums = self._suffix.get(agent)
+        if sums is None:
+            obs = self._samples.get(agent, [])
+            sums = [0] * (len(obs) + 1)
+            for i in range(len(obs) - 1, -1, -1):
+                sums[i] = sums[i + 1] + obs[i]
+            self._suffix[agent] = sums
+        return sums[k]
 
     def samples(self, agent: str, prior: float) -> list[float]:
         """The agent's observed outputs (sorted) plus ``prior_weight`` copies of the prior."""
@@ -50,7 +63,7 @@ class OutputEstimator:
         """``E[Y - g | Y > g]``; if no sample exceeds ``g``, one more token is expected."""
         obs = self._samples.get(agent, [])
         k = bisect.bisect_right(obs, generated)
-        total = sum(obs[k:]) - generated * (len(obs) - k)
+        total = self._suffix_sum(agent, k) - generated * (len(obs) - k)
         n = len(obs) - k
         if prior > generated:
             total += self.prior_weight * (prior - generated)

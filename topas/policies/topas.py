@@ -172,6 +172,7 @@ class Topas(Policy):
     def reset(self) -> None:
         self.estimator = OutputEstimator(prior_weight=self.params.prior_weight)
         self.credits: dict[str, float] = {}  # lambda_r of running requests
+        self._idle_waiting: tuple[str, ...] | None = None  # waiting set at our last idle decision
         self._decisions = 0
 
     def on_finish(self, request: RequestView, time: float, output_tokens: int) -> None:
@@ -187,7 +188,17 @@ class Topas(Policy):
         if not view.waiting:
             return Decision()
         ctx = _DecisionCtx(self, view)
-        plan, evaluated = ctx.search()
+        waiting = tuple(r.rid for r in view.waiting)
+        stalled = not view.running and self._idle_waiting == waiting
+        self._idle_waiting = waiting if not view.running else None
+        if stalled:
+            # The engine is still idle with the same requests waiting as at our last decision:
+            # our admissions did not pass its check (it reserves for outputs we can only
+            # estimate). Fall back to the one state that always fits: the best request's prefix
+            # alone.
+            plan, evaluated = ctx.idle_fallback(), len(ctx._memo)
+        else:
+            plan, evaluated = ctx.search()
         for rid, lam in plan.admit:
             self.credits[rid] = lam
         r_t = view.resident
@@ -251,12 +262,24 @@ class _DecisionCtx:
                 parents = tuple(f"{tid}/{q}" for q in tv.stages[s].parents if q not in tv.done)
                 if all(q in gen for q in parents):
                     self.pending.append((tv.stages[s].agent, parents))
+        # n_a(t) is needed for every candidate Q'; precompute it for Q' = the running set and
+        # index the pending stages by parent, so each Q' only rechecks the stages it touches.
+        running_rids = {r.rid for r in view.running}
+        self._la_base = lookahead_counts(self.pending, running_rids)
+        self._la_in_base = [bool(ps) and all(q in running_rids for q in ps) for _, ps in self.pending]
+        self._la_by_parent: dict[str, list[int]] = {}
+        for i, (_, ps) in enumerate(self.pending):
+            for q in ps:
+                self._la_by_parent.setdefault(q, []).append(i)
 
         # waiting requests: demand d_r(t) and gain g_i(t) * Delta_task share (fixed per decision)
         self.demand: dict[str, int] = {}
         for r in view.waiting:
             pv = view.prefixes[r.agent]
             rem = est.expected_remaining(r.agent, pv.expected_output_tokens, r.generated)
+            # The engine also allocates one slot for the prefill's output token and reserves for
+            # outputs by their true length; we cannot match that exactly, and the idle fallback
+            # guarantees progress when our estimate is short.
             self.demand[r.rid] = r.input_tokens + r.generated + int(p.output_reserve * rem)
         for r in sorted(view.waiting, key=lambda r: (r.task_id, self.tasks[r.task_id].order.index(r.stage_id))):
             self.tasks[r.task_id].waiting.append(r)
@@ -335,11 +358,25 @@ class _DecisionCtx:
             "J_move": j_move(moved_in, moved_out, affected),
             "J_redo": j_redo((r.generated for r in preempt), self.tpot),
             "J_revoke": j_revoke(self.policy.credits.get(r.rid, 0.0) for r in preempt),
-            "V_reuse": v_reuse(p.beta, lookahead_counts(self.pending, q_rids), self.reload, resident)
+            "V_reuse": v_reuse(p.beta, self._lookahead(q_rids, preempt_ids, admit), self.reload, resident)
             if p.reuse else 0.0,
         }
         score = terms["J_admit"] - terms["J_move"] - terms["J_redo"] - terms["J_revoke"] + terms["V_reuse"]
         return _Plan(resident, admit, sorted(r.rid for r in preempt), score, terms)
+
+    def _lookahead(self, q_rids: set[str], preempted: set[str], admit: list[tuple[str, float]]) -> dict[str, int]:
+        """``lookahead_counts(self.pending, q_rids)``, recomputing only the stages Q' changes."""
+        touched = {i for rid in preempted for i in self._la_by_parent.get(rid, ())}
+        touched |= {i for rid, _ in admit for i in self._la_by_parent.get(rid, ())}
+        if not touched:
+            return self._la_base
+        counts = dict(self._la_base)
+        for i in touched:
+            if self._la_in_base[i]:
+                counts[self.pending[i][0]] -= 1
+        for a, n in lookahead_counts((self.pending[i] for i in sorted(touched)), q_rids).items():
+            counts[a] = counts.get(a, 0) + n
+        return counts
 
     def _greedy_pack(
         self, resident: frozenset[str], free: int, preempted: set[str], force: bool
@@ -347,14 +384,15 @@ class _DecisionCtx:
         """GREEDYPACK: admit by largest g_i(t) * Delta_task while the budget allows."""
         admitted: list[tuple[str, float]] = []
         total = 0.0
+        preempted_tasks = {rid.split("/", 1)[0] for rid in preempted}
         for r in self.cands:
             if len(admitted) >= self.p.K:
                 break
             gain = self.gain[r.rid]
             if gain <= 0 and not (force and not admitted):
                 break
-            if r.agent not in resident:
-                continue
+            if r.agent not in resident or r.task_id in preempted_tasks:
+                continue  # a plan never swaps a running stage for a waiting one of the same task
             need = self.demand[r.rid]
             if need > free:
                 continue
@@ -411,11 +449,13 @@ class _DecisionCtx:
             else:
                 return
 
-    @staticmethod
-    def _better(a: _Plan, b: _Plan) -> bool:
+    def _better(self, a: _Plan, b: _Plan) -> bool:
+        """Higher score; on a tie the smaller change: fewer preemptions, then fewer prefix moves."""
         if a.score != b.score:
             return a.score > b.score
-        return (len(a.resident), sorted(a.resident)) < (len(b.resident), sorted(b.resident))
+        ka = (len(a.preempt), len(a.resident ^ self.r_t), sorted(a.resident))
+        kb = (len(b.preempt), len(b.resident ^ self.r_t), sorted(b.resident))
+        return ka < kb
 
     def _liveness(self) -> _Plan | None:
         """Idle engine, nothing admitted: admit the best single request with its prefix."""
@@ -424,12 +464,22 @@ class _DecisionCtx:
             resident = frozenset({r.agent})
             for a in keep:  # keep as many resident prefixes as fit beside it
                 trial = resident | {a}
-                if sum(self.view.prefixes[x].tokens for x in trial) + self.demand[r.rid] <= self.view.kv_budget:
+                if sum(self.prefix_len[x] for x in trial) + self.demand[r.rid] <= self.view.kv_budget:
                     resident = trial
             plan = self.evaluate(resident, force=True)
             if plan is not None and plan.admit:
                 return plan
-        return None
+        return self.idle_fallback()
+
+    def idle_fallback(self) -> _Plan:
+        """The best request's prefix alone, that request first (a validated trace guarantees
+        that any request fits beside its own prefix), then its agent's others by gain."""
+        r = self.cands[0] if self.cands else min(self.view.waiting, key=lambda w: (w.ready_time, w.rid))
+        plan = self.evaluate(frozenset({r.agent}), force=True)
+        admit = [(r.rid, self.gain.get(r.rid, 0.0))] + [a for a in plan.admit if a[0] != r.rid] if plan else []
+        if not admit:
+            admit = [(r.rid, 0.0)]
+        return _Plan(frozenset({r.agent}), admit, [], plan.score if plan else 0.0, plan.terms if plan else {})
 
 
 def _ablation(name: str, doc: str, **fixed: Any) -> type[Topas]:

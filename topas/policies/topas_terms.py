@@ -97,9 +97,10 @@ def j_move(move_in_times: Iterable[float], move_out_times: Iterable[float], affe
     Times come from the cost model: a swap is ``mu * l_a / B_swap`` (+ latency); a load with no
     host copy is a prefill of ``l_a`` tokens; an eviction with a host copy is free. Every task
     with a request in the post-decision running set ``Q'`` waits for the moves (the engine
-    serialises moves with compute), so ``|T_in|`` = the number of those tasks (our reading).
+    serialises moves with compute), so ``|T_in|`` = the number of those tasks (our reading);
+    with no such task the move is still charged once (it occupies the GPU all the same).
     """
-    return (sum(move_in_times) + sum(move_out_times)) * affected_tasks
+    return (sum(move_in_times) + sum(move_out_times)) * max(affected_tasks, 1)
 
 
 def j_redo(generated_tokens: Iterable[int], t_decode: float) -> float:
