@@ -1,0 +1,84 @@
+"""Shared test fixtures: a small cost model with round coefficients and tiny trace builders.
+
+The cost model ``ROUND_COST`` has round numbers so a reader can redo any expected time by hand:
+
+* prefill iteration over chunks ``[(n, c), ...]``: ``0.01 + 1e-4 * sum(n) + sum(1e-7*n*c + 1e-7*n*n)``;
+* decode step of ``b`` requests holding ``T`` context tokens: ``0.02 + 1e-3 * b + 1e-6 * T``;
+* prefix swap of ``l`` tokens (either direction): ``0.001 + l * 1000 B / 1e6 B/s`` = ``0.001 + l/1000``;
+* KV budget 100,000 tokens (tests shrink it with ``EngineConfig(kv_budget=...)``), chunked prefill
+  at 4,096 tokens.
+
+The builders keep test traces short: ``trace(agents, tasks)`` with ``agents`` a ``{name: l_a}``
+mapping and ``tasks`` built by ``task(id, arrival, stage(...), ...)``. Request ids are
+``"<task id>/<stage id>"``, as in the engine.
+
+Test modules import these helpers with ``from conftest import ...`` (pytest puts this directory
+on ``sys.path``); fixtures of the same names are provided for tests that prefer injection.
+"""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+import pytest
+
+from topas.engine.cost import CostModel
+from topas.workload.model import Agent, Stage, Task, Trace
+
+ROUND_COST = CostModel(
+    name="test-round",
+    kv_budget_tokens=100_000,
+    kv_bytes_per_token=1000.0,
+    swap_bandwidth=1e6,
+    swap_latency=0.001,
+    prefill_c0=0.01,
+    prefill_c_new=1e-4,
+    prefill_c_new_cached=1e-7,
+    prefill_c_new_sq=1e-7,
+    decode_c0=0.02,
+    decode_c_batch=1e-3,
+    decode_c_kv=1e-6,
+    max_prefill_tokens=4096,
+)
+
+#: Every agent's output prior in these traces: deliberately *not* any stage's true output length,
+#: so a test can tell the prior (visible to policies) from the truth (never visible).
+PRIOR_OUTPUT = 12345.0
+
+
+def stage(id: str, agent: str, x: int, y: int, parents: tuple[str, ...] | str = ()) -> Stage:
+    """Stage ``id`` of ``agent`` with ``x`` suffix input and ``y`` true output tokens."""
+    if isinstance(parents, str):
+        parents = tuple(parents)  # "AB" -> ("A", "B")
+    return Stage(id=id, agent=agent, input_tokens=x, output_tokens=y, parents=tuple(parents))
+
+
+def task(id: str, arrival: float, *stages: Stage, workflow: str = "test") -> Task:
+    return Task(id=id, arrival=float(arrival), stages=tuple(stages), workflow=workflow)
+
+
+def trace(agents: Mapping[str, int], tasks: list[Task] | tuple[Task, ...], name: str = "test") -> Trace:
+    """A trace from ``{agent name: prefix tokens l_a}`` and tasks (sorted by arrival by the caller)."""
+    return Trace(
+        name=name,
+        agents={a: Agent(name=a, prefix_tokens=l, expected_output_tokens=PRIOR_OUTPUT)
+                for a, l in agents.items()},
+        tasks=tuple(tasks),
+    )
+
+
+def chain3_task(id: str, arrival: float, x: Mapping[str, int], y: Mapping[str, int]) -> Task:
+    """Chain-3 A -> B -> C; stage s uses agent s."""
+    return task(id, arrival, stage("A", "A", x["A"], y["A"]), stage("B", "B", x["B"], y["B"], "A"),
+                stage("C", "C", x["C"], y["C"], "B"), workflow="chain-3")
+
+
+def dag4_task(id: str, arrival: float, x: Mapping[str, int], y: Mapping[str, int]) -> Task:
+    """DAG-4 A -> {B, C} -> D; stage s uses agent s."""
+    return task(id, arrival, stage("A", "A", x["A"], y["A"]), stage("B", "B", x["B"], y["B"], "A"),
+                stage("C", "C", x["C"], y["C"], "A"), stage("D", "D", x["D"], y["D"], "BC"), workflow="dag-4")
+
+
+@pytest.fixture(scope="session")
+def cost() -> CostModel:
+    return ROUND_COST
