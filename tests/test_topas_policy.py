@@ -16,8 +16,8 @@ The engine used here (``COST``) has round numbers:
 
 A stage's expected residual z = 0.001 * (x + generated) + 0.01 * E[Y - g | Y > g], with the
 agent's output prior as the only sample until outputs are observed. A request's KV demand
-d_r = x + generated + output_reserve * E[Y - g | Y > g] (output_reserve = 1 by default).
-Aging g_i = 1 + ln(1 + (t - tau_i) / 60) by default, so g = 1 for a task that arrives now.
+d_r = x + generated + output_reserve * E[Y - g | Y > g] (output_reserve = 1 here, see ``HAND``).
+Aging g_i = 1 + ln(1 + (t - tau_i) / 60) here, so g = 1 for a task that arrives now.
 """
 
 from __future__ import annotations
@@ -30,8 +30,19 @@ from conftest import stage, task, trace
 from topas.engine.cost import CostModel
 from topas.engine.simulator import SimulationStuck, simulate
 from topas.engine.view import EngineView, PrefixView, RequestView, StageView, TaskView
-from topas.policies import PolicyError, available_policies, make_policy
+from topas.policies import PolicyError, available_policies
+from topas.policies import make_policy as _make_policy
 from topas.policies.topas import _DecisionCtx
+
+#: The TOPAS parameters every hand computation here assumes. The shipped defaults are chosen by
+#: scripts/sweep_topas_defaults.py and may change; these tests pin their own.
+HAND = {"output_reserve": 1.0, "rho": 1.0, "beta": 1.0, "H_age": 60.0}
+
+
+def make_policy(name, **params):
+    """``topas.policies.make_policy`` with the ``HAND`` parameters for TOPAS and its ablations."""
+    return _make_policy(name, **({**HAND, **params} if name.startswith("topas") else params))
+
 from topas.workload.model import Agent, Stage, Task, Trace
 
 COST = CostModel(

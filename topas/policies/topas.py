@@ -65,10 +65,12 @@ from topas.policies.topas_terms import (
 
 @dataclass(frozen=True)
 class TopasParams:
+    # Defaults: one set for every workload, chosen by scripts/sweep_topas_defaults.py (README,
+    # "Choosing TOPAS's defaults"); H_age, M, K, samples and candidates_per_agent were not swept.
     #: weight of the prefix-reuse value V_reuse
     beta: float = 1.0
     #: aging strength rho in g_i(t) = 1 + rho * log(1 + (t - tau_i) / H_age)
-    rho: float = 1.0
+    rho: float = 0.5
     #: aging horizon H_age, seconds
     H_age: float = 60.0
     #: enumerate every prefix subset when the pool has at most M agents
@@ -80,7 +82,7 @@ class TopasParams:
     #: draws per stage for the sampled estimator
     samples: int = 16
     #: fraction of a request's expected remaining output reserved in d_r(t)
-    output_reserve: float = 1.0
+    output_reserve: float = 0.25
     #: waiting requests considered per agent (the best by initial gain), for speed
     candidates_per_agent: int = 32
     #: prior pseudo-observations of each agent's expected output length

@@ -1,0 +1,95 @@
+"""Choose TOPAS's one default parameter set on a documented sweep (issue: "Parameters").
+
+Every combination in the grid runs on all three synthetic workloads at two loads; each run's
+mean and p99 JCT are divided by the best *baseline*'s at the same point (workload, load,
+seed), and a combination's score is the geometric mean of those ratios over all points and
+both metrics (lower is better). The same set then serves every workload. Nothing here looks
+at the paper's reported numbers.
+
+    python scripts/sweep_topas_defaults.py            # full grid (~10 min on 2 cores)
+    python scripts/sweep_topas_defaults.py --quick    # a smaller grid, for a smoke test
+
+Writes ``data/results/topas_defaults_sweep.csv`` (one row per run) and prints the ranking.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import math
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pandas as pd
+from tqdm import tqdm
+
+from topas.engine.cost import load_profile
+from topas.engine.simulator import simulate
+from topas.paths import data_dir, traces_dir
+from topas.policies import make_policy
+from topas.workload.arrivals import retime
+from topas.workload.trace_io import read_trace
+
+WORKLOADS = ("chain-3", "dag-4", "dag-10-wide")
+BASELINES = ("fcfs", "lpm", "spf", "parrot-fcfs", "autellix-las")
+GRID = {
+    "preempt": (True, False),
+    "output_reserve": (0.0, 0.25, 0.5),
+    "rho": (0.0, 0.5, 1.0),
+    "beta": (0.0, 1.0),
+}
+QUICK_GRID = {"preempt": (True, False), "output_reserve": (0.5, 1.0), "rho": (0.0, 1.0)}
+
+
+def _run(job: tuple[str, float, int, int, str, tuple]) -> dict:
+    workload, load, seed, n_tasks, policy, params = job
+    trace = read_trace(traces_dir() / f"{workload}.json.gz").head(n_tasks)
+    trace = retime(trace, trace.meta["rate"] * load, seed)
+    s = simulate(trace, make_policy(policy, **dict(params)), load_profile()).summary
+    return {"workload": workload, "load": load, "seed": seed, "policy": policy, **dict(params),
+            "jct_mean": s["jct_mean"], "jct_p99": s["jct_p99"], "preemptions": s["preemptions"],
+            "prefix_loads_swap": s["prefix_loads_swap"], "decision_ms": s["decision_wall_mean_ms"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--tasks", type=int, default=200)
+    ap.add_argument("--loads", type=float, nargs="+", default=[1.0, 1.3])
+    ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--jobs", type=int, default=os.cpu_count())
+    ap.add_argument("--out", type=Path, default=data_dir() / "results" / "topas_defaults_sweep.csv")
+    args = ap.parse_args(argv)
+    grid = QUICK_GRID if args.quick else GRID
+    combos = [tuple(zip(grid, values)) for values in itertools.product(*grid.values())]
+    points = [(w, l, s) for w in WORKLOADS for l in args.loads for s in range(args.seeds)]
+    jobs = [(w, l, s, args.tasks, b, ()) for (w, l, s) in points for b in BASELINES]
+    jobs += [(w, l, s, args.tasks, "topas", c) for (w, l, s) in points for c in combos]
+    with ProcessPoolExecutor(args.jobs) as pool:
+        rows = list(tqdm(pool.map(_run, jobs), total=len(jobs), desc="sweep", unit="run"))
+    df = pd.DataFrame(rows)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.out.with_suffix(".tmp")
+    df.to_csv(tmp, index=False)
+    tmp.replace(args.out)
+
+    base = df[df.policy.isin(BASELINES)].groupby(["workload", "load", "seed"])[["jct_mean", "jct_p99"]].min()
+    top = df[df.policy == "topas"].copy()
+    top = top.merge(base.add_suffix("_best"), left_on=["workload", "load", "seed"], right_index=True)
+    top["log_ratio"] = (
+        (top.jct_mean / top.jct_mean_best).map(math.log) + (top.jct_p99 / top.jct_p99_best).map(math.log)
+    ) / 2
+    keys = list(grid)
+    score = top.groupby(keys)["log_ratio"].mean().map(math.exp).rename("geomean_ratio_vs_best_baseline")
+    worst = top.assign(r=(top.jct_mean / top.jct_mean_best)).groupby(keys)["r"].max().rename("worst_mean_ratio")
+    ranking = pd.concat([score, worst], axis=1).sort_values("geomean_ratio_vs_best_baseline")
+    with pd.option_context("display.width", 200, "display.max_rows", 100):
+        print(ranking.round(3).to_string())
+    print(f"\nwrote {args.out} ({len(df)} runs); best: {dict(zip(keys, ranking.index[0]))}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
