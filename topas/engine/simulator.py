@@ -304,7 +304,9 @@ class Simulator:
 
     def _evict(self, p: Prefix) -> None:
         tokens = p.tokens
-        if self.config.host_tier and not p.on_host:
+        # A prefix whose first-ever prefill has not finished has no complete KV to save: it is
+        # dropped (free), and a later load prefills it again.
+        if self.config.host_tier and not p.on_host and p.prefill_left == 0:
             self._pending_move_time += self.cost.swap_time(tokens)
             p.on_host = True
             self._record_prefix("evict_swap", p, tokens * self.cost.kv_bytes_per_token)
