@@ -475,3 +475,26 @@ def test_finishing_a_prefill_never_overshoots_the_budget():
     assert (used <= 4).all()
     req = by_rid(res)
     assert req["t0/S"]["first_admit"] == 0.0 and req["t1/S"]["first_admit"] == req["t0/S"]["finish"]
+
+
+def test_a_prefix_evicted_before_its_first_prefill_finished_is_dropped_not_swapped():
+    # Regression: a managing policy may evict a prefix between the chunks of its first-ever
+    # prefill (after preempting its only user). Its KV is incomplete, so there is nothing to write
+    # to the host tier: the eviction is free and the next load prefills the whole prefix again
+    # (it used to be written out and swapped back in as if complete, skipping the missing chunks).
+    def script(v, k):
+        if k == 0:
+            return Decision(load=("P",), admit=("t0/S",))
+        if k == 1:  # t1 arrives after P's first 64-token chunk
+            assert v.prefixes["P"].resident and [r.rid for r in v.running] == ["t0/S"]
+            return Decision(preempt=("t0/S",), evict=("P",), load=("Q",), admit=("t1/S",))
+        return Decision(load=tuple(a for a in "PQ" if not v.prefixes[a].resident
+                                   and any(r.agent == a for r in v.waiting)),
+                        admit=tuple(r.rid for r in v.waiting))
+    tasks = [task("t0", 0.0, stage("S", "P", 50, 5)), task("t1", 0.01, stage("S", "Q", 50, 5))]
+    res = simulate(trace({"P": 300, "Q": 100}, tasks), Scripted(script), C,
+                   EngineConfig(max_prefill_tokens=64))
+    events = list(zip(res.prefix_events["agent"], res.prefix_events["event"]))
+    assert events == [("P", "load_prefill"), ("P", "evict_free"),
+                      ("Q", "load_prefill"), ("P", "load_prefill")]
+    assert res.summary["bytes_swapped"] == 0.0
