@@ -7,6 +7,8 @@ through the immutable views in ``topas.engine.view``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Mapping
 
 from topas.engine.view import RequestView, StageView, TaskView
 from topas.workload.model import Agent, Stage, Task
@@ -88,7 +90,7 @@ class TaskState:
     requests: dict[str, Request] = field(default_factory=dict)  # by stage id
     done: set[str] = field(default_factory=set)
     finish_time: float | None = None
-    _stage_views: dict[str, StageView] | None = None
+    _stage_views: Mapping[str, StageView] | None = None
     _view: TaskView | None = None
 
     def view(self) -> TaskView:
@@ -96,9 +98,10 @@ class TaskState:
             t = self.task
             if self._stage_views is None:
                 kids = t.children
-                self._stage_views = {
+                # read-only: this mapping is shared by every view of the task
+                self._stage_views = MappingProxyType({
                     s.id: StageView(s.id, s.agent, s.input_tokens, s.parents, kids[s.id]) for s in t.stages
-                }
+                })
             self._view = TaskView(
                 id=t.id,
                 arrival=t.arrival,
