@@ -6,10 +6,15 @@ seed), and a combination's score is the geometric mean of those ratios over all 
 both metrics (lower is better). The same set then serves every workload. Nothing here looks
 at the paper's reported numbers.
 
-    python scripts/sweep_topas_defaults.py            # full grid (~10 min on 2 cores)
-    python scripts/sweep_topas_defaults.py --quick    # a smaller grid, for a smoke test
+Two stages, both committed with their raw runs:
 
-Writes ``data/results/topas_defaults_sweep.csv`` (one row per run) and prints the ranking.
+    python scripts/sweep_topas_defaults.py                       # 1: coarse grid, 200 tasks, 1 seed
+    python scripts/sweep_topas_defaults.py --stage refine        # 2: the best region, 500 tasks, 2 seeds
+    python scripts/sweep_topas_defaults.py --stage quick         # a smoke test
+
+Stage 1 writes ``data/results/topas_defaults_sweep.csv``, stage 2
+``data/results/topas_defaults_refine.csv`` (one row per run); each prints its ranking. The
+defaults are stage 2's best.
 """
 
 from __future__ import annotations
@@ -41,6 +46,14 @@ GRID = {
     "beta": (0.0, 1.0),
 }
 QUICK_GRID = {"preempt": (True, False), "output_reserve": (0.5, 1.0), "rho": (0.0, 1.0)}
+#: stage 2: the region of stage 1's best rows (every row within ~3% of the best had beta = 1,
+#: output_reserve 0.25-0.5), on longer runs with two seeds
+REFINE_GRID = {"preempt": (True, False), "output_reserve": (0.25, 0.5), "rho": (0.5, 1.0), "beta": (1.0,)}
+STAGES = {
+    "coarse": (GRID, 200, 1, "topas_defaults_sweep.csv"),
+    "refine": (REFINE_GRID, 500, 2, "topas_defaults_refine.csv"),
+    "quick": (QUICK_GRID, 100, 1, "topas_defaults_quick.csv"),
+}
 
 
 def _run(job: tuple[str, float, int, int, str, tuple]) -> dict:
@@ -55,14 +68,17 @@ def _run(job: tuple[str, float, int, int, str, tuple]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--tasks", type=int, default=200)
+    ap.add_argument("--stage", choices=list(STAGES), default="coarse")
+    ap.add_argument("--tasks", type=int, help="tasks per run (default: the stage's)")
     ap.add_argument("--loads", type=float, nargs="+", default=[1.0, 1.3])
-    ap.add_argument("--seeds", type=int, default=1)
+    ap.add_argument("--seeds", type=int, help="arrival seeds 0..N-1 (default: the stage's)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count())
-    ap.add_argument("--out", type=Path, default=data_dir() / "results" / "topas_defaults_sweep.csv")
+    ap.add_argument("--out", type=Path, help="CSV of the runs (default: data/results/<stage's file>)")
     args = ap.parse_args(argv)
-    grid = QUICK_GRID if args.quick else GRID
+    grid, tasks, seeds, fname = STAGES[args.stage]
+    args.tasks = args.tasks or tasks
+    args.seeds = args.seeds or seeds
+    args.out = args.out or data_dir() / "results" / fname
     combos = [tuple(zip(grid, values)) for values in itertools.product(*grid.values())]
     points = [(w, l, s) for w in WORKLOADS for l in args.loads for s in range(args.seeds)]
     jobs = [(w, l, s, args.tasks, b, ()) for (w, l, s) in points for b in BASELINES]

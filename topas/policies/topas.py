@@ -65,12 +65,13 @@ from topas.policies.topas_terms import (
 
 @dataclass(frozen=True)
 class TopasParams:
-    # Defaults: one set for every workload, chosen by scripts/sweep_topas_defaults.py (README,
-    # "Choosing TOPAS's defaults"); H_age, M, K, samples and candidates_per_agent were not swept.
+    # Defaults: one set for every workload, chosen by scripts/sweep_topas_defaults.py (stage 2,
+    # README "Choosing TOPAS's defaults"): preempt, output_reserve, rho and beta were swept;
+    # H_age, M, K, samples and candidates_per_agent were not.
     #: weight of the prefix-reuse value V_reuse
     beta: float = 1.0
     #: aging strength rho in g_i(t) = 1 + rho * log(1 + (t - tau_i) / H_age)
-    rho: float = 0.5
+    rho: float = 1.0
     #: aging horizon H_age, seconds
     H_age: float = 60.0
     #: enumerate every prefix subset when the pool has at most M agents
@@ -82,7 +83,7 @@ class TopasParams:
     #: draws per stage for the sampled estimator
     samples: int = 16
     #: fraction of a request's expected remaining output reserved in d_r(t)
-    output_reserve: float = 0.25
+    output_reserve: float = 0.5
     #: waiting requests considered per agent (the best by initial gain), for speed
     candidates_per_agent: int = 32
     #: prior pseudo-observations of each agent's expected output length
@@ -266,7 +267,8 @@ class _DecisionCtx:
                     self.pending.append((tv.stages[s].agent, parents))
         # n_a(t) is needed for every candidate Q'; precompute it for Q' = the running set and
         # index the pending stages by parent, so each Q' only rechecks the stages it touches.
-        running_rids = {r.rid for r in view.running}
+        running_rids = self._running_rids = {r.rid for r in view.running}
+        self.running_tasks = {r.task_id for r in view.running}
         self._la_base = lookahead_counts(self.pending, running_rids)
         self._la_in_base = [bool(ps) and all(q in running_rids for q in ps) for _, ps in self.pending]
         self._la_by_parent: dict[str, list[int]] = {}
@@ -351,8 +353,8 @@ class _DecisionCtx:
         if free < 0 and resident - self.r_t:
             return None  # no room to load a prefix; a state with no loads stays feasible
         admit, gains = self._greedy_pack(resident, free, preempt_ids, force)
-        q_rids = {r.rid for r in view.running if r.rid not in preempt_ids} | {rid for rid, _ in admit}
-        affected = len({rid.split("/", 1)[0] for rid in q_rids})
+        kept_tasks = {r.task_id for r in view.running if r.rid not in preempt_ids} if preempt else self.running_tasks
+        affected = len(kept_tasks.union(rid.split("/", 1)[0] for rid, _ in admit))
         moved_in = [self.move_in[a] for a in resident - self.r_t]
         moved_out = [self.move_out[a] for a in self.r_t - resident]
         terms = {
@@ -360,18 +362,20 @@ class _DecisionCtx:
             "J_move": j_move(moved_in, moved_out, affected),
             "J_redo": j_redo((r.generated for r in preempt), self.tpot),
             "J_revoke": j_revoke(self.policy.credits.get(r.rid, 0.0) for r in preempt),
-            "V_reuse": v_reuse(p.beta, self._lookahead(q_rids, preempt_ids, admit), self.reload, resident)
+            "V_reuse": v_reuse(p.beta, self._lookahead(preempt_ids, admit), self.reload, resident)
             if p.reuse else 0.0,
         }
         score = terms["J_admit"] - terms["J_move"] - terms["J_redo"] - terms["J_revoke"] + terms["V_reuse"]
         return _Plan(resident, admit, sorted(r.rid for r in preempt), score, terms)
 
-    def _lookahead(self, q_rids: set[str], preempted: set[str], admit: list[tuple[str, float]]) -> dict[str, int]:
-        """``lookahead_counts(self.pending, q_rids)``, recomputing only the stages Q' changes."""
-        touched = {i for rid in preempted for i in self._la_by_parent.get(rid, ())}
-        touched |= {i for rid, _ in admit for i in self._la_by_parent.get(rid, ())}
+    def _lookahead(self, preempted: set[str], admit: list[tuple[str, float]]) -> dict[str, int]:
+        """``lookahead_counts(self.pending, Q')``, recomputing only the stages Q' changes."""
+        by_parent = self._la_by_parent
+        touched = {i for rid in preempted for i in by_parent.get(rid, ())}
+        touched.update(i for rid, _ in admit for i in by_parent.get(rid, ()))
         if not touched:
             return self._la_base
+        q_rids = (self._running_rids - preempted).union(rid for rid, _ in admit)
         counts = dict(self._la_base)
         for i in touched:
             if self._la_in_base[i]:
