@@ -284,14 +284,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--tasks", type=int, default=None, help="tasks per run (default: 500; quick: 100)")
     ap.add_argument("--jobs", type=int, default=None, help="worker processes (default: all cores)")
     ap.add_argument("--profile", default=None, help="engine profile (default: the paper's A100 + Qwen2.5-32B)")
-    ap.add_argument("--out-dir", type=Path, default=REPO / "figures",
-                    help="where the tables go (default: figures/)")
+    ap.add_argument("--out-dir", type=Path, default=None,
+                    help="where the tables go (default: figures/; quick: figures/quick/, so a quick "
+                         "run never overwrites the committed full-run tables)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
     args = ap.parse_args(argv)
     if args.seeds is None:
         args.seeds = 1 if args.quick else 3
     if args.tasks is None:
         args.tasks = 100 if args.quick else 500
+    if args.out_dir is None:
+        args.out_dir = REPO / "figures" / "quick" if args.quick else REPO / "figures"
     for name in ("seeds", "tasks"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be >= 1")
