@@ -82,3 +82,29 @@ def dag4_task(id: str, arrival: float, x: Mapping[str, int], y: Mapping[str, int
 @pytest.fixture(scope="session")
 def cost() -> CostModel:
     return ROUND_COST
+
+
+def good_trace_dict() -> dict:
+    """A valid two-task DAG-4-like trace in the file format (schema topas.trace/1)."""
+
+    def stages():
+        return [
+            {"id": "A", "agent": "a", "input_tokens": 10, "output_tokens": 5, "parents": []},
+            {"id": "B", "agent": "b", "input_tokens": 20, "output_tokens": 5, "parents": ["A"]},
+            {"id": "C", "agent": "b", "input_tokens": 30, "output_tokens": 5, "parents": ["A"]},
+            {"id": "D", "agent": "a", "input_tokens": 40, "output_tokens": 5, "parents": ["B", "C"]},
+        ]
+
+    return {
+        "schema": "topas.trace/1",
+        "name": "tiny",
+        "meta": {"description": "test"},
+        "agents": [
+            {"name": "a", "prefix_tokens": 100, "expected_output_tokens": 5.0},
+            {"name": "b", "prefix_tokens": 200, "expected_output_tokens": 5},
+        ],
+        "tasks": [
+            {"id": "t00000", "arrival": 0.0, "workflow": "tiny", "stages": stages()},
+            {"id": "t00001", "arrival": 1.5, "workflow": "tiny", "stages": stages()},
+        ],
+    }

@@ -10,34 +10,9 @@ import pytest
 
 from topas.workload import TraceError, trace_from_dict, validate_trace
 from topas.workload.validate import SUPPORTED_SCHEMAS, find_cycle, topological_order
+from conftest import good_trace_dict as good
 
 SRC = "data/x.json.gz"
-
-
-def good() -> dict:
-    """A valid two-task DAG-4-like trace."""
-
-    def stages():
-        return [
-            {"id": "A", "agent": "a", "input_tokens": 10, "output_tokens": 5, "parents": []},
-            {"id": "B", "agent": "b", "input_tokens": 20, "output_tokens": 5, "parents": ["A"]},
-            {"id": "C", "agent": "b", "input_tokens": 30, "output_tokens": 5, "parents": ["A"]},
-            {"id": "D", "agent": "a", "input_tokens": 40, "output_tokens": 5, "parents": ["B", "C"]},
-        ]
-
-    return {
-        "schema": "topas.trace/1",
-        "name": "tiny",
-        "meta": {"description": "test"},
-        "agents": [
-            {"name": "a", "prefix_tokens": 100, "expected_output_tokens": 5.0},
-            {"name": "b", "prefix_tokens": 200, "expected_output_tokens": 5},
-        ],
-        "tasks": [
-            {"id": "t00000", "arrival": 0.0, "workflow": "tiny", "stages": stages()},
-            {"id": "t00001", "arrival": 1.5, "workflow": "tiny", "stages": stages()},
-        ],
-    }
 
 
 def reject(d: dict, *fragments: str, kv_budget: int | None = None) -> TraceError:
