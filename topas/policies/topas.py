@@ -300,6 +300,7 @@ class _DecisionCtx:
             cands.extend(sorted(by_agent[agent], key=rank)[: p.candidates_per_agent])
         #: the candidates, best gain first (ties: older task, then request id)
         self.cands: list[RequestView] = sorted(cands, key=rank)
+        self._packable = [(r.rid, r.agent, r.task_id, self.gain[r.rid], self.demand[r.rid]) for r in self.cands]
 
         # running requests: kept demand, by agent
         self.running_by_agent: dict[str, list[RequestView]] = {}
@@ -321,6 +322,7 @@ class _DecisionCtx:
             self.move_in[a] = swap if pv.on_host else view.cost.prefill_time([(pv.tokens, 0)])
             self.move_out[a] = 0.0 if pv.on_host else swap
         self.r_t = view.resident
+        self._busy = frozenset(self.running_by_agent)
         self.prefix_len = {a: pv.tokens for a, pv in view.prefixes.items()}
         self.run_demand_by_agent = {
             a: sum(self.run_demand[r.rid] for r in rs) for a, rs in self.running_by_agent.items()
@@ -344,7 +346,9 @@ class _DecisionCtx:
 
     def _evaluate(self, resident: frozenset[str], force: bool) -> _Plan | None:
         p, view = self.p, self.view
-        preempt = [r for a, rs in self.running_by_agent.items() if a not in resident for r in rs]
+        preempt = [] if self._busy <= resident else [
+            r for a, rs in self.running_by_agent.items() if a not in resident for r in rs
+        ]
         if len(preempt) > (p.K if p.preempt else 0):
             return None
         preempt_ids = {r.rid for r in preempt}
@@ -391,19 +395,18 @@ class _DecisionCtx:
         admitted: list[tuple[str, float]] = []
         total = 0.0
         preempted_tasks = {rid.split("/", 1)[0] for rid in preempted}
-        for r in self.cands:
-            if len(admitted) >= self.p.K:
+        K = self.p.K
+        for rid, agent, task_id, gain, need in self._packable:
+            if len(admitted) >= K:
                 break
-            gain = self.gain[r.rid]
             if gain <= 0 and not (force and not admitted):
                 break
-            if r.agent not in resident or r.task_id in preempted_tasks:
+            if agent not in resident or task_id in preempted_tasks:
                 continue  # a plan never swaps a running stage for a waiting one of the same task
-            need = self.demand[r.rid]
             if need > free:
                 continue
             free -= need
-            admitted.append((r.rid, gain))  # lambda_r = the credit recorded at admission
+            admitted.append((rid, gain))  # lambda_r = the credit recorded at admission
             total += gain
         return admitted, total
 
