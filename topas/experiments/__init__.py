@@ -8,11 +8,17 @@ An experiment is (trace, policy + parameters, engine profile, arrival rate, seed
     result = run_experiment(exp)                  # a SimResult (tables + summary)
     rows = run_many([exp, ...], jobs=None)        # one summary row per experiment, in order
 
-The Parquet results store, resumable sweeps and Ray come with a later issue; they key results
-by :meth:`Experiment.key`.
+Results go to a Parquet store keyed by :meth:`Experiment.key` (:mod:`.store`); a sweep over it
+runs only what is missing, so a killed sweep resumes where it stopped::
+
+    from topas.experiments import ResultStore, run_sweep
+
+    store = ResultStore()                         # data/results/store
+    df = run_sweep([exp, ...], store)             # summaries of all, running only the missing
+    result = store.load(exp)                      # the stored tables (a SimResult)
 """
 
-from topas.experiments.local import ExperimentFailed, run_many, run_row
+from topas.experiments.local import ExperimentFailed, map_experiments, run_many, run_row
 from topas.experiments.spec import (
     Experiment,
     ExperimentError,
@@ -21,15 +27,19 @@ from topas.experiments.spec import (
     resolve_trace_path,
     run_experiment,
 )
+from topas.experiments.store import ResultStore, run_sweep
 
 __all__ = [
     "Experiment",
     "ExperimentError",
     "ExperimentFailed",
+    "ResultStore",
     "available_traces",
+    "map_experiments",
     "prepare",
     "resolve_trace_path",
     "run_experiment",
     "run_many",
     "run_row",
+    "run_sweep",
 ]

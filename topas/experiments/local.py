@@ -14,20 +14,22 @@ order: the experiment's fields (:meth:`Experiment.fields`), its ``key``, then th
 Rows are deterministic apart from the wall-clock keys
 (:data:`topas.engine.metrics.WALL_CLOCK_KEYS`): the same experiments give the same rows whatever
 ``jobs`` is. Full per-task tables are not returned (they stay in the worker); the Parquet results
-store (a later issue) will keep them.
+store (:func:`topas.experiments.store.run_sweep`) keeps them.
 """
 
 from __future__ import annotations
 
 import os
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from tqdm.auto import tqdm
 
 from topas.experiments.spec import Experiment, prepare
 
-__all__ = ["run_many", "run_row", "ExperimentFailed"]
+__all__ = ["run_many", "run_row", "map_experiments", "ExperimentFailed"]
+
+T = TypeVar("T")
 
 
 class ExperimentFailed(RuntimeError):
@@ -78,16 +80,31 @@ def run_many(
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an integer >= 1 or None, got jobs={jobs!r}")
     jobs = min(jobs, max(1, len(exps)))
-    rows: list[dict[str, Any] | None] = [None] * len(exps)
+    return map_experiments(run_row, exps, jobs=jobs, progress=progress, desc=desc)
+
+
+def map_experiments(
+    fn: Callable[[Experiment], T],
+    exps: Sequence[Experiment],
+    jobs: int = 1,
+    progress: bool = True,
+    desc: str = "experiments",
+) -> list[T]:
+    """``[fn(e) for e in exps]``, on ``jobs`` worker processes (``1``: in this process), in the
+    input order, with a tqdm bar. ``fn`` must be a picklable (module-level) function. The first
+    failure cancels the pending experiments and raises :class:`ExperimentFailed` naming the
+    experiment (its cause is the original error). Specs are not checked here (see :func:`run_many`).
+    """
+    out: list[Any] = [None] * len(exps)
     bar = tqdm(total=len(exps), desc=desc, unit="run", disable=not progress)
     try:
-        if jobs == 1:
+        if jobs == 1 or len(exps) <= 1:
             for i, e in enumerate(exps):
-                rows[i] = _run_or_raise(e)
+                out[i] = _run_or_raise(fn, e)
                 bar.update(1)
         else:
-            with ProcessPoolExecutor(max_workers=jobs) as pool:
-                futures: dict[Future, int] = {pool.submit(run_row, e): i for i, e in enumerate(exps)}
+            with ProcessPoolExecutor(max_workers=min(jobs, len(exps))) as pool:
+                futures: dict[Future, int] = {pool.submit(fn, e): i for i, e in enumerate(exps)}
                 pending = set(futures)
                 while pending:
                     done, pending = wait(pending, return_when=FIRST_EXCEPTION)
@@ -98,15 +115,15 @@ def run_many(
                             for p in pending:
                                 p.cancel()
                             raise ExperimentFailed(f"experiment {exps[i].label()} failed: {err}") from err
-                        rows[i] = f.result()
+                        out[i] = f.result()
                         bar.update(1)
     finally:
         bar.close()
-    return rows  # type: ignore[return-value]
+    return out
 
 
-def _run_or_raise(e: Experiment) -> dict[str, Any]:
+def _run_or_raise(fn: Callable[[Experiment], T], e: Experiment) -> T:
     try:
-        return run_row(e)
+        return fn(e)
     except Exception as err:
         raise ExperimentFailed(f"experiment {e.label()} failed: {err}") from err
