@@ -5,7 +5,9 @@ a task ``i`` arrives at ``tau_i`` with a DAG ``G_i`` of stages ``v``; stage ``v`
 agent ``a(v)``, has ``x_v`` suffix input tokens and ``y_v`` true output tokens. ``y_v`` lives in
 the trace so the engine can simulate it; schedulers never read it (see ``topas.engine.view``).
 
-Objects here are immutable and validated on construction by ``topas.workload.validate``.
+Objects here are immutable. They are not validated on construction: ``read_trace`` /
+``trace_from_dict``, the generators, ``retime`` and the simulator check them with
+``topas.workload.validate.validate_trace``.
 """
 
 from __future__ import annotations
