@@ -48,7 +48,9 @@ GRID = {
 QUICK_GRID = {"preempt": (True, False), "output_reserve": (0.5, 1.0), "rho": (0.0, 1.0)}
 #: stage 2: the region of stage 1's best rows (every row within ~3% of the best had beta = 1,
 #: output_reserve 0.25-0.5), on longer runs with two seeds
-REFINE_GRID = {"preempt": (True, False), "output_reserve": (0.25, 0.5), "rho": (0.5, 1.0), "beta": (1.0,)}
+#: (revalue_credit: the frozen-credit fix for preemption under aging, see topas.py)
+REFINE_GRID = {"preempt": (True, False), "output_reserve": (0.25, 0.5), "rho": (0.5, 1.0), "beta": (1.0,),
+               "revalue_credit": (False, True)}
 STAGES = {
     "coarse": (GRID, 200, 1, "topas_defaults_sweep.csv"),
     "refine": (REFINE_GRID, 500, 2, "topas_defaults_refine.csv"),

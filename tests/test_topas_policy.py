@@ -380,6 +380,22 @@ def test_lambda_is_recorded_at_admission_and_charged_as_j_revoke_on_preemption()
     assert make_policy("topas").decide(v2).info["J_revoke"] == 0.0
 
 
+def test_revalue_credit_charges_lambda_at_the_task_s_current_age():
+    # Same two views. t1/A was admitted at t = 60 (its running view says admitted_time = 60, its
+    # task arrived at 0), so g then = 1 + ln 2 and g now (t = 120) = 1 + ln 3:
+    # J_revoke = lambda * (1 + ln 3) / (1 + ln 2) = 1.1 (1 + ln 3).
+    v1, v2 = _revoke_views()
+    pol = make_policy("topas", revalue_credit=True)
+    pol.decide(v1)
+    d = pol.decide(v2)
+    assert d.preempt == ("t1/A",)
+    assert d.info["J_revoke"] == pytest.approx(1.1 * (1 + math.log(3)))
+    # without aging there is nothing to revalue: the recorded credit is charged as is
+    pol = make_policy("topas-no-aging", revalue_credit=True)
+    pol.decide(v1)
+    assert pol.decide(v2).info["J_revoke"] == pytest.approx(1.1)
+
+
 def test_a_finished_request_drops_its_credit():
     v1, _ = _revoke_views()
     pol = make_policy("topas")
@@ -635,6 +651,16 @@ def test_aging_admits_the_long_task_within_the_derived_bound():
     row = d[(d["n_load"] > 0) & (d["time"] == long["first_admit"])].iloc[0]
     g_l = 1 + math.log(1 + (long["first_admit"] - 1.0) / 10.0)
     assert row["info_J_admit"] == pytest.approx(g_l * 10.5) and row["info_J_move"] == pytest.approx(1.55)
+
+
+def test_revalued_credit_keeps_the_bound_when_preemption_is_allowed():
+    # The xfail below: with the paper's credit (frozen at admission) the shorts' aging overtakes
+    # L's credit and TOPAS preempts L again and again. Revalued at the current age, L's credit
+    # grows with its own task's age and L runs to its end: the same bound holds as without
+    # preemption (L admitted at the first batch boundary after 21.6 s, finished by 36 s).
+    res, long, _ = _run_stream("topas", revalue_credit=True)
+    assert res.requests.set_index("rid").loc["long/A", "preemptions"] == 0
+    assert res.tasks.set_index("task_id").loc["long", "jct"] <= BOUND_S
 
 
 @pytest.mark.xfail(strict=True, reason=(

@@ -7,6 +7,7 @@ its parents among the earlier ones) over those agents; random input/output lengt
 a KV budget from "the largest request just fits alone" up to "not every prefix fits" (and some
 beyond), chunked prefill, host tier and re-check interval varied. TOPAS's parameters are varied
 too: M in {0, 2, 6} (0 always takes the local search), K in {1, 4, 64}, preempt on/off,
+revalue_credit on/off,
 output_reserve in {0, 0.5, 1}, estimator expected/sampled, H_age 1 s or 60 s.
 
 "Fits alone" means ``l_a + x_v + max(y_v, E_a) <= B`` in the "consistent" strategy; the
@@ -75,6 +76,7 @@ def workloads(draw, consistent: bool):
         "M": draw(st.sampled_from([0, 2, 6])),
         "K": draw(st.sampled_from([1, 4, 64])),
         "preempt": draw(st.booleans()),
+        "revalue_credit": draw(st.booleans()),
         "output_reserve": 1.0 if consistent else draw(st.sampled_from([0.0, 0.5, 1.0])),
         "estimator": draw(st.sampled_from(["expected", "sampled"])),
         "samples": 4,

@@ -30,6 +30,11 @@ subject to ``sum_{a in R'} l_a + sum_{r in Q'} d_r(t) <= B_t`` (``topas_terms`` 
   R_t: best single addition, pair additions when stuck, then deletions and swaps, until no
   move improves (O(|pool|^2) evaluations per round). Dropping an agent that has running
   requests preempts them (at most K preemptions), charged J_redo and J_revoke.
+* J_revoke charges the credit lambda_r recorded at admission, as the paper says. Under aging
+  this lets waiting tasks (whose g_i keeps growing) outbid a running request whose credit is
+  frozen, so TOPAS can preempt the same long request again and again (tests pin it).
+  ``revalue_credit=True`` charges ``lambda_r * g_i(t) / g_i(t_admit)`` instead: the credit
+  ages with its task. Our addition, off by default unless the defaults sweep picks it.
 * Liveness (our addition): if the engine is idle and the best state admits nothing (a first
   prefix load can cost more than one short request gains), the single best request is admitted
   with its prefix anyway, so TOPAS can never stall the engine.
@@ -96,6 +101,9 @@ class TopasParams:
     seed: int = 0
     #: allow dropping a prefix whose agent has running requests (preempting them)
     preempt: bool = True
+    #: revalue a running request's credit at its task's current age when revoking it
+    #: (the paper records lambda_r at admission; off by default)
+    revalue_credit: bool = False
 
     def __post_init__(self) -> None:
         checks = {
@@ -365,12 +373,21 @@ class _DecisionCtx:
             "J_admit": gains,
             "J_move": j_move(moved_in, moved_out, affected),
             "J_redo": j_redo((r.generated for r in preempt), self.tpot),
-            "J_revoke": j_revoke(self.policy.credits.get(r.rid, 0.0) for r in preempt),
+            "J_revoke": j_revoke(self._credit(r) for r in preempt),
             "V_reuse": v_reuse(p.beta, self._lookahead(preempt_ids, admit), self.reload, resident)
             if p.reuse else 0.0,
         }
         score = terms["J_admit"] - terms["J_move"] - terms["J_redo"] - terms["J_revoke"] + terms["V_reuse"]
         return _Plan(resident, admit, sorted(r.rid for r in preempt), score, terms)
+
+    def _credit(self, r: RequestView) -> float:
+        """lambda_r, or with ``revalue_credit`` lambda_r * g_i(t) / g_i(t_admit)."""
+        lam = self.policy.credits.get(r.rid, 0.0)
+        if not self.p.revalue_credit or not self.p.aging or r.admitted_time is None:
+            return lam
+        tv = self.view.tasks[r.task_id]
+        then = aging(r.admitted_time, tv.arrival, self.p.rho, self.p.H_age)
+        return lam * aging(self.view.time, tv.arrival, self.p.rho, self.p.H_age) / then
 
     def _lookahead(self, preempted: set[str], admit: list[tuple[str, float]]) -> dict[str, int]:
         """``lookahead_counts(self.pending, Q')``, recomputing only the stages Q' changes."""
