@@ -1,0 +1,106 @@
+"""Every notebook in notebooks/ runs in quick mode under papermill and writes the files it declares.
+
+``EXPECTED`` lists, per notebook, every figure and table file it writes into ``out_dir``. A
+notebook that is not listed fails, so a new notebook must declare its outputs here; a notebook
+that writes a file it did not declare fails too (so every output is checked).
+
+The kernel: notebooks name the ``python3`` kernelspec. jupyter_client starts that spec (whose
+command is ``python -m ipykernel_launcher``) with the interpreter running papermill, i.e. the
+venv's python under ``make test``; ``test_kernel_is_this_python`` checks that, so a notebook
+never silently runs against another installation of topas.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from topas.paths import REPO_ROOT
+
+papermill = pytest.importorskip("papermill")
+nbformat = pytest.importorskip("nbformat")
+
+NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
+NOTEBOOKS = sorted(p.name for p in NOTEBOOKS_DIR.glob("*.ipynb"))
+
+#: notebook -> the files it writes into ``out_dir`` (figures: .png + .pdf; tables: .csv + .md).
+EXPECTED: dict[str, list[str]] = {
+    "01_workloads.ipynb": ["workloads_dags.png", "workloads_dags.pdf", "workloads_sizes.csv", "workloads_sizes.md"],
+}
+
+KERNEL = "python3"
+
+
+def _execute(src: Path, out: Path, parameters: dict, cwd: Path) -> None:
+    papermill.execute_notebook(
+        str(src),
+        str(out),
+        parameters=parameters,
+        kernel_name=KERNEL,
+        cwd=str(cwd),
+        progress_bar=False,
+        log_output=False,
+    )
+
+
+def test_every_declared_notebook_exists():
+    missing = sorted(set(EXPECTED) - set(NOTEBOOKS))
+    assert not missing, f"EXPECTED lists notebooks that are not in notebooks/: {missing}"
+
+
+def test_notebooks_are_numbered_in_reading_order():
+    nums = []
+    for name in NOTEBOOKS:
+        m = re.fullmatch(r"(\d\d)_[a-z0-9_]+\.ipynb", name)
+        assert m, f"{name}: notebooks are named NN_topic.ipynb (two digits, lower case)"
+        nums.append(m.group(1))
+    assert len(nums) == len(set(nums)), f"two notebooks share a number: {NOTEBOOKS}"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_is_committed_clean_with_parameters(name):
+    nb = nbformat.read(NOTEBOOKS_DIR / name, as_version=4)
+    params = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    assert len(params) == 1, f"{name}: needs exactly one cell tagged 'parameters' (papermill)"
+    for var in ("quick", "out_dir"):
+        assert re.search(rf"^{var}\s*=", params[0].source, re.M), f"{name}: parameters cell lacks {var!r}"
+    for c in nb.cells:
+        if c.cell_type == "code":
+            assert not c.outputs and c.execution_count is None, f"{name}: commit it with outputs cleared"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS)
+def test_notebook_runs_quick_and_writes_its_outputs(name, tmp_path, monkeypatch):
+    assert name in EXPECTED, (
+        f"{name} is not in tests/test_notebooks.py EXPECTED: declare the figure/table files it writes"
+    )
+    figs = tmp_path / "figures"
+    # anything written without out_dir lands here too, never in the repository's figures/
+    monkeypatch.setenv("TOPAS_FIGURES", str(figs))
+    _execute(NOTEBOOKS_DIR / name, tmp_path / name, {"quick": True, "out_dir": str(figs)}, NOTEBOOKS_DIR)
+    for f in EXPECTED[name]:
+        p = figs / f
+        assert p.is_file(), f"{name} did not write {f}"
+        assert p.stat().st_size > 0, f"{name} wrote an empty {f}"
+    written = sorted(p.name for p in figs.iterdir()) if figs.exists() else []
+    extra = sorted(set(written) - set(EXPECTED[name]))
+    assert not extra, f"{name} wrote files not declared in EXPECTED: {extra}"
+
+
+def test_kernel_is_this_python(tmp_path):
+    """The 'python3' kernel papermill starts is this interpreter (the venv's), not another one."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell("out = None", metadata={"tags": ["parameters"]}),
+        nbformat.v4.new_code_cell("import sys, pathlib\npathlib.Path(out).write_text(sys.prefix + '\\n' + sys.executable)"),
+    ]
+    nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python 3", "language": "python"}
+    src = tmp_path / "probe.ipynb"
+    nbformat.write(nb, src)
+    res = tmp_path / "prefix.txt"
+    _execute(src, tmp_path / "probe_out.ipynb", {"out": str(res)}, tmp_path)
+    prefix, executable = res.read_text().splitlines()
+    assert prefix == sys.prefix, f"kernel runs {executable}, tests run {sys.executable}"
