@@ -36,7 +36,7 @@ from topas.policies.topas import _DecisionCtx
 
 #: The TOPAS parameters every hand computation here assumes. The shipped defaults are chosen by
 #: scripts/sweep_topas_defaults.py and may change; these tests pin their own.
-HAND = {"output_reserve": 1.0, "rho": 1.0, "beta": 1.0, "H_age": 60.0}
+HAND = {"output_reserve": 1.0, "rho": 1.0, "beta": 1.0, "H_age": 60.0, "revalue_credit": False}
 
 
 def make_policy(name, **params):

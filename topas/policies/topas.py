@@ -34,7 +34,8 @@ subject to ``sum_{a in R'} l_a + sum_{r in Q'} d_r(t) <= B_t`` (``topas_terms`` 
   this lets waiting tasks (whose g_i keeps growing) outbid a running request whose credit is
   frozen, so TOPAS can preempt the same long request again and again (tests pin it).
   ``revalue_credit=True`` charges ``lambda_r * g_i(t) / g_i(t_admit)`` instead: the credit
-  ages with its task. Our addition, off by default unless the defaults sweep picks it.
+  ages with its task. Our addition; the defaults sweep picked it (``revalue_credit=False`` is
+  the paper's literal credit).
 * Liveness (our addition): if the engine is idle and the best state admits nothing (a first
   prefix load can cost more than one short request gains), the single best request is admitted
   with its prefix anyway, so TOPAS can never stall the engine.
@@ -71,12 +72,12 @@ from topas.policies.topas_terms import (
 @dataclass(frozen=True)
 class TopasParams:
     # Defaults: one set for every workload, chosen by scripts/sweep_topas_defaults.py (stage 2,
-    # README "Choosing TOPAS's defaults"): preempt, output_reserve, rho and beta were swept;
-    # H_age, M, K, samples and candidates_per_agent were not.
+    # README "Choosing TOPAS's defaults"): preempt, output_reserve, rho, beta and revalue_credit
+    # were swept; H_age, M, K, samples and candidates_per_agent were not.
     #: weight of the prefix-reuse value V_reuse
     beta: float = 1.0
     #: aging strength rho in g_i(t) = 1 + rho * log(1 + (t - tau_i) / H_age)
-    rho: float = 1.0
+    rho: float = 0.5
     #: aging horizon H_age, seconds
     H_age: float = 60.0
     #: enumerate every prefix subset when the pool has at most M agents
@@ -102,8 +103,8 @@ class TopasParams:
     #: allow dropping a prefix whose agent has running requests (preempting them)
     preempt: bool = True
     #: revalue a running request's credit at its task's current age when revoking it
-    #: (the paper records lambda_r at admission; off by default)
-    revalue_credit: bool = False
+    #: (the paper charges lambda_r as recorded at admission: set False for that)
+    revalue_credit: bool = True
 
     def __post_init__(self) -> None:
         checks = {
