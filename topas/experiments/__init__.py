@@ -18,6 +18,7 @@ runs only what is missing, so a killed sweep resumes where it stopped::
     result = store.load(exp)                      # the stored tables (a SimResult)
 """
 
+from topas.experiments import grid
 from topas.experiments.local import ExperimentFailed, map_experiments, run_many, run_row
 from topas.experiments.spec import (
     Experiment,
@@ -35,6 +36,7 @@ __all__ = [
     "ExperimentFailed",
     "ResultStore",
     "available_traces",
+    "grid",
     "map_experiments",
     "prepare",
     "resolve_trace_path",

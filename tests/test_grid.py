@@ -1,0 +1,27 @@
+"""The experiment grids behind the figures: sizes, and TOPAS parameters reaching TOPAS only."""
+
+from topas.experiments import grid
+
+
+def test_full_and_quick_sizes():
+    assert len(grid.jct_vs_load()) == 3 * 6 * 4 * 3  # workloads x policies x loads x seeds
+    assert len(grid.jct_vs_load(quick=True)) == 3 * 6 * 2 * 1
+    assert {e.n_tasks for e in grid.jct_vs_load(quick=True)} == {grid.QUICK.n_tasks}
+
+
+def test_params_reach_only_topas_policies():
+    exps = grid.jct_vs_load(["dag-4"], quick=True, params={"beta": 0.5})
+    for e in exps:
+        assert (dict(e.params) == {"beta": 0.5}) == e.policy.startswith("topas")
+
+
+def test_ablations_cover_every_variant_and_baseline():
+    pols = {e.policy for e in grid.ablations(quick=True)}
+    assert pols == set(grid.ABLATIONS) | set(grid.BASELINES)
+
+
+def test_sensitivity_is_the_cartesian_product_of_its_axes():
+    exps = grid.sensitivity(axes={"beta": (0.0, 1.0, 2.0), "rho": (0.0, 1.0)})
+    assert len(exps) == 3 * 2 * len(grid.FULL.seeds)
+    assert {tuple(sorted(dict(e.params))) for e in exps} == {("beta", "rho")}
+    assert len(grid.sensitivity(quick=True)) == 2 * 2  # quick keeps two values per axis, one seed

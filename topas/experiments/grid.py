@@ -1,0 +1,100 @@
+"""The experiment grids behind the paper's figures, in full and quick sizes.
+
+Notebooks ask for a section's experiments here, hand them to :func:`run_sweep` (which only runs
+what the results store lacks) and plot the summaries, so the grid is defined once and a notebook
+stays thin::
+
+    from topas.experiments import grid, run_sweep
+    exps = grid.jct_vs_load(["dag-4"], quick=True)
+    summaries = run_sweep(exps)
+
+Sizes: full = 500 tasks per run, 3 arrival seeds, loads 0.8-1.4x each trace's nominal rate;
+quick = 40 tasks, 1 seed, two loads (for CI and a first look). Loads are multiples of the
+trace's ``meta["rate"]`` (see ``data/traces/README.md`` for what the nominal rate means).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+from topas.experiments.spec import Experiment
+
+SYNTHETIC = ("chain-3", "dag-4", "dag-10-wide")
+METAGPT = ("metagpt-sop", "metagpt-tl")
+BASELINES = ("fcfs", "lpm", "spf", "parrot-fcfs", "autellix-las")
+ABLATIONS = ("topas", "topas-no-reuse", "topas-no-aging", "topas-base", "topas-request-only")
+POLICIES = BASELINES + ("topas",)
+
+
+@dataclass(frozen=True)
+class Size:
+    n_tasks: int
+    seeds: tuple[int, ...]
+    loads: tuple[float, ...]
+
+
+FULL = Size(n_tasks=500, seeds=(0, 1, 2), loads=(0.8, 1.0, 1.2, 1.4))
+QUICK = Size(n_tasks=40, seeds=(0,), loads=(1.0, 1.3))
+
+
+def size(quick: bool) -> Size:
+    return QUICK if quick else FULL
+
+
+def _grid(
+    workloads: Iterable[str],
+    policies: Iterable[str],
+    loads: Iterable[float],
+    sz: Size,
+    params: Mapping[str, object] | None = None,
+) -> list[Experiment]:
+    return [
+        Experiment(w, p, dict(params or {}) if p.startswith("topas") else {}, load=l, seed=s, n_tasks=sz.n_tasks)
+        for w, p, l, s in itertools.product(workloads, policies, loads, sz.seeds)
+    ]
+
+
+def jct_vs_load(
+    workloads: Sequence[str] = SYNTHETIC,
+    policies: Sequence[str] = POLICIES,
+    quick: bool = False,
+    params: Mapping[str, object] | None = None,
+) -> list[Experiment]:
+    """Mean/p99 JCT and throughput against load: every policy x load x seed per workload.
+
+    ``params`` apply to the TOPAS policies only (e.g. utility weights from a notebook).
+    """
+    sz = size(quick)
+    return _grid(workloads, policies, sz.loads, sz, params)
+
+
+def ablations(
+    workloads: Sequence[str] = ("dag-4",),
+    load: float = 1.2,
+    quick: bool = False,
+    params: Mapping[str, object] | None = None,
+) -> list[Experiment]:
+    """Full TOPAS and its four ablations (plus the baselines for reference) at one load."""
+    sz = size(quick)
+    return _grid(workloads, ABLATIONS + BASELINES, (load,), sz, params)
+
+
+def sensitivity(
+    workload: str = "dag-4",
+    axes: Mapping[str, Sequence[object]] | None = None,
+    load: float = 1.2,
+    quick: bool = False,
+) -> list[Experiment]:
+    """TOPAS over a grid of its parameters (default: beta x rho, and rho x H_age) at one load."""
+    sz = size(quick)
+    axes = dict(axes or {"beta": (0.0, 0.5, 1.0, 2.0), "rho": (0.0, 0.5, 1.0, 2.0)})
+    if quick:
+        axes = {k: tuple(v)[:2] for k, v in axes.items()}
+    names = list(axes)
+    return [
+        Experiment(workload, "topas", dict(zip(names, values)), load=load, seed=s, n_tasks=sz.n_tasks)
+        for values in itertools.product(*(axes[n] for n in names))
+        for s in sz.seeds
+    ]
