@@ -410,7 +410,8 @@ def needs_log_scale(values: Iterable[float], ratio: float = 10.0) -> bool:
     return len(v) >= 2 and max(v) / min(v) >= ratio
 
 
-def _policy_legend(fig: matplotlib.figure.Figure, policies: Sequence[str], kind: str = "line") -> None:
+def _policy_legend(fig: matplotlib.figure.Figure, policies: Sequence[str], kind: str = "line",
+                   max_cols: int = 6) -> None:
     """One legend for the whole figure, below the panels, in policy order."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -419,7 +420,7 @@ def _policy_legend(fig: matplotlib.figure.Figure, policies: Sequence[str], kind:
         handles = [Line2D([], [], color=policy_color(p), marker="o", lw=1.8, ms=4) for p in policies]
     else:
         handles = [Patch(facecolor=policy_color(p), edgecolor="#333333") for p in policies]
-    ncol = min(len(policies), 6)
+    ncol = min(len(policies), max_cols)
     fig.legend(handles, [policy_label(p) for p in policies], loc="outside lower center", ncol=ncol,
                title="policy")
 
@@ -483,7 +484,7 @@ def plot_metric_vs_load(
             label = METRIC_LABELS.get(m, m) + (", log scale" if log else "")
             ax.set_ylabel(label if j == 0 else "")
             ax.set_xticks(sorted(sub["load"].unique()))
-    _policy_legend(fig, policies)
+    _policy_legend(fig, policies, max_cols=3 if nc == 1 else 6)  # one column of panels: a narrower legend
     return fig
 
 
