@@ -1,0 +1,291 @@
+"""Tables behind notebooks 05-08: decision overhead, mechanism numbers, sensitivity grids and
+the paper-vs-this-reproduction comparison.
+
+Every function takes stored results (:class:`~topas.engine.metrics.SimResult` or the summary
+rows of :func:`topas.experiments.run_sweep`) and returns plain numbers or a DataFrame, so the
+notebooks only wire them together::
+
+    from topas.experiments import analysis, grid, run_sweep
+    summaries = run_sweep(grid.jct_vs_load(quick=True))
+    table = analysis.paper_vs_ours(summaries, load=1.3)
+
+``mechanism_row`` and ``prefix_share`` are the numbers of ``scripts/mechanism.py`` (same columns).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from topas.experiments.spec import Experiment, available_traces
+
+PAPER_LABEL = "paper (reported)"
+MISSING_TRACE = "n/a (trace missing)"
+#: The paper's baselines; "vs best baseline" picks the best of these per workload and metric.
+BASELINES = ("fcfs", "lpm", "spf", "parrot-fcfs", "autellix-las")
+#: reported.csv metric -> summary column (lower is better except throughput).
+METRIC_COLUMNS = {"mean_jct": "jct_mean", "p99_jct": "jct_p99", "request_throughput": "throughput_rps"}
+HIGHER_IS_BETTER = {"throughput_rps"}
+
+
+# --- runs -----------------------------------------------------------------------------------
+
+
+def at_load(experiments: Iterable[Experiment], load: float) -> list[Experiment]:
+    """The distinct experiments of a grid with their load set to ``load`` (input order kept), so a
+    notebook can take one load of any grid (quick grids lack load 1.2)."""
+    out: dict[str, Experiment] = {}
+    for e in experiments:
+        e2 = dataclasses.replace(e, load=load)
+        out.setdefault(e2.key(), e2)
+    return list(out.values())
+
+
+def with_params(experiments: Iterable[Experiment], params: Mapping[str, object] | None) -> list[Experiment]:
+    """The experiments of TOPAS policies with ``params`` as defaults under their own parameters
+    (a sensitivity grid's axes win); other policies unchanged."""
+    if not params:
+        return list(experiments)
+    return [dataclasses.replace(e, params={**dict(params), **dict(e.params)}) if e.policy.startswith("topas") else e
+            for e in experiments]
+
+
+def one_run_per_policy(workloads: Sequence[str], policies: Sequence[str], load: float, seed: int,
+                       n_tasks: int, params: Mapping[str, object] | None = None) -> list[Experiment]:
+    """One experiment per workload x policy (``params`` go to the TOPAS policies only)."""
+    return [
+        Experiment(w, p, dict(params or {}) if p.startswith("topas") else {}, load=load, seed=seed, n_tasks=n_tasks)
+        for w in workloads
+        for p in policies
+    ]
+
+
+# --- decision overhead (notebook 05) --------------------------------------------------------
+
+
+def decision_overhead(decisions: pd.DataFrame, makespan: float) -> dict[str, float]:
+    """Per-decision wall time (ms: mean, p50, p99, max), its share of the simulated serving time
+    (sum of decision wall time / makespan, as the paper's share of serving time) and the
+    candidate prefix sets per decision (mean, max)."""
+    ms = decisions["wall_s"].to_numpy(dtype=float) * 1e3
+    cand = decisions["info_candidates"].to_numpy(dtype=float) if "info_candidates" in decisions else np.array([])
+    cand = cand[~np.isnan(cand)]
+    nan = float("nan")
+    return {
+        "decisions": int(len(ms)),
+        "mean_ms": float(ms.mean()) if len(ms) else nan,
+        "p50_ms": float(np.percentile(ms, 50)) if len(ms) else nan,
+        "p99_ms": float(np.percentile(ms, 99)) if len(ms) else nan,
+        "max_ms": float(ms.max()) if len(ms) else nan,
+        "share_pct": float(100.0 * ms.sum() / 1e3 / makespan) if makespan > 0 else nan,
+        "candidates_mean": float(cand.mean()) if len(cand) else nan,
+        "candidates_max": float(cand.max()) if len(cand) else nan,
+    }
+
+
+def paper_overhead(reported: pd.DataFrame | None = None) -> dict[str, float]:
+    """The paper's reported decision overhead: mean ms and share of wall time (%)."""
+    rep = paper_reported() if reported is None else reported
+    def get(metric: str) -> float:
+        v = rep.loc[rep.metric == metric, "value_pct"]
+        return float(v.iloc[0]) if len(v) else float("nan")
+    return {"mean_ms": get("decision_overhead_mean_ms"), "share_pct": get("decision_overhead_wall_time_share")}
+
+
+def overhead_table(stats: Mapping[str, float], setting: str, reported: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Ours (``stats`` from :func:`decision_overhead`, run in ``setting``) beside the paper's
+    reported mean and share (SGLang, MetaGPT-SOP at 0.15 task/s; it reports no p50/p99)."""
+    paper = paper_overhead(reported)
+    nan = float("nan")
+    return pd.DataFrame([
+        {"source": "this reproduction (simulator)", "setting": setting, "decisions": stats["decisions"],
+         "mean (ms)": stats["mean_ms"], "p50 (ms)": stats["p50_ms"], "p99 (ms)": stats["p99_ms"],
+         "share of serving time (%)": stats["share_pct"], "candidate sets / decision": stats["candidates_mean"]},
+        {"source": PAPER_LABEL, "setting": "SGLang on an A100, MetaGPT-SOP at 0.15 task/s", "decisions": pd.NA,
+         "mean (ms)": paper["mean_ms"], "p50 (ms)": nan, "p99 (ms)": nan,
+         "share of serving time (%)": paper["share_pct"], "candidate sets / decision": nan},
+    ])
+
+
+# --- mechanism (notebook 06) ----------------------------------------------------------------
+
+
+def prefix_share(res, budget: int) -> float:
+    """Time-weighted share of the KV budget held by resident prefixes."""
+    tl = res.timeline
+    if len(tl) < 2:
+        return float("nan")
+    dt = np.diff(tl["time"].to_numpy(dtype=float))
+    held = tl["prefix_tokens"].to_numpy(dtype=float)[:-1]
+    return float((held * dt).sum() / dt.sum() / budget) if dt.sum() > 0 else float("nan")
+
+
+def mechanism_row(policy: str, res, budget: int) -> dict:
+    """The row of ``scripts/mechanism.py``: JCT, busy/makespan, decode batch, prefix KV share,
+    retractions, preemptions, prefix swaps and the mean queueing time of each stage."""
+    s = res.summary
+    queue = res.requests.groupby("stage_id")["queue_time"].mean()
+    return {
+        "policy": policy,
+        "mean JCT": s["jct_mean"],
+        "p99 JCT": s["jct_p99"],
+        "busy/makespan": s["busy_time"] / s["makespan"] if s["makespan"] else float("nan"),
+        "decode batch": s["avg_decode_batch"],
+        "prefix KV share": prefix_share(res, budget),
+        "retractions": s["retractions"],
+        "preemptions": s["preemptions"],
+        "prefix swaps": s["prefix_loads_swap"],
+        **{f"queue {stage}": q for stage, q in queue.items()},
+    }
+
+
+def mechanism_table(results: Mapping[tuple[str, str], object], budget: int) -> pd.DataFrame:
+    """``{(workload, policy): SimResult}`` -> one :func:`mechanism_row` per run with a leading
+    ``workload`` column and the prefix events (loads from host / by prefill, evictions, GB swapped)."""
+    rows = []
+    for (w, p), res in results.items():
+        s = res.summary
+        row = {"workload": w, **mechanism_row(p, res, budget)}
+        queues = {k: row.pop(k) for k in list(row) if k.startswith("queue ")}
+        row.update({"prefix prefills": s["prefix_loads_prefill"], "prefix evictions": s["prefix_evictions"],
+                    "GB swapped": s["bytes_swapped"] / 1e9})
+        row.update(queues)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def stage_queueing(results: Mapping[tuple[str, str], object]) -> pd.DataFrame:
+    """Mean queueing time (s) per workload, policy and stage, with the stage's depth in the DAG
+    (0 = root) and how many stages share that depth (``width``: the fan-out)."""
+    rows = []
+    for (w, p), res in results.items():
+        rq = res.requests
+        depth = _stage_depths(rq)
+        width = pd.Series(depth).value_counts()
+        for stage, q in rq.groupby("stage_id")["queue_time"].mean().items():
+            rows.append({"workload": w, "policy": p, "stage": stage, "depth": depth.get(stage, 0),
+                         "width": int(width.get(depth.get(stage, 0), 1)), "queue_s": float(q)})
+    return pd.DataFrame(rows)
+
+
+def _stage_depths(requests: pd.DataFrame) -> dict[str, int]:
+    """Stage depth from the order stages become ready inside a task (0 = ready at arrival):
+    the rank of each stage's median ready-offset over tasks, stages with equal offsets tied."""
+    first = requests.groupby("task_id")["ready"].transform("min")
+    off = (requests["ready"] - first).groupby(requests["stage_id"]).median()
+    # stages that become ready at the same time (up to rounding) share a depth
+    levels = sorted(set(np.round(off.to_numpy(dtype=float), 6)))
+    return {s: levels.index(round(float(v), 6)) for s, v in off.items()}
+
+
+# --- sensitivity (notebook 07) --------------------------------------------------------------
+
+
+def sensitivity_table(summaries: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
+    """Mean over seeds of mean and p99 JCT (s) per combination of the parameters ``axes``
+    (read from the ``params`` column of :func:`run_sweep`'s summaries)."""
+    df = summaries.copy()
+    for a in axes:
+        df[a] = [_params(p).get(a) for p in df["params"]]
+    out = (df.groupby(list(axes), as_index=False)
+             .agg(mean_jct=("jct_mean", "mean"), p99_jct=("jct_p99", "mean"), seeds=("seed", "nunique")))
+    return out.rename(columns={"mean_jct": "mean JCT (s)", "p99_jct": "p99 JCT (s)"})
+
+
+def _params(p) -> dict:
+    """A summary row's ``params``: a JSON string in the store's summaries, or a mapping/pairs."""
+    if isinstance(p, str):
+        return json.loads(p) if p.strip() else {}
+    return dict(p or {})
+
+
+# --- paper vs ours (notebook 08) ------------------------------------------------------------
+
+
+def paper_reported(path: str | Path | None = None) -> pd.DataFrame:
+    """``data/paper/reported.csv``: the paper's own numbers (never measured here)."""
+    from topas.paths import data_dir
+
+    return pd.read_csv(path or data_dir() / "paper" / "reported.csv")
+
+
+def change_vs(summaries: pd.DataFrame, workload: str, column: str, policy: str = "topas",
+              against: Sequence[str] = BASELINES) -> tuple[float, str | None]:
+    """(% change of ``policy`` vs the best of ``against`` in ``column``, that policy), means over
+    seeds; negative = better for JCT. ``(nan, None)`` when a side is missing."""
+    df = summaries[summaries.workload == workload]
+    means = df.groupby("policy")[column].mean()
+    cands = means.reindex([a for a in against if a in means.index]).dropna()
+    if policy not in means.index or cands.empty:
+        return float("nan"), None
+    best = cands.idxmax() if column in HIGHER_IS_BETTER else cands.idxmin()
+    return float(100.0 * (means[policy] - cands[best]) / cands[best]), str(best)
+
+
+def _pct(v: float) -> str:
+    return "" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:+.1f}%"
+
+
+def paper_vs_ours(summaries: pd.DataFrame, reported: pd.DataFrame | None = None,
+                  ablation_summaries: pd.DataFrame | None = None,
+                  overhead: Mapping[str, float] | None = None, overhead_setting: str = "",
+                  traces: Iterable[str] | None = None) -> pd.DataFrame:
+    """One row per line of ``reported.csv`` (paper's number, labelled ``paper (reported)``, beside
+    ours) plus our ablation rows (TOPAS vs TOPAS-base per synthetic workload in
+    ``ablation_summaries``) and, given ``overhead`` (:func:`decision_overhead`), the overhead rows.
+
+    Columns: workload, metric, comparison, paper (reported), ours, paper_value, ours_value
+    (numbers for plots; % for reductions, ms or % for overhead), note. A workload whose trace is
+    not in ``data/traces/`` gets ``n/a (trace missing)``.
+    """
+    rep = paper_reported() if reported is None else reported
+    have = set(available_traces() if traces is None else traces)
+    rows = []
+
+    def add(w, metric, comp, paper, ours, ours_txt, note):
+        rows.append({"workload": w, "metric": metric, "comparison": comp,
+                     PAPER_LABEL: "" if np.isnan(paper) else (f"{paper:+.1f}%" if comp != "absolute" else f"{paper:g}"),
+                     "ours": ours_txt, "paper_value": paper, "ours_value": ours, "note": note})
+
+    for r in rep.itertuples(index=False):
+        paper = float(r.value_pct)
+        if r.comparison == "absolute":
+            continue  # overhead rows are added below, next to our measurement
+        if r.workload not in have:
+            add(r.workload, r.metric, r.comparison, paper, float("nan"), MISSING_TRACE, r.source)
+            continue
+        col = METRIC_COLUMNS.get(r.metric)
+        if r.comparison == "vs_best_baseline" and col is not None:
+            v, best = change_vs(summaries, r.workload, col)
+            add(r.workload, r.metric, r.comparison, paper, v, f"{_pct(v)} vs {best}" if best else "n/a (not run)",
+                "ours: TOPAS vs best baseline at the same load")
+        elif r.comparison == "vs_topas_base" and ablation_summaries is not None and col is not None:
+            v, _ = change_vs(ablation_summaries, r.workload, col, against=("topas-base",))
+            add(r.workload, r.metric, r.comparison, paper, v, _pct(v) or "n/a (not run)", r.source)
+        else:
+            add(r.workload, r.metric, r.comparison, paper, float("nan"), "n/a (not run)", r.source)
+    if ablation_summaries is not None:
+        reported_ablation = {(r.workload, r.metric) for r in rep.itertuples() if r.comparison == "vs_topas_base"}
+        for w in dict.fromkeys(ablation_summaries.workload):
+            for metric, col in (("mean_jct", "jct_mean"), ("p99_jct", "jct_p99")):
+                if (w, metric) in reported_ablation:
+                    continue
+                v, _ = change_vs(ablation_summaries, w, col, against=("topas-base",))
+                add(w, metric, "vs_topas_base", float("nan"), v, _pct(v) or "n/a (not run)",
+                    "ablation; paper reports it for MetaGPT-TL only")
+    if overhead is not None:
+        po = paper_overhead(rep)
+        for metric, key, unit in (("decision_overhead_mean_ms", "mean_ms", " ms"),
+                                  ("decision_overhead_wall_time_share", "share_pct", "%")):
+            v = float(overhead[key])
+            rows.append({"workload": f"metagpt-sop (paper) / {overhead_setting} (ours)", "metric": metric,
+                         "comparison": "absolute",
+                         PAPER_LABEL: f"{po[key]:g}{unit}", "ours": f"{v:.3g}{unit}", "paper_value": po[key],
+                         "ours_value": v, "note": "paper: SGLang, MetaGPT-SOP at 0.15 task/s; ours: simulator, "
+                         f"{overhead_setting}; wall time is machine-dependent"})
+    return pd.DataFrame(rows)
