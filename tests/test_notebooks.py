@@ -38,6 +38,20 @@ EXPECTED: dict[str, list[str]] = {
     # add metagpt_jct_vs_load.png/.pdf, metagpt_throughput.png/.pdf, metagpt_jct_table.csv/.md.
     "03_metagpt.ipynb": ["metagpt_status.csv", "metagpt_status.md"],
     "04_ablations.ipynb": ["ablations_dag4.png", "ablations_dag4.pdf", "ablations_table.csv", "ablations_table.md"],
+    "05_overhead.ipynb": [
+        "overhead_decision_time.png", "overhead_decision_time.pdf", "overhead_table.csv", "overhead_table.md",
+    ],
+    "06_mechanism.ipynb": [
+        "mechanism_kv_occupancy.png", "mechanism_kv_occupancy.pdf",
+        "mechanism_queueing.png", "mechanism_queueing.pdf",
+        "mechanism_table.csv", "mechanism_table.md",
+    ],
+    "07_sensitivity.ipynb": [
+        "sensitivity_beta_rho.png", "sensitivity_beta_rho.pdf",
+        "sensitivity_rho_hage.png", "sensitivity_rho_hage.pdf",
+        "sensitivity_table.csv", "sensitivity_table.md",
+    ],
+    "08_paper_vs_ours.ipynb": ["paper_vs_ours.png", "paper_vs_ours.pdf", "paper_vs_ours.csv", "paper_vs_ours.md"],
 }
 
 KERNEL = "python3"
