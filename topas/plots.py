@@ -701,7 +701,7 @@ def plot_decision_time(decisions: pd.DataFrame, title: str | None = None):
     _log_ms_axis(ax)
     ax.set_xlabel("wall time per decision (ms, log scale)")
     ax.set_ylabel("decisions")
-    ax.legend(loc="upper left")
+    ax.legend(loc="best")  # the long right tail usually leaves the upper right free
     ax = axes[1]
     xs = np.sort(ms)
     ax.plot(xs, np.arange(1, len(xs) + 1) / len(xs), color=policy_color("topas"))
