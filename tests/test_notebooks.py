@@ -103,7 +103,9 @@ def test_notebook_runs_quick_and_writes_its_outputs(name, tmp_path, monkeypatch)
     figs = tmp_path / "figures"
     # anything written without out_dir lands here too, never in the repository's figures/
     monkeypatch.setenv("TOPAS_FIGURES", str(figs))
-    _execute(NOTEBOOKS_DIR / name, tmp_path / name, {"quick": True, "out_dir": str(figs)}, NOTEBOOKS_DIR)
+    # quick results go to a temporary store, never the repository's data/results/store
+    params = {"quick": True, "out_dir": str(figs), "store_dir": str(tmp_path / "store")}
+    _execute(NOTEBOOKS_DIR / name, tmp_path / name, params, NOTEBOOKS_DIR)
     for f in EXPECTED[name]:
         p = figs / f
         assert p.is_file(), f"{name} did not write {f}"
