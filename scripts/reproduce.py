@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The one reproduction driver (``make reproduce`` / ``make figures`` call it).
 
-Until the notebooks land it runs the synthetic-workload comparison: every synthetic workload
+It runs the synthetic-workload comparison table, then executes the notebooks
+(``notebooks/NN_*.ipynb``, in order, through papermill; ``--no-notebooks`` skips them; a failure
+names the notebook and cell). The table: every synthetic workload
 (chain-3, dag-4, dag-10-wide) under every registered policy, at ``--load`` times each trace's
 nominal arrival rate (``meta["rate"]``; default 1.2, where the queue builds up), for ``--seeds``
 arrival seeds (0, 1, ...) and the first ``--tasks`` tasks of each trace, on the simulator with
@@ -25,8 +27,9 @@ Outputs (each written atomically: a temporary file, then a rename), in ``--out-d
 * ``results_synthetic.md``: the table in Markdown, ready to paste into the README;
 * ``results_synthetic_runs.csv``: one row per simulation (the raw per-seed summaries).
 
-Options: ``--quick`` (1 seed, 100 tasks unless given), ``--figures-only`` (no simulation; needs
-``results_synthetic.csv``), ``--engine sim|sglang`` (SGLang is not implemented yet: exit 2),
+Options: ``--quick`` (1 seed, 100 tasks unless given), ``--figures-only`` (re-renders the table
+from ``results_synthetic.csv`` and re-executes the notebooks, which read the results store and
+simulate only what it lacks), ``--engine sim|sglang`` (SGLang is not implemented yet: exit 2),
 ``--jobs N`` (worker processes; default: all cores).
 """
 
@@ -288,6 +291,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="where the tables go (default: figures/; quick: figures/quick/, so a quick "
                          "run never overwrites the committed full-run tables)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
+    ap.add_argument("--no-notebooks", action="store_true",
+                    help="only the results table; do not execute the notebooks")
     args = ap.parse_args(argv)
     if args.seeds is None:
         args.seeds = 1 if args.quick else 3
@@ -331,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     if args.figures_only:
-        return figures_only(args.out_dir)
+        status = figures_only(args.out_dir)
+        return status or run_notebooks(args)
 
     from topas.engine.cost import DEFAULT_PROFILE
     from topas.experiments import Experiment, run_many
@@ -359,6 +365,25 @@ def main(argv: list[str] | None = None) -> int:
     write_atomic(args.out_dir / f"{TABLE}_runs.csv", csv_text(runs, run_cols))
     rows = sort_rows(add_comparisons(aggregate(runs, settings), paper_reported()), policies)
     emit(rows, args.out_dir)
+    return run_notebooks(args)
+
+
+def run_notebooks(args: argparse.Namespace) -> int:
+    """Execute notebooks/NN_*.ipynb in order (they simulate only what the results store lacks)."""
+    if args.no_notebooks:
+        return 0
+    from topas.experiments.notebooks import NOTEBOOKS_DIR, NotebookFailed, execute_notebooks
+
+    executed = NOTEBOOKS_DIR / "executed" / ("quick" if args.quick else "full")
+    print(f"\nnotebooks -> figures in {args.out_dir}, executed copies in {executed}", flush=True)
+    t = time.perf_counter()
+    try:
+        execute_notebooks({"quick": bool(args.quick), "out_dir": str(args.out_dir)},
+                          executed_dir=executed, progress=not args.no_progress)
+    except NotebookFailed as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"notebooks done in {time.perf_counter() - t:.1f} s", flush=True)
     return 0
 
 

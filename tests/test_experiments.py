@@ -210,8 +210,9 @@ def reproduce(*args, **kw):
 
 def test_reproduce_quick_end_to_end(tmp_path):
     out = tmp_path / "figs"
+    # the notebooks are executed by tests/test_notebooks.py (each against a temporary store)
     r = reproduce("--quick", "--tasks", 20, "--seeds", 1, "--jobs", 2, "--out-dir", out, "--no-progress",
-                  timeout=240)
+                  "--no-notebooks", timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
     for w in ("chain-3", "dag-4", "dag-10-wide"):
         assert f"] {w}:" in r.stdout  # progress lines
@@ -241,7 +242,7 @@ def test_reproduce_quick_end_to_end(tmp_path):
     # --figures-only re-renders the same table from the CSV, without simulating
     before = md
     (out / "results_synthetic.md").unlink()
-    r = reproduce("--figures-only", "--out-dir", out, timeout=60)
+    r = reproduce("--figures-only", "--out-dir", out, "--no-notebooks", timeout=60)
     assert r.returncode == 0, r.stderr
     assert "no simulation" in r.stdout
     assert (out / "results_synthetic.md").read_text() == before

@@ -1,0 +1,44 @@
+"""The notebook runner behind `make reproduce`: reading order, executed copies, failures named."""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+
+from topas.experiments.notebooks import NotebookFailed, execute_notebooks, notebook_paths
+
+
+def _nb(path, *sources):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("out = None", metadata={"tags": ["parameters"]})]
+    nb.cells += [nbformat.v4.new_code_cell(s) for s in sources]
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, path)
+    return path
+
+
+def test_numbered_notebooks_in_reading_order(tmp_path):
+    for name in ("02_b.ipynb", "01_a.ipynb", "10_c.ipynb", "scratch.ipynb"):
+        _nb(tmp_path / name)
+    assert [p.name for p in notebook_paths(tmp_path)] == ["01_a.ipynb", "02_b.ipynb", "10_c.ipynb"]
+
+
+def test_runs_each_with_the_parameters_and_keeps_executed_copies(tmp_path):
+    nb = _nb(tmp_path / "01_a.ipynb", "import pathlib\npathlib.Path(out).write_text('ran')")
+    target = tmp_path / "marker.txt"
+    done = execute_notebooks({"out": str(target)}, [nb], tmp_path / "executed", progress=False)
+    assert target.read_text() == "ran"
+    assert [p.name for p in done] == ["01_a.ipynb"] and done[0].is_file()
+
+
+def test_a_failure_names_the_notebook_and_the_cell(tmp_path):
+    ok = _nb(tmp_path / "01_ok.ipynb", "x = 1")
+    bad = _nb(tmp_path / "02_bad.ipynb", "y = 2", "raise ValueError('no results for dag-4')")
+    later = _nb(tmp_path / "03_later.ipynb", "import pathlib\npathlib.Path(out).write_text('ran')")
+    marker = tmp_path / "later.txt"
+    with pytest.raises(NotebookFailed) as err:
+        execute_notebooks({"out": str(marker)}, [ok, bad, later], tmp_path / "executed", progress=False)
+    msg = str(err.value)
+    assert "02_bad.ipynb" in msg and "ValueError: no results for dag-4" in msg and "cell" in msg
+    assert not marker.exists()  # the run stopped at the failure
+    assert (tmp_path / "executed" / "02_bad.ipynb").is_file()  # kept for inspection
