@@ -52,6 +52,7 @@ EXPECTED: dict[str, list[str]] = {
         "sensitivity_table.csv", "sensitivity_table.md",
     ],
     "08_paper_vs_ours.ipynb": ["paper_vs_ours.png", "paper_vs_ours.pdf", "paper_vs_ours.csv", "paper_vs_ours.md"],
+    "09_weights_explorer.ipynb": ["weights_explorer.png", "weights_explorer.pdf"],
 }
 
 KERNEL = "python3"

@@ -782,7 +782,12 @@ def plot_stage_queueing(queueing: pd.DataFrame, panel_size: tuple[float, float] 
         depth = dict(zip(d["stage"], d["depth"]))
         ax.set_xticks(range(len(stages)), [f"{s}\n(depth {depth[s]})" for s in stages])
         ax.set_xlabel(f"{workload_label(w)}: stage (depth in the DAG; 0 = root)")
-        ax.set_ylabel("mean queueing time (s)")
+        positive = d.loc[d["queue_s"] > 0, "queue_s"]
+        if needs_log_scale(positive):  # one policy's waits would flatten the others' bars
+            ax.set_yscale("log")
+            ax.set_ylabel("mean queueing time (s), log scale")
+        else:
+            ax.set_ylabel("mean queueing time (s)")
         handles, labels = ax.get_legend_handles_labels()
         ax.get_legend().remove()
     fig.legend(handles, [policy_label(l) for l in labels], loc="outside upper center", ncol=len(order))
@@ -833,4 +838,26 @@ def plot_paper_vs_ours(table: pd.DataFrame):
     ax.set_xlabel("TOPAS change (%)\n< 0: lower JCT (better); throughput: > 0 is better")
     fig.legend(loc="outside upper center", ncol=2)
     _hide_stale_ticklabels(fig)
+    return fig
+
+
+# notebook 09: the utility-weights explorer ------------------------------------------------------
+
+
+def plot_jct_ecdf(tasks: Mapping[str, pd.DataFrame], title: str | None = None):
+    """Empirical CDF of task JCT (s) per policy; ``tasks`` maps a policy name to its tasks table."""
+    fig, ax = plt.subplots(figsize=(6.0, 3.6))
+    for name in policy_order(tasks):
+        jct = np.sort(tasks[name]["jct"].to_numpy(dtype=float))
+        if not len(jct):
+            continue
+        frac = np.arange(1, len(jct) + 1) / len(jct)
+        label = f"{policy_label(name)}: mean {jct.mean():.1f} s, p99 {np.percentile(jct, 99):.1f} s"
+        ax.step(jct, frac, where="post", color=policy_color(name), label=label, lw=2)
+    ax.set_xlabel("task JCT (s)")
+    ax.set_ylabel("fraction of tasks")
+    ax.set_ylim(0, 1.02)
+    ax.legend(loc="lower right", fontsize="small")
+    if title:
+        ax.set_title(title)
     return fig

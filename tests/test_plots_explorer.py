@@ -1,0 +1,24 @@
+"""The JCT ECDF used by the weights explorer (notebook 09)."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pandas as pd  # noqa: E402
+
+from topas import plots  # noqa: E402
+
+
+def test_ecdf_has_a_step_per_policy_in_policy_colours_with_mean_and_p99_in_the_legend():
+    tasks = {"parrot-fcfs": pd.DataFrame({"jct": [1.0, 2.0, 3.0, 4.0]}), "topas": pd.DataFrame({"jct": [2.0, 2.0]})}
+    fig = plots.plot_jct_ecdf(tasks, title="t")
+    ax = fig.axes[0]
+    lines = ax.get_lines()
+    assert [matplotlib.colors.to_hex(l.get_color()) for l in lines] == [
+        matplotlib.colors.to_hex(plots.policy_color(p)) for p in plots.policy_order(tasks)]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any(label.startswith("Parrot-FCFS: mean 2.5 s") for label in labels)
+    assert ax.get_xlabel() == "task JCT (s)" and ax.get_ylabel() == "fraction of tasks"
+    # the ECDF ends at 1 for every policy
+    assert all(l.get_ydata()[-1] == 1.0 for l in lines)
+    assert not plots.text_overlaps(fig)
