@@ -6,6 +6,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -168,3 +170,18 @@ def test_plots_are_readable(tmp_path):
         assert (tmp_path / f"f{k}.png").stat().st_size > 0
     heat = figs[3]
     assert any(ax.get_ylabel() == "mean JCT (s)" for ax in heat.axes)  # the colour bar
+
+
+def test_sensitivity_table_fills_parameters_left_at_their_defaults():
+    # the default-valued grid point is stored under the key of a run that gave no parameters
+    from topas.experiments.analysis import sensitivity_table
+    from topas.policies import policy_class
+
+    d = policy_class("topas").Params()
+    summaries = pd.DataFrame([
+        {"policy": "topas", "params": "{}", "seed": 0, "jct_mean": 10.0, "jct_p99": 20.0},
+        {"policy": "topas", "params": json.dumps({"beta": 2.0, "rho": d.rho}), "seed": 0, "jct_mean": 12.0,
+         "jct_p99": 24.0},
+    ])
+    t = sensitivity_table(summaries, ["beta", "rho"])
+    assert set(zip(t["beta"], t["rho"])) == {(d.beta, d.rho), (2.0, d.rho)}

@@ -190,8 +190,15 @@ def sensitivity_table(summaries: pd.DataFrame, axes: Sequence[str]) -> pd.DataFr
     """Mean over seeds of mean and p99 JCT (s) per combination of the parameters ``axes``
     (read from the ``params`` column of :func:`run_sweep`'s summaries)."""
     df = summaries.copy()
+    # A run whose parameters equal the defaults shares its key (and stored row) with a run that
+    # gave no parameters, so missing values are the policy's defaults.
+    from dataclasses import asdict
+
+    from topas.policies import policy_class
+
+    resolved = [{**asdict(policy_class(pol).Params()), **_params(p)} for pol, p in zip(df["policy"], df["params"])]
     for a in axes:
-        df[a] = [_params(p).get(a) for p in df["params"]]
+        df[a] = [r.get(a) for r in resolved]
     out = (df.groupby(list(axes), as_index=False)
              .agg(mean_jct=("jct_mean", "mean"), p99_jct=("jct_p99", "mean"), seeds=("seed", "nunique")))
     return out.rename(columns={"mean_jct": "mean JCT (s)", "p99_jct": "p99 JCT (s)"})
