@@ -60,7 +60,7 @@ __all__ = [
 ]
 
 #: Version of the key's canonical form (see the module docstring).
-KEY_SCHEMA = "topas.experiment/1"
+KEY_SCHEMA = "topas.experiment/2"  # 2: TOPAS ties no longer depend on the string hash seed
 #: Engines an experiment may name; only ``"sim"`` runs today (SGLang is a later issue).
 ENGINES = ("sim", "sglang")
 _TRACE_SUFFIXES = (".json.gz", ".json")

@@ -366,16 +366,19 @@ class _DecisionCtx:
         if free < 0 and resident - self.r_t:
             return None  # no room to load a prefix; a state with no loads stays feasible
         admit, gains = self._greedy_pack(resident, free, preempt_ids, force)
-        kept_tasks = {r.task_id for r in view.running if r.rid not in preempt_ids} if preempt else self.running_tasks
-        affected = len(kept_tasks.union(rid.split("/", 1)[0] for rid, _ in admit))
-        moved_in = [self.move_in[a] for a in resident - self.r_t]
-        moved_out = [self.move_out[a] for a in self.r_t - resident]
+        # sorted: float sums must not depend on set iteration order (string hashing is per process)
+        moved_in = [self.move_in[a] for a in sorted(resident - self.r_t)]
+        moved_out = [self.move_out[a] for a in sorted(self.r_t - resident)]
+        affected = 0  # |T_in| matters only when something moves at a cost
+        if moved_in or any(moved_out):
+            kept = {r.task_id for r in view.running if r.rid not in preempt_ids} if preempt else self.running_tasks
+            affected = len(kept.union(rid.split("/", 1)[0] for rid, _ in admit))
         terms = {
             "J_admit": gains,
             "J_move": j_move(moved_in, moved_out, affected),
             "J_redo": j_redo((r.generated for r in preempt), self.tpot),
             "J_revoke": j_revoke(self._credit(r) for r in preempt),
-            "V_reuse": v_reuse(p.beta, self._lookahead(preempt_ids, admit), self.reload, resident)
+            "V_reuse": v_reuse(p.beta, self._lookahead(preempt_ids, admit), self.reload, sorted(resident))
             if p.reuse else 0.0,
         }
         score = terms["J_admit"] - terms["J_move"] - terms["J_redo"] - terms["J_revoke"] + terms["V_reuse"]
