@@ -18,41 +18,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-import numpy as np
 import pandas as pd
 
-from topas.engine.metrics import SimResult
 from topas.experiments import Experiment, run_experiment
+from topas.experiments.analysis import mechanism_row, prefix_share  # noqa: F401  (the library's)
 from topas.policies import parse_param_strings
 
 DEFAULT_POLICIES = ("fcfs", "lpm", "spf", "parrot-fcfs", "autellix-las", "topas", "topas-base")
-
-
-def prefix_share(res: SimResult, budget: int) -> float:
-    """Time-weighted share of the KV budget held by resident prefixes."""
-    tl = res.timeline
-    if len(tl) < 2:
-        return float("nan")
-    dt = np.diff(tl["time"].to_numpy(dtype=float))
-    held = tl["prefix_tokens"].to_numpy(dtype=float)[:-1]
-    return float((held * dt).sum() / dt.sum() / budget) if dt.sum() > 0 else float("nan")
-
-
-def mechanism_row(policy: str, res: SimResult, budget: int) -> dict:
-    s = res.summary
-    queue = res.requests.groupby("stage_id")["queue_time"].mean()
-    return {
-        "policy": policy,
-        "mean JCT": s["jct_mean"],
-        "p99 JCT": s["jct_p99"],
-        "busy/makespan": s["busy_time"] / s["makespan"] if s["makespan"] else float("nan"),
-        "decode batch": s["avg_decode_batch"],
-        "prefix KV share": prefix_share(res, budget),
-        "retractions": s["retractions"],
-        "preemptions": s["preemptions"],
-        "prefix swaps": s["prefix_loads_swap"],
-        **{f"queue {stage}": q for stage, q in queue.items()},
-    }
 
 
 def kv_budget(exp: Experiment) -> int:
