@@ -70,17 +70,24 @@ def run_many(
     :class:`ExperimentFailed` names the experiment (its cause is the original error). A bad spec
     (unknown workload, policy, parameter or profile) raises its own error before anything runs.
     """
+    exps, jobs = check_sweep(experiments, jobs, "run_many")
+    jobs = min(jobs, max(1, len(exps)))
+    return map_experiments(run_row, exps, jobs=jobs, progress=progress, desc=desc)
+
+
+def check_sweep(experiments: Iterable[Experiment], jobs: int | None, caller: str) -> tuple[list[Experiment], int]:
+    """Check every spec (resolving each input, so a bad one is named before anything runs) and
+    ``jobs`` (``None`` = all cores); return the experiments as a list and the job count."""
     exps = list(experiments)
     for e in exps:
         if not isinstance(e, Experiment):
-            raise TypeError(f"run_many takes Experiment objects, got {e!r}")
+            raise TypeError(f"{caller} takes Experiment objects, got {e!r}")
         e.key()  # resolves and checks every input; raises naming the bad item
     if jobs is None:
         jobs = os.cpu_count() or 1
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an integer >= 1 or None, got jobs={jobs!r}")
-    jobs = min(jobs, max(1, len(exps)))
-    return map_experiments(run_row, exps, jobs=jobs, progress=progress, desc=desc)
+    return exps, jobs
 
 
 def map_experiments(

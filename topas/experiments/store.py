@@ -278,19 +278,11 @@ def run_sweep(
     with :class:`topas.experiments.ExperimentFailed` naming it; results already stored are kept,
     so re-running the sweep resumes where it stopped.
     """
-    from topas.experiments.local import map_experiments
+    from topas.experiments.local import check_sweep, map_experiments
 
     if not isinstance(store, ResultStore):
         store = ResultStore(store)
-    exps = list(experiments)
-    for e in exps:
-        if not isinstance(e, Experiment):
-            raise TypeError(f"run_sweep takes Experiment objects, got {e!r}")
-        e.key()  # resolves and checks every input; raises naming the bad item
-    if jobs is None:
-        jobs = os.cpu_count() or 1
-    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
-        raise ValueError(f"jobs must be an integer >= 1 or None, got jobs={jobs!r}")
+    exps, jobs = check_sweep(experiments, jobs, "run_sweep")
     todo: list[Experiment] = []
     seen: set[str] = set()
     for e in exps:  # input order; ``seen`` is only a membership test
