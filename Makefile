@@ -25,14 +25,14 @@ help:  ## list the targets
 $(STAMP): pyproject.toml
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install --upgrade pip
-	$(VPY) -m pip install -e '.[test,notebooks]'
+	$(VPY) -m pip install -e '.[test,notebooks,ray]'
 	touch $@
 
 $(VENV)/.lab-installed: $(STAMP)
 	$(VPY) -m pip install -e '.[lab]'
 	touch $@
 
-install: $(STAMP)  ## create $(VENV) and install topas with the test and notebook extras
+install: $(STAMP)  ## create $(VENV) and install topas with the test, notebook and ray extras
 
 test: $(STAMP)  ## run the test suite (pytest; deselect slow tests with ARGS="-m 'not slow'")
 	$(VPY) -m pytest $(ARGS)

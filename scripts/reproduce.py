@@ -30,7 +30,9 @@ Outputs (each written atomically: a temporary file, then a rename), in ``--out-d
 Options: ``--quick`` (1 seed, 100 tasks unless given), ``--figures-only`` (re-renders the table
 from ``results_synthetic.csv`` and re-executes the notebooks, which read the results store and
 simulate only what it lacks), ``--engine sim|sglang`` (SGLang is not implemented yet: exit 2),
-``--jobs N`` (worker processes; default: all cores).
+``--jobs N`` (worker processes; default: all cores), ``--ray-address ADDR`` (run every sweep on a
+Ray cluster instead of local processes: ``local``, ``auto`` or ``HOST:PORT``; it reaches the
+notebooks through ``$TOPAS_RAY_ADDRESS``, see :mod:`topas.experiments.ray_backend`).
 """
 
 from __future__ import annotations
@@ -286,6 +288,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--seeds", type=int, default=None, help="arrival seeds 0..N-1 (default: 3; quick: 1)")
     ap.add_argument("--tasks", type=int, default=None, help="tasks per run (default: 500; quick: 100)")
     ap.add_argument("--jobs", type=int, default=None, help="worker processes (default: all cores)")
+    ap.add_argument("--ray-address", default=None,
+                    help="run the sweeps on Ray: 'local', 'auto' or HOST:PORT (needs the ray extra)")
     ap.add_argument("--profile", default=None, help="engine profile (default: the paper's A100 + Qwen2.5-32B)")
     ap.add_argument("--out-dir", type=Path, default=None,
                     help="where the tables go (default: figures/; quick: figures/quick/, so a quick "
@@ -343,6 +347,10 @@ def main(argv: list[str] | None = None) -> int:
     from topas.experiments import Experiment, run_many
     from topas.policies import available_policies
 
+    if args.ray_address:
+        from topas.experiments.ray_backend import RAY_ADDRESS_ENV
+
+        os.environ[RAY_ADDRESS_ENV] = args.ray_address  # the notebooks' kernels inherit it
     profile = args.profile or DEFAULT_PROFILE
     policies = available_policies()
     seeds = list(range(args.seeds))
@@ -357,7 +365,8 @@ def main(argv: list[str] | None = None) -> int:
                 for p in policies for s in seeds]
         print(f"[{k}/{len(WORKLOADS)}] {w}: {len(exps)} simulations", flush=True)
         t = time.perf_counter()
-        runs.extend(run_many(exps, jobs=args.jobs, progress=not args.no_progress, desc=w))
+        runs.extend(run_many(exps, jobs=args.jobs, progress=not args.no_progress, desc=w,
+                             ray_address=args.ray_address))
         print(f"[{k}/{len(WORKLOADS)}] {w}: done in {time.perf_counter() - t:.1f} s", flush=True)
     print(f"all simulations done in {time.perf_counter() - t0:.1f} s\n", flush=True)
 

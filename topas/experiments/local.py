@@ -61,16 +61,24 @@ def run_many(
     jobs: int | None = None,
     progress: bool = True,
     desc: str = "experiments",
+    ray_address: str | None = None,
 ) -> list[dict[str, Any]]:
     """Run ``experiments`` and return their rows, in the input order.
 
     ``jobs``: worker processes (``None``: ``os.cpu_count()``; never more than there are
-    experiments; ``1`` runs in this process). ``progress``: show a tqdm bar on stderr labelled
+    experiments; ``1`` runs in this process). ``ray_address`` (or ``$TOPAS_RAY_ADDRESS``): run
+    on Ray instead, one task per experiment (see :mod:`topas.experiments.ray_backend`; ``jobs``
+    is then ignored). ``progress``: show a tqdm bar on stderr labelled
     ``desc``. A failing experiment stops the sweep: pending ones are cancelled and
     :class:`ExperimentFailed` names the experiment (its cause is the original error). A bad spec
     (unknown workload, policy, parameter or profile) raises its own error before anything runs.
     """
+    from topas.experiments.ray_backend import map_experiments_ray, resolve_address
+
     exps, jobs = check_sweep(experiments, jobs, "run_many")
+    address = resolve_address(ray_address)
+    if address is not None and exps:
+        return map_experiments_ray(run_row, exps, address, progress=progress, desc=desc)
     jobs = min(jobs, max(1, len(exps)))
     return map_experiments(run_row, exps, jobs=jobs, progress=progress, desc=desc)
 

@@ -268,17 +268,21 @@ def run_sweep(
     jobs: int | None = None,
     progress: bool = True,
     desc: str = "sweep",
+    ray_address: str | None = None,
 ) -> pd.DataFrame:
     """Run the experiments that ``store`` does not hold yet and return the summaries of all of
     them (one row per experiment, in the input order; see :meth:`ResultStore.summaries`).
 
     Every spec is checked first (a bad workload, policy, parameter or profile raises its own
     error before anything runs). Experiments with equal keys run once. ``jobs``: worker processes
-    (``None``: one per CPU core; ``1``: in this process). A failing experiment stops the sweep
+    (``None``: one per CPU core; ``1``: in this process). ``ray_address`` (or
+    ``$TOPAS_RAY_ADDRESS``): run on Ray instead (:mod:`topas.experiments.ray_backend`); each result
+    is written here, by this process, as it arrives. A failing experiment stops the sweep
     with :class:`topas.experiments.ExperimentFailed` naming it; results already stored are kept,
     so re-running the sweep resumes where it stopped.
     """
     from topas.experiments.local import check_sweep, map_experiments
+    from topas.experiments.ray_backend import map_experiments_ray, resolve_address
 
     if not isinstance(store, ResultStore):
         store = ResultStore(store)
@@ -292,6 +296,11 @@ def run_sweep(
         seen.add(k)
     if todo:
         store.root.mkdir(parents=True, exist_ok=True)
+        address = resolve_address(ray_address)
+        if address is not None:
+            map_experiments_ray(run_experiment, todo, address, progress=progress, desc=desc,
+                                on_result=store.put)
+            return store.summaries([e.key() for e in exps])
         fn = functools.partial(run_and_store, root=str(store.root))
         map_experiments(fn, todo, jobs=min(jobs, len(todo)), progress=progress, desc=desc)
     return store.summaries([e.key() for e in exps])
