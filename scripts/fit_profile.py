@@ -49,6 +49,10 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+# The fit itself (design matrices, relative least squares with coefficients >= 0) lives in the
+# library, shared with the server profiler (topas.fidelity.profile_server).
+from topas.engine.cost import decode_design, fit_relative, prefill_design  # noqa: E402
+
 DEFAULT_CALIBRATION = REPO.parent / "shared" / "calibration" / "vidur"
 DEFAULT_OUT = REPO / "data" / "profiles"
 SCHEMA = "topas.profile/1"
@@ -319,19 +323,6 @@ def lm_head_ms(lin: LinearFn, model: ModelShape, sampled: np.ndarray) -> np.ndar
 
 
 # ----------------------------------------------------------------------------- fitting
-def fit_relative(X: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Least squares on the relative error (rows divided by y), coefficients >= 0: unconstrained
-    fit, then drop the most negative coefficient (fix it at 0) and refit until none is negative."""
-    active = list(range(X.shape[1]))
-    Xw, yw = X / y[:, None], np.ones_like(y)
-    while True:
-        coef = np.zeros(X.shape[1])
-        coef[active] = np.linalg.lstsq(Xw[:, active], yw, rcond=None)[0]
-        if (coef >= 0).all():
-            return coef
-        active.remove(int(np.argmin(coef)))
-
-
 def sig(x: float, digits: int = 6) -> float:
     """``x`` rounded to ``digits`` significant digits (the fixed formatting of the JSON)."""
     x = float(x)
@@ -343,14 +334,6 @@ def sig(x: float, digits: int = 6) -> float:
 def rel_err(pred: np.ndarray, y: np.ndarray) -> dict[str, Any]:
     e = np.abs(pred - y) / y
     return {"mean_rel_err": sig(e.mean(), 4), "max_rel_err": sig(e.max(), 4), "n_points": int(e.size)}
-
-
-def prefill_design(N: np.ndarray, C: np.ndarray) -> np.ndarray:
-    return np.c_[np.ones_like(N), N, N * C, N * N]
-
-
-def decode_design(B: np.ndarray, T: np.ndarray) -> np.ndarray:
-    return np.c_[np.ones_like(B), B, T]
 
 
 # ----------------------------------------------------------------------------- one profile

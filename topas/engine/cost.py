@@ -48,6 +48,9 @@ __all__ = [
     "available_profiles",
     "DEFAULT_PROFILE",
     "PROFILE_SCHEMA",
+    "fit_relative",
+    "prefill_design",
+    "decode_design",
 ]
 
 #: The paper's setup: one A100 80GB serving Qwen2.5-32B-Instruct.
@@ -383,3 +386,41 @@ def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> CostModel:
     except json.JSONDecodeError as e:
         raise ProfileError(f"profile {path}: invalid JSON: {e}") from e
     return CostModel.from_profile_dict(data, source=str(path))
+
+
+# ----------------------------------------------------------------------------- fitting
+# The least-squares fit of the time model above, shared by scripts/fit_profile.py (profiles from
+# operator tables) and topas.fidelity.profile_server (profiles measured on a running server).
+
+def prefill_design(N, C):
+    """Design matrix of the prefill form for single-chunk iterations of ``N`` new tokens on ``C``
+    cached ones: columns ``[1, N, N*C, N*N]`` (c0, c_new, c_new_cached, c_new_sq)."""
+    import numpy as np
+
+    N, C = np.asarray(N, dtype=float), np.asarray(C, dtype=float)
+    return np.c_[np.ones_like(N), N, N * C, N * N]
+
+
+def decode_design(B, T):
+    """Design matrix of the decode form for steps of batch ``B`` holding ``T`` KV tokens in all:
+    columns ``[1, B, T]`` (c0, c_batch, c_kv)."""
+    import numpy as np
+
+    B, T = np.asarray(B, dtype=float), np.asarray(T, dtype=float)
+    return np.c_[np.ones_like(B), B, T]
+
+
+def fit_relative(X, y):
+    """Least squares on the relative error (rows divided by y), coefficients >= 0: unconstrained
+    fit, then drop the most negative coefficient (fix it at 0) and refit until none is negative."""
+    import numpy as np
+
+    X, y = np.asarray(X, dtype=float), np.asarray(y, dtype=float)
+    active = list(range(X.shape[1]))
+    Xw, yw = X / y[:, None], np.ones_like(y)
+    while True:
+        coef = np.zeros(X.shape[1])
+        coef[active] = np.linalg.lstsq(Xw[:, active], yw, rcond=None)[0]
+        if (coef >= 0).all():
+            return coef
+        active.remove(int(np.argmin(coef)))

@@ -1,0 +1,186 @@
+"""Fidelity comparison logic, profile fitting and orchestration, without a server (synthetic runs)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from topas.engine.cost import CostModel, load_profile
+from topas.engine.metrics import SimResult
+from topas.fidelity import compare as fc
+from topas.fidelity.profile_server import fit_server_profile, server_settings
+from topas.fidelity.run import Point, run_fidelity, sim_engine, simulate_point
+
+
+def _result(jcts, cached=None, queue=None, retractions=0, agent="a", prefix_hit=None):
+    n = len(jcts)
+    tasks = pd.DataFrame({"task_id": [f"t{i}" for i in range(n)], "arrival": np.arange(n, dtype=float),
+                          "finish": np.arange(n, dtype=float) + np.asarray(jcts, float),
+                          "jct": np.asarray(jcts, float), "n_stages": 1})
+    req = pd.DataFrame({"rid": [f"t{i}/s" for i in range(n)], "task_id": tasks["task_id"], "agent": agent,
+                        "ready": tasks["arrival"], "first_admit": tasks["arrival"] + (queue or 0.0),
+                        "finish": tasks["finish"], "retractions": [retractions] + [0] * (n - 1)})
+    if cached is not None:
+        req["cached_tokens"] = cached
+    if prefix_hit is not None:
+        req["prefix_hit"] = prefix_hit
+    empty = pd.DataFrame()
+    return SimResult(tasks, req, empty, empty, empty, {"retractions": retractions})
+
+
+def _runs(sim_jct: dict, meas_jct: dict, cached=(100.0, 100.0)):
+    rows = []
+    for pol, v in sim_jct.items():
+        rows.append({"workload": "w", "load": 1.0, "policy": pol, "seed": 0, "engine": "sim", "repeat": 0,
+                     "jct_mean": v, "jct_p99": 2 * v, "cached_tokens": cached[0]})
+    for pol, vs in meas_jct.items():
+        for rep, v in enumerate(vs):
+            rows.append({"workload": "w", "load": 1.0, "policy": pol, "seed": 0, "engine": "sglang", "repeat": rep,
+                         "jct_mean": v, "jct_p99": 2 * v, "cached_tokens": cached[1]})
+    return pd.DataFrame(rows)
+
+
+# ----------------------------------------------------------------------------- run_metrics
+def test_run_metrics_measured_columns():
+    r = _result([1.0, 2.0, 3.0, 10.0], cached=[5, 5, 0, 0], queue=0.5, retractions=2)
+    m = fc.run_metrics(r)
+    assert m["jct_mean"] == pytest.approx(4.0)
+    assert m["jct_p99"] == pytest.approx(np.percentile([1, 2, 3, 10], 99))
+    assert m["cached_tokens"] == 10
+    assert m["queue_mean"] == pytest.approx(0.5)
+    assert m["e2e_mean"] == pytest.approx(4.0)
+    assert m["retractions"] == 2
+    assert m["n_tasks"] == 4
+
+
+def test_run_metrics_sim_cached_from_prefix_hits():
+    r = _result([1.0, 1.0, 1.0], prefix_hit=[False, True, True])
+    assert fc.run_metrics(r, {"a": 64})["cached_tokens"] == 128
+    assert math.isnan(fc.run_metrics(r)["cached_tokens"])  # no prefix lengths, no cached column
+
+
+def test_rel_error_edges():
+    assert fc.rel_error(1.1, 1.0) == pytest.approx(0.1)
+    assert fc.rel_error(0.0, 0.0) == 0.0
+    assert math.isnan(fc.rel_error(1.0, 0.0))
+    assert math.isnan(fc.rel_error(float("nan"), 1.0))
+
+
+# ----------------------------------------------------------------------------- compare
+def test_compare_errors_bars_and_spread():
+    runs = _runs({"fcfs": 1.1, "lpm": 2.0}, {"fcfs": [0.9, 1.0, 1.1], "lpm": [1.0, 1.5, 2.0]})
+    t = fc.compare(runs)
+    row = t[(t.policy == "fcfs") & (t.metric == "jct_mean")].iloc[0]
+    assert row.measured == pytest.approx(1.0)
+    assert row.rel_err == pytest.approx(0.1)
+    assert (row.measured_min, row.measured_max) == (pytest.approx(0.9), pytest.approx(1.1))
+    assert row.measured_cv == pytest.approx(0.1)
+    assert row.ok == True and row.bar == 0.15 and row.n_measured == 3
+    lpm = t[(t.policy == "lpm") & (t.metric == "jct_mean")].iloc[0]
+    assert lpm.rel_err == pytest.approx(1 / 3) and lpm.ok == False
+    cached = t[(t.policy == "lpm") & (t.metric == "cached_tokens")].iloc[0]
+    assert cached.rel_err == 0 and cached.ok == True
+    # a metric without a bar is reported with ok None
+    assert t[(t.policy == "lpm") & (t.metric == "jct_p99")].iloc[0].ok == False  # 25% bar, +33%
+    t2 = fc.compare(runs, bars=fc.CI_BARS)
+    assert t2[(t2.metric == "jct_p99")]["ok"].isna().all()
+    assert t2[(t2.policy == "lpm") & (t2.metric == "jct_mean")].iloc[0].ok == False  # 33% > 30%
+
+
+def test_compare_needs_both_engines_and_known_columns():
+    runs = _runs({"fcfs": 1.0}, {"lpm": [1.0]})
+    assert fc.compare(runs).empty
+    with pytest.raises(ValueError, match="lacks column"):
+        fc.compare(runs.drop(columns=["repeat"]))
+    with pytest.raises(ValueError, match="unknown engine"):
+        fc.compare(runs.assign(engine="vllm"))
+
+
+def test_compare_averages_seeds_before_the_error():
+    rows = []
+    for seed, (s, m) in enumerate(((1.0, 2.0), (3.0, 2.0))):
+        rows.append({"workload": "w", "load": 1, "policy": "p", "seed": seed, "engine": "sim", "repeat": 0, "jct_mean": s})
+        rows.append({"workload": "w", "load": 1, "policy": "p", "seed": seed, "engine": "sglang", "repeat": 0, "jct_mean": m})
+    t = fc.compare(pd.DataFrame(rows), metrics=["jct_mean"])
+    assert t.iloc[0].rel_err == pytest.approx(0.0)
+
+
+def test_rank_agreement_ignores_close_pairs():
+    # sim: fcfs 1.0 < topas 1.05 (tie, within 10%) < lpm 2.0; measured: topas < fcfs < lpm
+    runs = _runs({"fcfs": 1.0, "topas": 1.05, "lpm": 2.0}, {"fcfs": [1.2], "topas": [1.1], "lpm": [2.2]})
+    r = fc.rank_agreement(runs).iloc[0]
+    assert r.pairs_checked == 2 and r.pairs_agree == 2 and r.agree
+    assert r.sim_order == "fcfs < topas < lpm" and r.measured_order == "topas < fcfs < lpm"
+    runs = _runs({"fcfs": 1.0, "lpm": 2.0}, {"fcfs": [2.0], "lpm": [1.0]})
+    r = fc.rank_agreement(runs).iloc[0]
+    assert not r.agree and r.disagree == "fcfs/lpm"
+
+
+def test_task_pairs_match_by_task_and_average_repeats():
+    sim = _result([1.0, 2.0, 3.0]).tasks
+    m1, m2 = _result([2.0, 2.0]).tasks, _result([4.0, 2.0]).tasks
+    p = fc.task_pairs(sim, [m1, m2]).set_index("task_id")
+    assert list(p.index) == ["t0", "t1"]
+    assert p.loc["t0", "measured_jct"] == 3.0 and p.loc["t0", "measured_min"] == 2.0 and p.loc["t0", "sim_jct"] == 1.0
+
+
+def test_comparison_roundtrip_and_verdict(tmp_path):
+    runs = _runs({"fcfs": 1.0, "lpm": 2.0}, {"fcfs": [1.0, 1.1], "lpm": [2.0, 2.1]})
+    c = fc.build_comparison(runs, meta={"server": "http://x"})
+    assert c.passed
+    fc.write_comparison(c, tmp_path)
+    back = fc.read_comparison(tmp_path)
+    assert back.passed and back.meta["server"] == "http://x" and back.meta["bars"] == fc.BENCHMARK_BARS
+    pd.testing.assert_frame_equal(back.table.drop(columns=["ok"]), c.table.drop(columns=["ok"]), check_dtype=False)
+    text = (tmp_path / "comparison.md").read_text()
+    assert "| w | 1 | fcfs | jct_mean |" in text and "fcfs < lpm" in text
+    with pytest.raises(FileNotFoundError, match="no comparison"):
+        fc.read_comparison(tmp_path / "none")
+
+
+# ----------------------------------------------------------------------------- profile fitting
+def test_fit_server_profile_recovers_coefficients():
+    truth = dict(p=(0.02, 3e-5, 1e-8, 2e-9), d=(0.008, 4e-4, 2e-7))
+    pre = [{"new": n, "cached": c, "seconds": truth["p"][0] + truth["p"][1] * n + truth["p"][2] * n * c + truth["p"][3] * n * n}
+           for n in (16, 128, 512, 1024, 2048) for c in (0, 256, 1024)]
+    dec = [{"batch": b, "total_kv": t, "seconds": truth["d"][0] + truth["d"][1] * b + truth["d"][2] * t}
+           for b in (1, 4, 16) for t in (100 * b, 1000 * b)]
+    settings = server_settings({"max_total_num_tokens": 4096, "chunked_prefill_size": 2048, "version": "x",
+                                "internal_states": [{"page_size": 1}]})
+    prof = fit_server_profile("cpu-test", pre, dec, settings, 512.0, {"server_s": 0.05, "client_wall_s": 0.06})
+    m = CostModel.from_profile_dict(json.loads(json.dumps(prof)))
+    assert m.kv_budget_tokens == 4096 and m.max_prefill_tokens == 2048
+    assert m.prefill_c0 == pytest.approx(0.02, rel=1e-3) and m.decode_c_kv == pytest.approx(2e-7, rel=1e-3)
+    assert prof["fit_error"]["prefill"]["max_rel_err"] < 1e-4
+    assert prof["overhead"]["request_s"] == pytest.approx(0.05 - (0.02 + 3e-5 + 2e-9), rel=1e-3)
+    with pytest.raises(ValueError, match="need >= 4 prefill"):
+        fit_server_profile("x", pre[:2], dec, settings, 1.0)
+
+
+# ----------------------------------------------------------------------------- orchestration
+def test_run_fidelity_against_a_simulated_server(tmp_path):
+    """The 'server' is the simulator itself with a 10% slower profile: errors come out near -9%."""
+    base = load_profile("a100-80gb_llama3-8b").with_budget(30000)
+    slow = CostModel(**{**base.numeric_fields(), "name": "slow",
+                        **{k: v * 1.1 for k, v in base.numeric_fields().items() if k.startswith(("prefill_c", "decode_c"))}})
+    cost, config = sim_engine(base, settings={"kv_budget_tokens": 30000})
+    assert not config.host_tier and cost.kv_budget_tokens == 30000
+    _, slow_config = sim_engine(slow, settings={"kv_budget_tokens": 30000})
+
+    def measure(p, rep):
+        return simulate_point(p, slow, slow_config)[0]
+
+    points = [Point("dag-4", pol, rate=0.02, seed=0, n_tasks=6) for pol in ("fcfs", "lpm")]
+    c = run_fidelity(points, measure, base, tmp_path, repeats=2, settings={"kv_budget_tokens": 30000}, log=None)
+    t = c.table.set_index(["policy", "metric"])
+    for pol in ("fcfs", "lpm"):
+        assert -0.1 < t.loc[(pol, "jct_mean"), "rel_err"] < -0.05
+        assert t.loc[(pol, "cached_tokens"), "rel_err"] == 0
+        assert t.loc[(pol, "jct_mean"), "measured_cv"] == 0
+    assert len(c.runs) == 2 * 3 and len(c.tasks) == 2 * 6
+    assert (tmp_path / "comparison.csv").is_file() and (tmp_path / "raw" / "sim").is_dir()
+    assert fc.read_comparison(tmp_path).meta["kv_budget_tokens"] == 30000
