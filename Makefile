@@ -14,7 +14,7 @@ VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test reproduce figures lab traces profiles bench clean
+.PHONY: help install test reproduce figures pack lab traces profiles bench clean
 
 help:  ## list the targets
 	@echo "Usage: make <target> [PY=python3] [VENV=.venv] [QUICK=0|1] [ENGINE=sim|sglang]"
@@ -42,6 +42,9 @@ reproduce: $(STAMP)  ## run all experiments and notebooks (QUICK=1 for a small r
 
 figures: $(STAMP)  ## re-render figures and tables from the results store only (no simulation)
 	$(VPY) scripts/reproduce.py --figures-only
+
+pack: $(STAMP)  ## after a full reproduce: pack the results the figures need into data/results/sim/ (commit it)
+	$(VPY) scripts/pack_results.py
 
 lab: $(VENV)/.lab-installed  ## open JupyterLab in notebooks/
 	cd notebooks && $(abspath $(VENV))/bin/jupyter lab

@@ -28,8 +28,10 @@ Outputs (each written atomically: a temporary file, then a rename), in ``--out-d
 * ``results_synthetic_runs.csv``: one row per simulation (the raw per-seed summaries).
 
 Options: ``--quick`` (1 seed, 100 tasks unless given), ``--figures-only`` (re-renders the table
-from ``results_synthetic.csv`` and re-executes the notebooks, which read the results store and
-simulate only what it lacks), ``--engine sim|sglang`` (SGLang is not implemented yet: exit 2),
+from ``results_synthetic.csv`` and re-executes the notebooks on stored results only: the working
+store ``data/results/store``, then the results shipped in ``data/results/sim/``; nothing is
+simulated, a missing result fails naming it). Without it the notebooks simulate every result the
+working store lacks and ignore the shipped ones (``$TOPAS_USE_PACKS=0``); ``--engine sim|sglang`` (SGLang is not implemented yet: exit 2),
 ``--jobs N`` (worker processes; default: all cores), ``--ray-address ADDR`` (run every sweep on a
 Ray cluster instead of local processes: ``local``, ``auto`` or ``HOST:PORT``; it reaches the
 notebooks through ``$TOPAS_RAY_ADDRESS``, see :mod:`topas.experiments.ray_backend`).
@@ -339,9 +341,15 @@ def main(argv: list[str] | None = None) -> int:
         print("error: the SGLang backend is not implemented yet (a later issue); use --engine sim",
               file=sys.stderr)
         return 2
+    from topas.experiments.store import STORE_ONLY_ENV, USE_PACKS_ENV
+
     if args.figures_only:
+        # Figures from stored results only: the working store, then the results shipped in
+        # data/results/<engine>/; a missing result fails naming it instead of simulating.
+        os.environ[STORE_ONLY_ENV] = "1"
         status = figures_only(args.out_dir)
         return status or run_notebooks(args)
+    os.environ[USE_PACKS_ENV] = "0"  # a reproduction simulates everything (resumable in the store)
 
     from topas.engine.cost import DEFAULT_PROFILE
     from topas.experiments import Experiment, run_many

@@ -22,6 +22,23 @@ finished survive the parent being killed.
 
 ``meta.json`` also records ``topas_version``, ``git_commit`` (``git rev-parse HEAD`` of the
 repository, ``"unknown"`` outside git), ``profile_hash``, ``engine`` and ``created`` (UTC, ISO 8601).
+
+**Shipped results (packs).** The repository ships the results of the full grid as read-only
+*packs*, one per engine: ``data/results/sim/`` (and ``data/results/sglang/`` once GPU-box runs
+are committed), laid out like a store plus a ``manifest.json`` (``scripts/pack_results.py``
+writes them). The default store (``ResultStore()``) looks in ``data/results/store`` first and then
+in the packs, so a fresh clone re-renders every figure without simulating; new results are always
+written to ``data/results/store``, never into a pack. To keep the repository small a pack holds
+every experiment's ``tasks`` and ``requests`` tables but the ``decisions``, ``prefix_events`` and
+``timeline`` tables only of the experiments whose full tables the notebooks read; loading a table
+a pack left out raises :class:`TrimmedResult`, naming it.
+
+**Store-only mode.** With ``$TOPAS_STORE_ONLY=1`` (``make figures`` sets it) :func:`run_sweep`
+runs nothing: a missing result raises :class:`MissingResults` naming the experiments.
+``$TOPAS_STORE_LOG=<file>`` appends ``sweep <key>`` for every experiment a sweep returns and
+``load <key>`` for every full load, which is how ``scripts/pack_results.py`` learns what to ship.
+``$TOPAS_USE_PACKS=0`` makes the default store ignore the packs (``make reproduce`` sets it, so a
+reproduction simulates everything instead of reading the shipped results).
 """
 
 from __future__ import annotations
@@ -39,12 +56,35 @@ import pandas as pd
 
 from topas.experiments.spec import Experiment
 
-__all__ = ["ResultStore", "TABLES", "default_store_root", "git_commit", "run_sweep"]
+__all__ = [
+    "MissingResults",
+    "ResultStore",
+    "TABLES",
+    "TrimmedResult",
+    "default_packs",
+    "default_store_root",
+    "git_commit",
+    "run_sweep",
+]
 
 #: The SimResult tables the store keeps, one Parquet file each.
 TABLES = ("tasks", "requests", "decisions", "prefix_events", "timeline")
 META = "meta.json"
+MANIFEST = "manifest.json"
 _TMP_PREFIX = ".tmp-"
+#: Engines whose shipped packs the default store reads, in this order (``data/results/<engine>``).
+PACK_ENGINES = ("sim", "sglang")
+STORE_ONLY_ENV = "TOPAS_STORE_ONLY"
+STORE_LOG_ENV = "TOPAS_STORE_LOG"
+USE_PACKS_ENV = "TOPAS_USE_PACKS"
+
+
+class MissingResults(LookupError):
+    """Store-only mode (``$TOPAS_STORE_ONLY``) and a sweep needs results the store lacks."""
+
+
+class TrimmedResult(LookupError):
+    """A shipped pack holds this experiment, but not the table asked for."""
 
 
 def default_store_root() -> Path:
@@ -52,6 +92,24 @@ def default_store_root() -> Path:
     from topas.paths import data_dir
 
     return data_dir() / "results" / "store"
+
+
+def default_packs() -> list[Path]:
+    """The shipped read-only packs that exist: ``data/results/<engine>`` for each engine; none
+    when ``$TOPAS_USE_PACKS=0`` (``make reproduce`` sets it, so that it simulates everything)."""
+    from topas.paths import data_dir
+
+    if os.environ.get(USE_PACKS_ENV, "1") == "0":
+        return []
+    packs = [data_dir() / "results" / engine for engine in PACK_ENGINES]
+    return [p for p in packs if (p / MANIFEST).is_file()]
+
+
+def _log(kind: str, key: str) -> None:
+    path = os.environ.get(STORE_LOG_ENV)
+    if path:
+        with open(path, "a") as f:
+            f.write(f"{kind} {key}\n")
 
 
 @functools.lru_cache(maxsize=1)
@@ -90,11 +148,27 @@ def _row(meta: dict[str, Any]) -> dict[str, Any]:
 class ResultStore:
     """Results of experiments on disk, keyed by :meth:`Experiment.key` (see the module docstring)."""
 
-    def __init__(self, root: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, root: str | os.PathLike[str] | None = None,
+                 packs: Iterable[str | os.PathLike[str]] | None = None) -> None:
+        """``root``: where results are written (default ``data/results/store``). ``packs``:
+        read-only stores looked in after ``root`` (default: the shipped packs when ``root`` is
+        the default, none when a ``root`` is given)."""
         self.root = Path(root) if root is not None else default_store_root()
+        if packs is None:
+            packs = default_packs() if root is None else []
+        self.packs = [Path(p) for p in packs]
 
     def __repr__(self) -> str:
-        return f"ResultStore({str(self.root)!r})"
+        extra = f", packs={[str(p) for p in self.packs]!r}" if self.packs else ""
+        return f"ResultStore({str(self.root)!r}{extra})"
+
+    def _find(self, key: str) -> Path | None:
+        """The directory holding the complete result of ``key``: in ``root``, else in a pack."""
+        for base in (self.root, *self.packs):
+            d = base / key[:2] / key
+            if (d / META).is_file():
+                return d
+        return None
 
     # ------------------------------------------------------------------ paths
     def path(self, key_or_exp: str | Experiment) -> Path:
@@ -106,39 +180,58 @@ class ResultStore:
 
     # ------------------------------------------------------------------ queries
     def has(self, key_or_exp: str | Experiment) -> bool:
-        """Whether a complete result is stored (its directory holds ``meta.json``)."""
-        return (self.path(key_or_exp) / META).is_file()
+        """Whether a complete result is stored (its directory holds ``meta.json``), here or in a
+        pack."""
+        return self._find(self.path(key_or_exp).name) is not None
 
-    def keys(self) -> list[str]:
-        """Keys of the complete results, sorted."""
-        if not self.root.is_dir():
-            return []
-        out = []
-        for shard in sorted(self.root.iterdir()):
-            if not shard.is_dir() or shard.name.startswith("."):
+    def keys(self, packs: bool = True) -> list[str]:
+        """Keys of the complete results, sorted (those in the packs too unless ``packs=False``)."""
+        out: set[str] = set()
+        for base in (self.root, *(self.packs if packs else ())):
+            if not base.is_dir():
                 continue
-            for d in sorted(shard.iterdir()):
-                if d.is_dir() and not d.name.startswith(".") and (d / META).is_file():
-                    out.append(d.name)
-        return out
+            for shard in base.iterdir():
+                if not shard.is_dir() or shard.name.startswith("."):
+                    continue
+                out.update(d.name for d in shard.iterdir()
+                           if d.is_dir() and not d.name.startswith(".") and (d / META).is_file())
+        return sorted(out)
 
     def meta(self, key_or_exp: str | Experiment) -> dict[str, Any]:
         """The stored ``meta.json``; ``KeyError`` naming the experiment when not stored."""
-        p = self.path(key_or_exp) / META
-        if not p.is_file():
+        d = self._find(self.path(key_or_exp).name)
+        if d is None:
             what = key_or_exp.label() if isinstance(key_or_exp, Experiment) else key_or_exp
             raise KeyError(f"no result for {what} in {self.root}")
-        return json.loads(p.read_text())
+        return json.loads((d / META).read_text())
 
     def load(self, key_or_exp: str | Experiment):
         """The stored result as a :class:`~topas.engine.metrics.SimResult` (tables from Parquet,
-        ``summary`` from ``meta.json``)."""
+        ``summary`` from ``meta.json``). :class:`TrimmedResult` when a pack left a table out."""
         from topas.engine.metrics import SimResult
 
         meta = self.meta(key_or_exp)
-        d = self.path(key_or_exp)
+        d = self._find(meta["key"])
+        missing = [name for name in TABLES if not (d / f"{name}.parquet").is_file()]
+        if missing:
+            raise TrimmedResult(
+                f"the shipped results in {d.parent.parent} keep only the {', '.join(t for t in TABLES if t not in missing)}"
+                f" table(s) of {meta.get('label', meta['key'])}; {', '.join(missing)} were left out to keep the "
+                f"repository small. Run it again (run_sweep into data/results/store, or `make reproduce`) "
+                f"to get every table.")
+        _log("load", meta["key"])
         tables = {name: pd.read_parquet(d / f"{name}.parquet") for name in TABLES}
         return SimResult(summary=dict(meta["summary"]), **tables)
+
+    def load_table(self, key_or_exp: str | Experiment, table: str) -> pd.DataFrame:
+        """One stored table (it may come from a trimmed pack, as long as the pack kept it)."""
+        if table not in TABLES:
+            raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
+        meta = self.meta(key_or_exp)
+        p = self._find(meta["key"]) / f"{table}.parquet"
+        if not p.is_file():
+            raise TrimmedResult(f"table {table!r} of {meta.get('label', meta['key'])} is not in {p.parent}")
+        return pd.read_parquet(p)
 
     def summaries(self, keys: Iterable[str] | None = None) -> pd.DataFrame:
         """One row per stored experiment (all of them sorted by key, or ``keys`` in that order):
@@ -294,13 +387,26 @@ def run_sweep(
         if k not in seen and not store.has(k):
             todo.append(e)
         seen.add(k)
+    if todo and os.environ.get(STORE_ONLY_ENV, "") not in ("", "0"):
+        names = "\n  ".join(e.label() for e in todo[:10]) + ("\n  ..." if len(todo) > 10 else "")
+        raise MissingResults(
+            f"{len(todo)} experiment(s) are not in the results store ({store.root}"
+            f"{' or the shipped packs' if store.packs else ''}) and ${STORE_ONLY_ENV} forbids running "
+            f"them:\n  {names}\nRun `make reproduce` (or unset {STORE_ONLY_ENV}) to simulate them.")
     if todo:
         store.root.mkdir(parents=True, exist_ok=True)
         address = resolve_address(ray_address)
         if address is not None:
             map_experiments_ray(run_experiment, todo, address, progress=progress, desc=desc,
                                 on_result=store.put)
-            return store.summaries([e.key() for e in exps])
+            return _summaries(store, exps)
         fn = functools.partial(run_and_store, root=str(store.root))
         map_experiments(fn, todo, jobs=min(jobs, len(todo)), progress=progress, desc=desc)
-    return store.summaries([e.key() for e in exps])
+    return _summaries(store, exps)
+
+
+def _summaries(store: ResultStore, exps: list[Experiment]) -> pd.DataFrame:
+    keys = [e.key() for e in exps]
+    for k in keys:
+        _log("sweep", k)
+    return store.summaries(keys)

@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""Pack the results the figures need into ``data/results/<engine>/``, the results shipped with
+the repository (``make pack``; run it after ``make reproduce``, then commit the pack).
+
+What goes in: every experiment the notebooks' sweeps return (they are executed here in
+store-only mode, with ``$TOPAS_STORE_LOG`` recording what they touch, so nothing is simulated
+and a missing result fails, naming it), with its ``meta.json`` and its ``tasks`` and ``requests``
+tables; the ``decisions``, ``prefix_events`` and ``timeline`` tables only of the experiments the
+notebooks load in full (mechanism and overhead), which keeps the pack small. Results of other
+engines are left out (``--engine`` picks one).
+
+``manifest.json`` lists every experiment (key, label, engine, the tables shipped, the commit that
+produced it) with the package version, the commit at packing time and the pack's size. The pack
+is written beside the old one and swapped in with renames, so an interrupted run leaves the old
+pack whole; a pack over ``--max-mb`` (default 50) is refused.
+
+Usage: ``python scripts/pack_results.py [--engine sim] [--max-mb 50] [--log FILE]``
+(``--log`` reuses a store log from an earlier notebook run instead of executing the notebooks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from topas.experiments.store import (  # noqa: E402
+    MANIFEST,
+    META,
+    STORE_LOG_ENV,
+    STORE_ONLY_ENV,
+    TABLES,
+    ResultStore,
+    git_commit,
+)
+
+SCHEMA = "topas.results-pack/1"
+ALWAYS = ("tasks", "requests")
+
+
+def read_log(path: Path) -> tuple[list[str], set[str]]:
+    """The keys the sweeps returned (first-seen order) and the keys loaded in full."""
+    swept: dict[str, None] = {}
+    loaded: set[str] = set()
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        kind, _, key = line.partition(" ")
+        if kind == "sweep":
+            swept[key] = None
+        elif kind == "load":
+            loaded.add(key)
+            swept[key] = None
+        else:
+            raise ValueError(f"{path}:{n}: not a store-log line: {line!r}")
+    return list(swept), loaded
+
+
+def record_notebook_log(log: Path) -> None:
+    """Execute every notebook on the full grid in store-only mode, logging the store's use."""
+    from topas.experiments.notebooks import execute_notebooks
+
+    os.environ[STORE_LOG_ENV] = str(log)
+    os.environ[STORE_ONLY_ENV] = "1"
+    with tempfile.TemporaryDirectory() as tmp:
+        execute_notebooks({"quick": False, "out_dir": str(Path(tmp) / "figures")},
+                          executed_dir=Path(tmp) / "executed", progress=True)
+
+
+def build_pack(keys: list[str], loaded: set[str], engine: str, dest: Path) -> dict:
+    """Copy the results into ``dest`` (a new folder) and return the manifest."""
+    store = ResultStore()
+    experiments = []
+    size = 0
+    for key in sorted(keys):
+        meta = store.meta(key)
+        if meta.get("engine", "sim") != engine:
+            continue
+        src = store._find(key)
+        out = dest / key[:2] / key
+        out.mkdir(parents=True)
+        tables = [t for t in TABLES if t in ALWAYS or key in loaded]
+        for t in tables:
+            if not (src / f"{t}.parquet").is_file():
+                raise FileNotFoundError(f"{src / f'{t}.parquet'} is missing: re-run {meta['label']}")
+            shutil.copyfile(src / f"{t}.parquet", out / f"{t}.parquet")
+        shutil.copyfile(src / META, out / META)
+        size += sum(f.stat().st_size for f in out.iterdir())
+        experiments.append({"key": key, "label": meta["label"], "engine": engine, "tables": tables,
+                            "git_commit": meta["git_commit"], "topas_version": meta["topas_version"]})
+    if not experiments:
+        raise SystemExit(f"error: no {engine!r} results to pack")
+    import topas
+
+    manifest = {
+        "schema": SCHEMA,
+        "engine": engine,
+        "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "topas_version": topas.__version__,
+        "packed_at_commit": git_commit(),
+        "result_commits": sorted({e["git_commit"] for e in experiments}),
+        "n_experiments": len(experiments),
+        "n_full_tables": sum(len(e["tables"]) == len(TABLES) for e in experiments),
+        "bytes": size,
+        "experiments": experiments,
+    }
+    (dest / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--engine", default="sim", choices=("sim", "sglang"))
+    ap.add_argument("--max-mb", type=float, default=50.0)
+    ap.add_argument("--log", type=Path, default=None,
+                    help="a store log from an earlier notebook run (default: run the notebooks now)")
+    args = ap.parse_args(argv)
+
+    if args.log is None:
+        args.log = Path(tempfile.mkstemp(prefix="topas-store-log-", suffix=".txt")[1])
+        print(f"executing the notebooks in store-only mode (log: {args.log})", flush=True)
+        record_notebook_log(args.log)
+    keys, loaded = read_log(args.log)
+    final = REPO / "data" / "results" / args.engine
+    tmp = final.parent / f".tmp-pack-{args.engine}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    try:
+        manifest = build_pack(keys, loaded, args.engine, tmp)
+        mb = manifest["bytes"] / 1e6
+        if mb > args.max_mb:
+            raise SystemExit(f"error: the pack would be {mb:.1f} MB, over --max-mb {args.max_mb:g}")
+        old = final.parent / f".old-pack-{args.engine}-{os.getpid()}"
+        if final.exists():
+            os.rename(final, old)
+        os.rename(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    print(f"packed {manifest['n_experiments']} experiments ({manifest['n_full_tables']} with every table), "
+          f"{mb:.1f} MB -> {final.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

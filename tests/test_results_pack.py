@@ -1,0 +1,154 @@
+"""The results shipped with the repository (data/results/sim/, a "pack") and how the store uses
+them: read after the working store, never written, trimmed tables named, store-only mode, and
+the committed pack is complete for the full grid and not stale."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+
+import pandas as pd
+import pytest
+
+from topas.experiments import Experiment, ResultStore, grid, run_sweep
+from topas.experiments.store import (
+    MANIFEST,
+    STORE_ONLY_ENV,
+    TABLES,
+    USE_PACKS_ENV,
+    MissingResults,
+    TrimmedResult,
+    default_packs,
+)
+from topas.paths import REPO_ROOT
+
+PACK = REPO_ROOT / "data" / "results" / "sim"
+
+
+def exp(seed: int = 0, **kw) -> Experiment:
+    return Experiment(**{**dict(workload="dag-4", policy="fcfs", load=1.2, seed=seed, n_tasks=10), **kw})
+
+
+def load_pack_script():
+    spec = importlib.util.spec_from_file_location("pack_results", REPO_ROOT / "scripts" / "pack_results.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def packed(tmp_path, monkeypatch):
+    """A pack built by scripts/pack_results.py from a store of three runs, one loaded in full."""
+    work = tmp_path / "work"
+    data = tmp_path / "data"  # the default store and packs live here; traces and profiles are ours
+    data.mkdir()
+    for sub in ("traces", "profiles"):
+        (data / sub).symlink_to(REPO_ROOT / "data" / sub)
+    monkeypatch.setenv("TOPAS_DATA", str(data))
+    exps = [exp(0), exp(1), exp(2)]
+    run_sweep(exps, ResultStore(work), jobs=1, progress=False)
+    log = tmp_path / "log.txt"
+    log.write_text("".join(f"sweep {e.key()}\n" for e in exps) + f"load {exps[0].key()}\n")
+    mod = load_pack_script()
+    monkeypatch.setattr(mod, "ResultStore", lambda: ResultStore(work))
+    dest = tmp_path / "data" / "results" / "sim"
+    dest.mkdir(parents=True)
+    manifest = mod.build_pack(*mod.read_log(log), "sim", dest)
+    return exps, dest, manifest, work
+
+
+def test_pack_holds_tasks_and_requests_of_all_and_every_table_of_the_loaded(packed):
+    exps, dest, manifest, _ = packed
+    assert manifest["n_experiments"] == 3 and manifest["n_full_tables"] == 1
+    assert json.loads((dest / MANIFEST).read_text()) == manifest
+    tables = {e["key"]: e["tables"] for e in manifest["experiments"]}
+    assert tables[exps[0].key()] == list(TABLES)
+    assert tables[exps[1].key()] == ["tasks", "requests"]
+
+
+def test_default_store_reads_the_pack_after_the_working_store(packed, tmp_path):
+    exps, dest, _, work = packed
+    store = ResultStore()
+    assert store.packs == [dest] and store.root == tmp_path / "data" / "results" / "store"
+    assert all(store.has(e) for e in exps) and store.keys() == sorted(e.key() for e in exps)
+    assert store.keys(packs=False) == []
+    full = store.load(exps[0])
+    pd.testing.assert_frame_equal(full.requests, ResultStore(work).load(exps[0]).requests)
+    with pytest.raises(TrimmedResult, match=r"dag-4/fcfs@load=1.2,seed=1.*decisions, prefix_events, timeline"):
+        store.load(exps[1])
+    pd.testing.assert_frame_equal(store.load_table(exps[1], "requests"),
+                                  ResultStore(work).load(exps[1]).requests)
+    # a sweep over packed results runs nothing and writes nothing
+    df = run_sweep(exps, store, jobs=1, progress=False)
+    assert list(df["key"]) == [e.key() for e in exps]
+    assert not store.root.exists()
+
+
+def test_reproduce_can_ignore_the_packs(packed, monkeypatch):
+    monkeypatch.setenv(USE_PACKS_ENV, "0")
+    assert default_packs() == [] and not ResultStore().has(packed[0][0])
+
+
+def test_store_only_mode_names_what_is_missing_and_runs_nothing(packed, monkeypatch):
+    exps, *_ = packed
+    monkeypatch.setenv(STORE_ONLY_ENV, "1")
+    store = ResultStore()
+    run_sweep(exps, store, jobs=1, progress=False)  # all stored: fine
+    with pytest.raises(MissingResults, match=r"(?s)1 experiment\(s\).*dag-4/fcfs@load=1.2,seed=7,tasks=10"):
+        run_sweep(exps + [exp(7)], store, jobs=1, progress=False)
+    assert not store.root.exists()
+
+
+def test_store_log_records_sweeps_and_full_loads(tmp_path, monkeypatch):
+    log = tmp_path / "log.txt"
+    monkeypatch.setenv("TOPAS_STORE_LOG", str(log))
+    s = ResultStore(tmp_path / "s")
+    run_sweep([exp(0), exp(1)], s, jobs=1, progress=False)
+    s.load(exp(1))
+    assert log.read_text().split("\n")[:-1] == [f"sweep {exp(0).key()}", f"sweep {exp(1).key()}",
+                                                f"load {exp(1).key()}"]
+    keys, loaded = load_pack_script().read_log(log)
+    assert keys == [exp(0).key(), exp(1).key()] and loaded == {exp(1).key()}
+    (tmp_path / "bad.txt").write_text("sweep abc\nnonsense\n")
+    with pytest.raises(ValueError, match=r"bad.txt:2: not a store-log line"):
+        load_pack_script().read_log(tmp_path / "bad.txt")
+
+
+# ----------------------------------------------------------------------------- the committed pack
+
+
+@pytest.fixture(scope="module")
+def manifest():
+    if not (PACK / MANIFEST).is_file():
+        pytest.fail(f"{PACK / MANIFEST} is missing: run `make reproduce && make pack` and commit it")
+    return json.loads((PACK / MANIFEST).read_text())
+
+
+def test_committed_pack_is_small_and_complete(manifest):
+    size = sum(f.stat().st_size for f in PACK.rglob("*") if f.is_file())
+    assert size < 50e6, f"the shipped results are {size / 1e6:.1f} MB (limit 50 MB)"
+    assert manifest["schema"] == "topas.results-pack/1" and manifest["engine"] == "sim"
+    for e in manifest["experiments"]:
+        d = PACK / e["key"][:2] / e["key"]
+        assert (d / "meta.json").is_file(), e["label"]
+        assert sorted(p.stem for p in d.glob("*.parquet")) == sorted(e["tables"]), e["label"]
+
+
+def test_committed_pack_is_not_stale(manifest):
+    """Every shipped result still has the key its spec gets today: a changed trace, profile or
+    parameter default makes this fail until the results are re-run and re-packed."""
+    for e in manifest["experiments"]:
+        meta = json.loads((PACK / e["key"][:2] / e["key"] / "meta.json").read_text())
+        spec = meta["experiment"]
+        fresh = Experiment(spec["workload"], spec["policy"], json.loads(spec["params"]), profile=spec["profile"],
+                           load=spec["load"], rate=spec["rate"], seed=spec["seed"], n_tasks=spec["n_tasks"],
+                           engine=spec["engine"], kv_budget=spec["kv_budget"])
+        assert fresh.key() == e["key"], f"stale shipped result: {e['label']}"
+
+
+def test_committed_pack_covers_the_full_synthetic_grid(manifest):
+    keys = {e["key"] for e in manifest["experiments"]}
+    full = grid.jct_vs_load(grid.SYNTHETIC, quick=False) + grid.ablations(["dag-4"], 1.2, quick=False)
+    missing = [e.label() for e in full if e.key() not in keys]
+    assert not missing, f"{len(missing)} full-grid results not shipped, e.g. {missing[:3]}"
