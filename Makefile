@@ -2,7 +2,8 @@
 #
 #   make reproduce              run every experiment and notebook -> data/results/, figures/
 #   make reproduce QUICK=1      the same, small (what CI-sized runs use)
-#   make reproduce ENGINE=sglang  on a GPU box with the sglang extra installed
+#   make reproduce ENGINE=sglang SERVER=http://HOST:PORT   replay every run on a real SGLang server
+#   make reproduce RAY_ADDRESS=auto   run the sweeps on a Ray cluster
 #   make test                   the test suite (fast by default)
 
 PY     ?= python3
@@ -17,7 +18,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: help install test reproduce figures pack lab traces profiles bench clean
 
 help:  ## list the targets
-	@echo "Usage: make <target> [PY=python3] [VENV=.venv] [QUICK=0|1] [ENGINE=sim|sglang]"
+	@echo "Usage: make <target> [PY=python3] [VENV=.venv] [QUICK=0|1] [ENGINE=sim|sglang] [SERVER=URL] [RAY_ADDRESS=auto]"
 	@echo
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z_-]*:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
@@ -38,7 +39,8 @@ test: $(STAMP)  ## run the test suite (pytest; deselect slow tests with ARGS="-m
 	$(VPY) -m pytest $(ARGS)
 
 reproduce: $(STAMP)  ## run all experiments and notebooks (QUICK=1 for a small run, ENGINE=sim|sglang)
-	$(VPY) scripts/reproduce.py --engine $(ENGINE) $(if $(filter 1,$(QUICK)),--quick,)
+	$(VPY) scripts/reproduce.py --engine $(ENGINE) $(if $(filter 1,$(QUICK)),--quick,) \
+		$(if $(SERVER),--server $(SERVER),) $(if $(RAY_ADDRESS),--ray-address $(RAY_ADDRESS),)
 
 figures: $(STAMP)  ## re-render figures and tables from the results store only (no simulation)
 	$(VPY) scripts/reproduce.py --figures-only

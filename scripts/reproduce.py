@@ -31,7 +31,10 @@ Options: ``--quick`` (1 seed, 100 tasks unless given), ``--figures-only`` (re-re
 from ``results_synthetic.csv`` and re-executes the notebooks on stored results only: the working
 store ``data/results/store``, then the results shipped in ``data/results/sim/``; nothing is
 simulated, a missing result fails naming it). Without it the notebooks simulate every result the
-working store lacks and ignore the shipped ones (``$TOPAS_USE_PACKS=0``); ``--engine sim|sglang`` (SGLang is not implemented yet: exit 2),
+working store lacks and ignore the shipped ones (``$TOPAS_USE_PACKS=0``); ``--engine sglang
+--server URL`` replays every experiment on a running SGLang server instead of simulating
+(one at a time; results stored under their own keys, labelled ``engine=sglang``; figures and
+tables in ``figures/sglang/``),
 ``--jobs N`` (worker processes; default: all cores), ``--ray-address ADDR`` (run every sweep on a
 Ray cluster instead of local processes: ``local``, ``auto`` or ``HOST:PORT``; it reaches the
 notebooks through ``$TOPAS_RAY_ADDRESS``, see :mod:`topas.experiments.ray_backend`).
@@ -282,6 +285,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--engine", choices=("sim", "sglang"), default="sim", help="engine (default: sim)")
+    ap.add_argument("--server", default=None,
+                    help="the SGLang server URL for --engine sglang (default: $TOPAS_SGLANG_URL)")
     ap.add_argument("--quick", action="store_true", help="small run: 1 seed, 100 tasks (unless given)")
     ap.add_argument("--figures-only", action="store_true",
                     help=f"re-render the table from OUT_DIR/{TABLE}.csv without simulating")
@@ -306,6 +311,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.tasks = 100 if args.quick else 500
     if args.out_dir is None:
         args.out_dir = REPO / "figures" / "quick" if args.quick else REPO / "figures"
+        if args.engine != "sim":  # measured results never overwrite the simulated figures
+            args.out_dir = args.out_dir / args.engine
     for name in ("seeds", "tasks"):
         if getattr(args, name) < 1:
             ap.error(f"--{name} must be >= 1")
@@ -338,9 +345,18 @@ def figures_only(out_dir: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.engine == "sglang":
-        print("error: the SGLang backend is not implemented yet (a later issue); use --engine sim",
-              file=sys.stderr)
-        return 2
+        from topas.experiments.spec import SGLANG_URL_ENV
+
+        server = args.server or os.environ.get(SGLANG_URL_ENV, "")
+        if not server:
+            print(f"error: --engine sglang replays on a running SGLang server: start one with "
+                  f"`topas serve` (README, 'Running on a GPU box') and pass --server URL "
+                  f"(make reproduce ENGINE=sglang SERVER=URL) or set {SGLANG_URL_ENV}", file=sys.stderr)
+            return 2
+        os.environ[SGLANG_URL_ENV] = server
+    from topas.experiments.grid import ENGINE_ENV
+
+    os.environ[ENGINE_ENV] = args.engine  # the notebooks' grids run on the same engine
     from topas.experiments.store import STORE_ONLY_ENV, USE_PACKS_ENV
 
     if args.figures_only:
@@ -369,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict] = []
     t0 = time.perf_counter()
     for k, w in enumerate(WORKLOADS, 1):
-        exps = [Experiment(w, p, profile=profile, load=args.load, seed=s, n_tasks=args.tasks)
+        exps = [Experiment(w, p, profile=profile, load=args.load, seed=s, n_tasks=args.tasks, engine=args.engine)
                 for p in policies for s in seeds]
         print(f"[{k}/{len(WORKLOADS)}] {w}: {len(exps)} simulations", flush=True)
         t = time.perf_counter()

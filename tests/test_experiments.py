@@ -14,7 +14,7 @@ from topas.policies import policy_class
 
 from topas.engine.cost import DEFAULT_PROFILE, ProfileError, available_profiles
 from topas.engine.metrics import WALL_CLOCK_KEYS
-from topas.experiments import Experiment, ExperimentError, ExperimentFailed, run_experiment, run_many
+from topas.experiments import Experiment, ExperimentError, ExperimentFailed, grid, run_experiment, run_many
 from topas.paths import REPO_ROOT, profiles_dir
 from topas.policies import PolicyError, available_policies
 from topas.workload.trace_io import read_trace, write_trace
@@ -253,6 +253,54 @@ def test_reproduce_figures_only_needs_the_csv(tmp_path):
     assert r.returncode != 0 and "results_synthetic.csv" in r.stderr and "not found" in r.stderr
 
 
-def test_reproduce_sglang_not_implemented(tmp_path):
+def test_reproduce_on_sglang_needs_a_server(tmp_path):
     r = reproduce("--engine", "sglang", "--out-dir", tmp_path, timeout=60)
-    assert r.returncode == 2 and "not implemented" in r.stderr
+    assert r.returncode == 2 and "--server" in r.stderr and "TOPAS_SGLANG_URL" in r.stderr
+
+
+def test_sglang_experiments_need_a_server_url(monkeypatch):
+    from topas.experiments.spec import SGLANG_URL_ENV
+
+    monkeypatch.delenv(SGLANG_URL_ENV, raising=False)
+    e = Experiment("dag-4", "fcfs", load=1.2, n_tasks=5, engine="sglang")
+    assert e.key() != Experiment("dag-4", "fcfs", load=1.2, n_tasks=5).key()
+    with pytest.raises(ExperimentError, match="TOPAS_SGLANG_URL"):
+        run_experiment(e)
+
+
+def test_grids_take_their_engine_from_the_environment(monkeypatch):
+    from topas.experiments import analysis
+
+    monkeypatch.delenv("TOPAS_ENGINE", raising=False)
+    assert {e.engine for e in grid.jct_vs_load(["dag-4"], quick=True)} == {"sim"}
+    monkeypatch.setenv("TOPAS_ENGINE", "sglang")
+    assert {e.engine for e in grid.jct_vs_load(["dag-4"], quick=True)} == {"sglang"}
+    assert {e.engine for e in grid.sensitivity("dag-4", quick=True)} == {"sglang"}
+    assert {e.engine for e in analysis.one_run_per_policy(["dag-4"], ["fcfs"], 1.2, 0, 5)} == {"sglang"}
+    monkeypatch.setenv("TOPAS_ENGINE", "gpu")
+    with pytest.raises(ExperimentError, match=r"TOPAS_ENGINE='gpu' is not an engine"):
+        grid.jct_vs_load(["dag-4"], quick=True)
+
+
+def test_sglang_sweeps_run_one_at_a_time_in_this_process(tmp_path, monkeypatch):
+    """Replays share one server, so a sweep never runs two at once (whatever jobs says)."""
+    import os
+
+    from topas.engine.simulator import simulate
+    from topas.experiments import spec as spec_mod
+    from topas.experiments.store import ResultStore, run_sweep
+
+    calls = []
+
+    def fake_replay(p, url, progress=False):  # stands in for topas.sglang.replay.run_replay
+        calls.append((os.getpid(), url, p.experiment.seed))
+        return simulate(p.trace, p.policy, p.cost, p.config)
+
+    monkeypatch.setenv(spec_mod.SGLANG_URL_ENV, "http://127.0.0.1:1")
+    monkeypatch.setattr(spec_mod, "run_prepared",
+                        lambda p, progress=False: fake_replay(p, spec_mod.sglang_url(), progress))
+    exps = [Experiment("dag-4", "fcfs", load=1.2, seed=s, n_tasks=5, engine="sglang") for s in range(3)]
+    df = run_sweep(exps, ResultStore(tmp_path), jobs=2, progress=False)
+    assert calls == [(os.getpid(), "http://127.0.0.1:1", s) for s in range(3)]
+    assert list(df["engine"]) == ["sglang"] * 3
+    assert ResultStore(tmp_path).meta(exps[0])["engine"] == "sglang"

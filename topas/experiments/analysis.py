@@ -22,6 +22,7 @@ from typing import Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from topas.experiments import grid
 from topas.experiments.spec import Experiment, available_traces
 
 PAPER_LABEL = "paper (reported)"
@@ -59,7 +60,8 @@ def one_run_per_policy(workloads: Sequence[str], policies: Sequence[str], load: 
                        n_tasks: int, params: Mapping[str, object] | None = None) -> list[Experiment]:
     """One experiment per workload x policy (``params`` go to the TOPAS policies only)."""
     return [
-        Experiment(w, p, dict(params or {}) if p.startswith("topas") else {}, load=load, seed=seed, n_tasks=n_tasks)
+        Experiment(w, p, dict(params or {}) if p.startswith("topas") else {}, load=load, seed=seed, n_tasks=n_tasks,
+                   engine=grid.default_engine())
         for w in workloads
         for p in policies
     ]

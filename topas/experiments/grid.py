@@ -11,6 +11,11 @@ stays thin::
 Sizes: full = 500 tasks per run, 3 arrival seeds, loads 0.8-1.4x each trace's nominal rate;
 quick = 40 tasks, 1 seed, two loads (for CI and a first look). Loads are multiples of the
 trace's ``meta["rate"]`` (see ``data/traces/README.md`` for what the nominal rate means).
+
+Engine: the grids run on the simulator unless ``$TOPAS_ENGINE`` says ``sglang``
+(``make reproduce ENGINE=sglang`` sets it for the notebooks' kernels), in which case every run
+is replayed on the SGLang server at ``$TOPAS_SGLANG_URL`` and stored under its own keys, labelled
+``engine=sglang``; simulated and measured results never mix.
 """
 
 from __future__ import annotations
@@ -19,7 +24,11 @@ import itertools
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
 
-from topas.experiments.spec import Experiment
+import os
+
+from topas.experiments.spec import ENGINES, Experiment, ExperimentError
+
+ENGINE_ENV = "TOPAS_ENGINE"
 
 SYNTHETIC = ("chain-3", "dag-4", "dag-10-wide")
 METAGPT = ("metagpt-sop", "metagpt-tl")
@@ -43,6 +52,14 @@ def size(quick: bool) -> Size:
     return QUICK if quick else FULL
 
 
+def default_engine() -> str:
+    """The engine the grids use: ``$TOPAS_ENGINE`` (``sim`` when unset)."""
+    engine = os.environ.get(ENGINE_ENV, "").strip() or "sim"
+    if engine not in ENGINES:
+        raise ExperimentError(f"${ENGINE_ENV}={engine!r} is not an engine; valid engines: {', '.join(ENGINES)}")
+    return engine
+
+
 def _grid(
     workloads: Iterable[str],
     policies: Iterable[str],
@@ -51,7 +68,8 @@ def _grid(
     params: Mapping[str, object] | None = None,
 ) -> list[Experiment]:
     return [
-        Experiment(w, p, dict(params or {}) if p.startswith("topas") else {}, load=l, seed=s, n_tasks=sz.n_tasks)
+        Experiment(w, p, dict(params or {}) if p.startswith("topas") else {}, load=l, seed=s, n_tasks=sz.n_tasks,
+                   engine=default_engine())
         for w, p, l, s in itertools.product(workloads, policies, loads, sz.seeds)
     ]
 
@@ -94,7 +112,8 @@ def sensitivity(
         axes = {k: tuple(v)[:2] for k, v in axes.items()}
     names = list(axes)
     return [
-        Experiment(workload, "topas", dict(zip(names, values)), load=load, seed=s, n_tasks=sz.n_tasks)
+        Experiment(workload, "topas", dict(zip(names, values)), load=load, seed=s, n_tasks=sz.n_tasks,
+                   engine=default_engine())
         for values in itertools.product(*(axes[n] for n in names))
         for s in sz.seeds
     ]

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from tqdm.auto import tqdm
 
-from topas.experiments.spec import Experiment, prepare
+from topas.experiments.spec import Experiment, prepare, run_prepared
 
 __all__ = ["run_many", "run_row", "map_experiments", "ExperimentFailed"]
 
@@ -38,10 +38,8 @@ class ExperimentFailed(RuntimeError):
 
 def run_row(exp: Experiment) -> dict[str, Any]:
     """Run one experiment (in this process) and return its row (see the module docstring)."""
-    from topas.engine.simulator import simulate
-
     p = prepare(exp)
-    result = simulate(p.trace, p.policy, p.cost, p.config, progress=False)
+    result = run_prepared(p)
     spec = exp.fields()
     row: dict[str, Any] = {"key": exp.key()}
     for k in ("workload", "policy", "params", "profile", "engine", "kv_budget", "load"):
@@ -76,6 +74,8 @@ def run_many(
     from topas.experiments.ray_backend import map_experiments_ray, resolve_address
 
     exps, jobs = check_sweep(experiments, jobs, "run_many")
+    if any(e.engine == "sglang" for e in exps):
+        jobs, ray_address = 1, ""  # one real server: replays run one at a time
     address = resolve_address(ray_address)
     if address is not None and exps:
         return map_experiments_ray(run_row, exps, address, progress=progress, desc=desc)

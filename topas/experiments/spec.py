@@ -57,11 +57,13 @@ __all__ = [
     "resolve_trace_path",
     "prepare",
     "run_experiment",
+    "run_prepared",
+    "SGLANG_URL_ENV",
 ]
 
 #: Version of the key's canonical form (see the module docstring).
 KEY_SCHEMA = "topas.experiment/2"  # 2: TOPAS ties no longer depend on the string hash seed
-#: Engines an experiment may name; only ``"sim"`` runs today (SGLang is a later issue).
+#: Engines an experiment may name: the simulator, or a replay on a real SGLang server.
 ENGINES = ("sim", "sglang")
 _TRACE_SUFFIXES = (".json.gz", ".json")
 
@@ -386,14 +388,37 @@ def prepare(exp: Experiment) -> Prepared:
     nominal = float(nominal) if isinstance(nominal, numbers.Real) and not isinstance(nominal, bool) else None
     if rate is not None:
         trace = retime(trace, rate, exp.seed)
-    if exp.engine != "sim":
-        raise ExperimentError(f"engine {exp.engine!r} is not implemented yet; use engine='sim'")
     return Prepared(exp, trace, path, rate, nominal, policy, cost, exp.engine_config())
 
 
+#: The SGLang server that ``engine="sglang"`` experiments replay on (``topas serve`` prints it).
+SGLANG_URL_ENV = "TOPAS_SGLANG_URL"
+
+
+def sglang_url() -> str:
+    """The server URL from ``$TOPAS_SGLANG_URL``; :class:`ExperimentError` when unset."""
+    url = os.environ.get(SGLANG_URL_ENV, "").strip()
+    if not url:
+        raise ExperimentError(
+            f"engine 'sglang' replays on a running SGLang server: start one with `topas serve --policy "
+            f"<name> -- <sglang args>` and set {SGLANG_URL_ENV}=http://HOST:PORT (or pass --server)")
+    return url
+
+
 def run_experiment(exp: Experiment, progress: bool = False) -> "SimResult":
-    """Run one experiment on the simulator and return its :class:`~topas.engine.metrics.SimResult`."""
+    """Run one experiment and return its :class:`~topas.engine.metrics.SimResult`: on the
+    simulator (``engine="sim"``), or replayed on the SGLang server at ``$TOPAS_SGLANG_URL``
+    (``engine="sglang"``, :func:`topas.sglang.replay.run_replay`; same tables, same columns)."""
+    return run_prepared(prepare(exp), progress=progress)
+
+
+def run_prepared(p: Prepared, progress: bool = False) -> "SimResult":
+    """Run a :class:`Prepared` experiment on its engine (see :func:`run_experiment`)."""
+    if p.experiment.engine == "sglang":
+        url = sglang_url()
+        from topas.sglang.replay import run_replay
+
+        return run_replay(p, url, progress=progress)
     from topas.engine.simulator import simulate
 
-    p = prepare(exp)
     return simulate(p.trace, p.policy, p.cost, p.config, progress=progress)

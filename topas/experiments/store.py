@@ -370,7 +370,8 @@ def run_sweep(
     error before anything runs). Experiments with equal keys run once. ``jobs``: worker processes
     (``None``: one per CPU core; ``1``: in this process). ``ray_address`` (or
     ``$TOPAS_RAY_ADDRESS``): run on Ray instead (:mod:`topas.experiments.ray_backend`); each result
-    is written here, by this process, as it arrives. A failing experiment stops the sweep
+    is written here, by this process, as it arrives. Experiments on the ``sglang`` engine always
+    run one at a time, in this process: they share one server. A failing experiment stops the sweep
     with :class:`topas.experiments.ExperimentFailed` naming it; results already stored are kept,
     so re-running the sweep resumes where it stopped.
     """
@@ -395,6 +396,9 @@ def run_sweep(
             f"them:\n  {names}\nRun `make reproduce` (or unset {STORE_ONLY_ENV}) to simulate them.")
     if todo:
         store.root.mkdir(parents=True, exist_ok=True)
+        if any(e.engine == "sglang" for e in todo):
+            # one real server: concurrent replays would share it and measure each other
+            jobs, ray_address = 1, ""
         address = resolve_address(ray_address)
         if address is not None:
             map_experiments_ray(run_experiment, todo, address, progress=progress, desc=desc,
