@@ -45,8 +45,8 @@ reproduce: $(STAMP)  ## run all experiments and notebooks (QUICK=1 for a small r
 figures: $(STAMP)  ## re-render figures and tables from the results store only (no simulation)
 	$(VPY) scripts/reproduce.py --figures-only
 
-pack: $(STAMP)  ## after a full reproduce: pack the results the figures need into data/results/sim/ (commit it)
-	$(VPY) scripts/pack_results.py
+pack: $(STAMP)  ## after a full reproduce: pack the results the figures need into data/results/$(ENGINE)/ (commit it)
+	$(VPY) scripts/pack_results.py --engine $(ENGINE)
 
 lab: $(VENV)/.lab-installed  ## open JupyterLab in notebooks/
 	cd notebooks && $(abspath $(VENV))/bin/jupyter lab

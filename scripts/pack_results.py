@@ -62,10 +62,12 @@ def read_log(path: Path) -> tuple[list[str], set[str]]:
     return list(swept), loaded
 
 
-def record_notebook_log(log: Path) -> None:
+def record_notebook_log(log: Path, engine: str) -> None:
     """Execute every notebook on the full grid in store-only mode, logging the store's use."""
+    from topas.experiments.grid import ENGINE_ENV
     from topas.experiments.notebooks import execute_notebooks
 
+    os.environ[ENGINE_ENV] = engine  # the grids name this engine's experiments
     os.environ[STORE_LOG_ENV] = str(log)
     os.environ[STORE_ONLY_ENV] = "1"
     with tempfile.TemporaryDirectory() as tmp:
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.log is None:
         args.log = Path(tempfile.mkstemp(prefix="topas-store-log-", suffix=".txt")[1])
         print(f"executing the notebooks in store-only mode (log: {args.log})", flush=True)
-        record_notebook_log(args.log)
+        record_notebook_log(args.log, args.engine)
     keys, loaded = read_log(args.log)
     final = REPO / "data" / "results" / args.engine
     tmp = final.parent / f".tmp-pack-{args.engine}-{os.getpid()}"
