@@ -52,7 +52,8 @@ install_file "$here/vllm_custom_ops.py" "$site/vllm/_custom_ops.py"
 
 if [[ ! -f "$topas_stamp" ]]; then
     echo "[sglang-cpu] installing topas (editable) into $venv"
-    "$venv/bin/python" -m pip install --disable-pip-version-check -q -c "$here/constraints.txt" -e "$root[sglang,test]"
+    # not the `sglang` extra: its sglang requirement would make pip resolve sglang's GPU dependencies
+    "$venv/bin/python" -m pip install --disable-pip-version-check -q -c "$here/constraints.txt" -e "$root[test]" "aiohttp>=3.9"
     rm -f "$venv"/.topas-*
     touch "$topas_stamp"
 fi

@@ -173,3 +173,22 @@ def dag10_wide(
 #: Workload name -> generator. ``SYNTHETIC[name](**meta["params"], rate=meta["rate"],
 #: seed=meta["seed"])`` regenerates a committed trace.
 SYNTHETIC: dict[str, Callable[..., Trace]] = {"chain-3": chain3, "dag-4": dag4, "dag-10-wide": dag10_wide}
+
+
+#: Lengths (tokens) and nominal rate of the scaled-down variants (:func:`scaled_down`): the same
+#: shapes, small enough that every prefix of a workload plus a batch of its requests fit the
+#: ~4,096-token KV pool of the CPU SGLang test server (``make test-sglang``). Not committed traces.
+SMALL: dict[str, dict[str, float | int]] = {
+    "chain-3": {"prefix_tokens": 256, "input_tokens": 32, "output_tokens": 8, "rate": 2.0},
+    "dag-4": {"prefix_tokens": 192, "input_tokens": 32, "output_tokens": 8, "rate": 2.0},
+    "dag-10-wide": {"prefix_tokens": 128, "input_tokens": 32, "output_tokens": 8, "rate": 1.0},
+}
+
+
+def scaled_down(name: str, n_tasks: int = 6, rate: float | None = None, seed: int = DEFAULT_SEED) -> Trace:
+    """A scaled-down ``name`` (lengths from :data:`SMALL`), for tests against a tiny server."""
+    if name not in SMALL:
+        raise ValueError(f"unknown synthetic workload {name!r} (known: {', '.join(sorted(SMALL))})")
+    d = SMALL[name]
+    return generate(name, n_tasks, float(d["rate"]) if rate is None else rate, seed,
+                    int(d["prefix_tokens"]), int(d["input_tokens"]), int(d["output_tokens"]))

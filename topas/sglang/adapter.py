@@ -1,0 +1,576 @@
+"""The engine-independent half of the SGLang plugin: snapshots in, concrete actions out.
+
+SGLang's scheduler is reached only through :mod:`topas.sglang.plugin`, which copies the state
+it needs into plain data (:class:`Snapshot`) once per scheduler iteration and applies the
+:class:`Actions` that :meth:`Adapter.step` returns. Everything else lives here and is tested
+without SGLang (``tests/test_sglang_adapter.py``):
+
+* per-task workflow state, learned from the metadata each request carries in
+  ``sampling_params.custom_params["topas"]`` (:class:`RequestMeta`: the task's DAG, without
+  output lengths, the agents table, arrival and ready times);
+* the policy's :class:`~topas.engine.view.EngineView`, built field by field as the simulator
+  builds it (``Simulator.view``), so one policy object runs unchanged on either engine;
+* when to decide: as in the simulator, when a request became ready, finished, or was preempted
+  or retracted, and otherwise every ``recheck_steps`` scheduler iterations while requests wait
+  (the simulator counts decode steps there); between decisions nothing new is admitted;
+* validating the :class:`~topas.engine.view.Decision` with the simulator's rules
+  (``Simulator.apply``); an invalid one, or a policy that raises, gives ``Actions.fallback``
+  (the plugin then leaves SGLang's own policy in charge for that step);
+* every decision's record, with its wall time.
+
+How SGLang's state maps onto the view (choices where the engines differ, see also
+``topas/sglang/plugin.py``):
+
+* ``kv_budget`` is the server's KV pool (``max_total_num_tokens``); ``request_tokens`` sums the
+  running requests' own KV, ``x_v + generated``; ``prefix_tokens`` sums the resident prefixes.
+* A prefix is *resident* when it is pinned by the policy (``Decision.load``; the plugin locks it
+  in the radix tree, or as soon as the first request of the agent has computed it) or was found
+  fully cached in the radix tree at this decision. ``on_host`` is set only with a host tier.
+* Requests without topas metadata (SGLang's warm-up, health checks) are not shown to the policy
+  and are never held back.
+* Times are seconds since the replay run's start (``RequestMeta.t0``, the client's clock; the
+  server is expected on the same host or with synchronised clocks).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time as _time
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Callable, Mapping, Sequence
+
+from topas.engine.cost import CostModel
+from topas.engine.view import (
+    Decision,
+    EngineView,
+    InfeasibleDecision,
+    PrefixView,
+    RequestView,
+    StageView,
+    TaskView,
+)
+from topas.policies.base import Policy
+from topas.workload.model import Stage, Task
+
+META_KEY = "topas"
+META_VERSION = 1
+
+#: Columns of the decisions table (``SimResult.decisions``) that both engines fill.
+DECISION_COLUMNS = ["time", "wall_s", "n_waiting", "n_running", "n_proposed", "n_admitted",
+                    "n_preempt", "n_evict", "n_load"]
+
+
+# ----------------------------------------------------------------------------- metadata
+
+
+@dataclass(frozen=True)
+class RequestMeta:
+    """What a replayed request tells the scheduler about its workflow (no output lengths)."""
+
+    run: str
+    t0: float  # the run's start, seconds since the epoch (client clock)
+    task: str
+    stage: str
+    workflow: str
+    arrival: float  # tau_i, seconds since t0
+    ready: float  # when the request became ready (its parents finished), seconds since t0
+    dag: tuple[tuple[str, str, int, tuple[str, ...]], ...]  # (stage, agent, x_v, parents)
+    agents: tuple[tuple[str, int, float], ...]  # (name, l_a, expected output) for every agent
+    policy: str | None = None  # the run's policy (overrides the server's default) ...
+    params: tuple[tuple[str, Any], ...] = ()  # ... and its parameters
+
+    @property
+    def rid(self) -> str:
+        """The request's id as the policy sees it (the simulator's ``task/stage``)."""
+        return f"{self.task}/{self.stage}"
+
+    @property
+    def agent(self) -> str:
+        for sid, agent, _, _ in self.dag:
+            if sid == self.stage:
+                return agent
+        raise KeyError(self.stage)
+
+    @property
+    def input_tokens(self) -> int:
+        for sid, _, x, _ in self.dag:
+            if sid == self.stage:
+                return x
+        raise KeyError(self.stage)
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "v": META_VERSION, "run": self.run, "t0": self.t0, "task": self.task, "stage": self.stage,
+            "workflow": self.workflow, "arrival": self.arrival, "ready": self.ready,
+            "dag": [[s, a, x, list(p)] for s, a, x, p in self.dag],
+            "agents": [[n, l, e] for n, l, e in self.agents],
+            "policy": self.policy, "params": dict(self.params),
+        }, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> "RequestMeta":
+        d = json.loads(text)
+        if d.get("v") != META_VERSION:
+            raise ValueError(f"topas metadata version {d.get('v')!r}, expected {META_VERSION}")
+        return cls(
+            run=str(d["run"]), t0=float(d["t0"]), task=str(d["task"]), stage=str(d["stage"]),
+            workflow=str(d.get("workflow", "")), arrival=float(d["arrival"]), ready=float(d["ready"]),
+            dag=tuple((str(s), str(a), int(x), tuple(str(q) for q in p)) for s, a, x, p in d["dag"]),
+            agents=tuple((str(n), int(l), float(e)) for n, l, e in d["agents"]),
+            policy=d.get("policy"), params=tuple(sorted((d.get("params") or {}).items())),
+        )
+
+
+def meta_from_custom_params(custom_params: Any) -> RequestMeta | None:
+    """The topas metadata in a request's ``custom_params`` (``None`` if it has none).
+
+    Raises ``ValueError`` for metadata that is present but malformed."""
+    if not isinstance(custom_params, Mapping) or META_KEY not in custom_params:
+        return None
+    raw = custom_params[META_KEY]
+    try:
+        return RequestMeta.from_json(raw if isinstance(raw, str) else json.dumps(raw))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"malformed topas metadata in custom_params: {e}") from e
+
+
+# ----------------------------------------------------------------------------- snapshot and actions
+
+
+@dataclass(frozen=True)
+class ReqSnap:
+    """One request in SGLang's waiting queue or running batch."""
+
+    rid: str  # SGLang's request id
+    meta: RequestMeta | None
+    generated: int = 0  # output tokens produced so far (kept across a retraction)
+    kv_tokens: int = 0  # own KV now (running requests), x_v + generated
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """SGLang's scheduler state at one iteration, as plain data.
+
+    ``now`` is seconds since the epoch (converted to run time with the run's ``t0``).
+    ``finished`` lists requests that left the running batch done since the last snapshot:
+    (SGLang rid, output tokens, epoch time); ``aborted`` those that left without finishing.
+    ``cached`` the agents whose prefix is fully in the radix tree (probed by the plugin for
+    the agents :meth:`Adapter.probe_agents` names), ``host`` those with a host-tier copy.
+    """
+
+    now: float
+    waiting: tuple[ReqSnap, ...]
+    running: tuple[ReqSnap, ...]
+    kv_budget: int
+    finished: tuple[tuple[str, int, float], ...] = ()
+    aborted: tuple[str, ...] = ()
+    cached: frozenset[str] = frozenset()
+    host: frozenset[str] = frozenset()
+    n_decoding: int | None = None  # requests in the decode batch (default: all running)
+
+
+@dataclass(frozen=True)
+class Actions:
+    """What the plugin does in this iteration.
+
+    ``restrict``: only ``admit`` (SGLang rids, in this order, after requests without topas
+    metadata) may be admitted; the rest of the queue waits. ``preempt``: running requests to
+    stop (their KV freed, back to the queue). ``pinned``: the agents whose prefix must stay
+    locked in the radix tree (the plugin locks the new ones and unlocks the others).
+    ``fallback``: the policy raised or returned an infeasible decision; SGLang's own policy
+    runs this step (``restrict`` is False) and ``fallback`` says why.
+    """
+
+    restrict: bool = False
+    admit: tuple[str, ...] = ()
+    preempt: tuple[str, ...] = ()
+    pinned: frozenset[str] = frozenset()
+    decided: bool = False
+    fallback: str | None = None
+    record: Mapping[str, Any] | None = None
+
+
+# ----------------------------------------------------------------------------- per-request state
+
+_WAITING, _RUNNING = "waiting", "running"
+
+
+@dataclass(eq=False)
+class _Req:
+    erid: str  # SGLang rid
+    meta: RequestMeta
+    ready_time: float
+    state: str = _WAITING
+    generated: int = 0
+    kv: int = 0
+    service: float = 0.0  # completed running intervals
+    admitted_time: float | None = None
+    preemptions: int = 0
+    retractions: int = 0
+    first_admit: float | None = None
+
+    def view(self, now: float) -> RequestView:
+        running = self.state == _RUNNING
+        service = self.service + (now - self.admitted_time if running and self.admitted_time is not None else 0.0)
+        m = self.meta
+        return RequestView(
+            rid=m.rid, task_id=m.task, stage_id=m.stage, agent=m.agent, input_tokens=m.input_tokens,
+            generated=self.generated, ready_time=self.ready_time, kv_tokens=self.kv if running else 0,
+            service_time=service, preemptions=self.preemptions + self.retractions,
+            admitted_time=self.admitted_time if running else None,
+        )
+
+
+@dataclass(eq=False)
+class _Task:
+    task: Task
+    stage_views: Mapping[str, StageView]
+    done: set[str] = field(default_factory=set)
+    observed: dict[str, int] = field(default_factory=dict)
+    _view: TaskView | None = None
+
+    def view(self) -> TaskView:
+        if self._view is None:
+            t = self.task
+            self._view = TaskView(
+                id=t.id, arrival=t.arrival, workflow=t.workflow, stages=self.stage_views,
+                topo_order=t.topo_order, done=frozenset(self.done),
+                observed_output={s: self.observed[s] for s in sorted(self.done)},
+            )
+        return self._view
+
+
+@dataclass
+class _Prefix:
+    name: str
+    tokens: int
+    expected_output: float
+    last_used: float = -1.0
+
+
+# ----------------------------------------------------------------------------- the adapter
+
+
+class Adapter:
+    """Runs one policy against a stream of :class:`Snapshot` s (one scheduler process).
+
+    ``policy_factory(name, params)`` builds the policy a run's metadata asks for (default
+    :func:`topas.policies.base.make_policy`); ``cost`` is the policy's cost model (its KV budget
+    is replaced by the server's). ``recorder(record)`` receives every decision record.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        cost: CostModel,
+        recheck_steps: int = 32,
+        recorder: Callable[[dict], None] | None = None,
+        policy_factory: Callable[[str, Mapping[str, Any]], Policy] | None = None,
+        clock: Callable[[], float] = _time.perf_counter,
+    ) -> None:
+        self.default_policy = policy
+        self.policy = policy
+        self.base_cost = cost
+        self.recheck_steps = recheck_steps
+        self.recorder = recorder
+        self.policy_factory = policy_factory
+        self.clock = clock
+        self.run: str | None = None
+        self.t0 = 0.0
+        self._reset_state()
+
+    # ------------------------------------------------------------------ state
+    def _reset_state(self) -> None:
+        self.reqs: dict[str, _Req] = {}  # by SGLang rid, waiting or running
+        self.by_rid: dict[str, str] = {}  # policy rid -> SGLang rid
+        self.waiting_order: dict[str, None] = {}  # SGLang rids, in the order they became waiting
+        self.tasks: dict[str, _Task] = {}
+        self.prefixes: dict[str, _Prefix] = {}
+        self.pinned: set[str] = set()
+        self.dirty = False
+        self.steps_since = 0
+        self.n_decisions = 0
+        self.last_view: EngineView | None = None
+        self._cost: CostModel | None = None
+        self._cost_budget: int | None = None
+        self.policy.reset()
+
+    def _start_run(self, meta: RequestMeta) -> None:
+        self.run = meta.run
+        self.t0 = meta.t0
+        if meta.policy is not None and self.policy_factory is not None:
+            self.policy = self.policy_factory(meta.policy, dict(meta.params))
+        else:
+            self.policy = self.default_policy
+        self._reset_state()
+
+    def cost(self, budget: int) -> CostModel:
+        if self._cost is None or self._cost_budget != budget:
+            self._cost = self.base_cost.with_budget(budget) if budget != self.base_cost.kv_budget_tokens else self.base_cost
+            self._cost_budget = budget
+        return self._cost
+
+    def probe_agents(self) -> list[str]:
+        """Agents whose residency the plugin should probe in the radix tree before the next
+        :meth:`step`: the known agents neither pinned nor used by a running request."""
+        used = {r.meta.agent for r in self.reqs.values() if r.state == _RUNNING}
+        return [a for a in self.prefixes if a not in self.pinned and a not in used]
+
+    def prefix_tokens_of(self, agent: str) -> int:
+        return self.prefixes[agent].tokens
+
+    def _learn(self, meta: RequestMeta) -> None:
+        for name, l, e in meta.agents:
+            if name not in self.prefixes:
+                self.prefixes[name] = _Prefix(name, l, e)
+        if meta.task not in self.tasks:
+            stages = tuple(Stage(s, a, x, 0, p) for s, a, x, p in meta.dag)  # no y: never sent
+            task = Task(id=meta.task, arrival=meta.arrival, stages=stages, workflow=meta.workflow)
+            kids = task.children
+            views = MappingProxyType({s.id: StageView(s.id, s.agent, s.input_tokens, s.parents, kids[s.id])
+                                      for s in stages})
+            self.tasks[meta.task] = _Task(task, views)
+
+    # ------------------------------------------------------------------ observing
+    def observe(self, snap: Snapshot) -> float:
+        """Update the workflow state from ``snap``; returns the run time of the snapshot."""
+        for r in (*snap.waiting, *snap.running):
+            if r.meta is not None and r.meta.run != self.run:
+                self._start_run(r.meta)
+                break
+        now = snap.now - self.t0
+        for erid, out, t_epoch in snap.finished:
+            r = self.reqs.get(erid)
+            if r is None:
+                continue
+            tf = t_epoch - self.t0
+            r.generated = out
+            view = self._finish(r, tf)
+            self.policy.on_finish(view, tf, out)
+        for erid in snap.aborted:
+            r = self.reqs.pop(erid, None)
+            if r is not None:
+                self.by_rid.pop(r.meta.rid, None)
+                self.waiting_order.pop(erid, None)
+                self.dirty = True
+        for s in snap.waiting:
+            if s.meta is None:
+                continue
+            r = self.reqs.get(s.rid)
+            if r is None:
+                self._learn(s.meta)
+                r = _Req(s.rid, s.meta, ready_time=s.meta.ready if math.isfinite(s.meta.ready) else now)
+                self.reqs[s.rid] = r
+                self.by_rid[s.meta.rid] = s.rid
+                self.waiting_order[s.rid] = None
+                self.dirty = True
+            elif r.state == _RUNNING:  # retracted by the engine
+                view = r.view(now)
+                self._stop(r, now)
+                r.retractions += 1
+                self.policy.on_preempt(view, now, True)
+            r.generated = s.generated
+        for s in snap.running:
+            if s.meta is None:
+                continue
+            r = self.reqs.get(s.rid)
+            if r is None:  # admitted before we saw it wait (e.g. a fallback step)
+                self._learn(s.meta)
+                r = _Req(s.rid, s.meta, ready_time=s.meta.ready)
+                self.reqs[s.rid] = r
+                self.by_rid[s.meta.rid] = s.rid
+                self._start(r, now)
+                self.dirty = True
+            elif r.state == _WAITING:
+                self._start(r, now)
+            r.generated = s.generated
+            r.kv = s.kv_tokens
+        return now
+
+    def _start(self, r: _Req, now: float) -> None:
+        r.state = _RUNNING
+        r.admitted_time = now
+        if r.first_admit is None:
+            r.first_admit = now
+        self.waiting_order.pop(r.erid, None)
+        self.prefixes[r.meta.agent].last_used = now
+
+    def _stop(self, r: _Req, now: float) -> None:
+        if r.admitted_time is not None:
+            r.service += now - r.admitted_time
+        r.admitted_time = None
+        r.state = _WAITING
+        r.kv = 0
+        self.waiting_order[r.erid] = None
+        self.prefixes[r.meta.agent].last_used = now
+        self.dirty = True
+
+    def _finish(self, r: _Req, now: float) -> RequestView:
+        view = r.view(now)
+        del self.reqs[r.erid]
+        self.by_rid.pop(r.meta.rid, None)
+        self.waiting_order.pop(r.erid, None)
+        self.prefixes[r.meta.agent].last_used = now
+        ts = self.tasks.get(r.meta.task)
+        if ts is not None:
+            ts.done.add(r.meta.stage)
+            ts.observed[r.meta.stage] = r.generated
+            ts._view = None
+            if len(ts.done) == len(ts.task.stages):
+                del self.tasks[r.meta.task]
+        self.dirty = True
+        return view
+
+    def on_admitted(self, erids: Sequence[str], now_epoch: float) -> None:
+        """The engine admitted these requests in this iteration (SGLang rids)."""
+        now = now_epoch - self.t0
+        for erid in erids:
+            r = self.reqs.get(erid)
+            if r is not None and r.state == _WAITING:
+                self._start(r, now)
+
+    # ------------------------------------------------------------------ the view
+    def view(self, snap: Snapshot, now: float) -> EngineView:
+        running = [self.reqs[s.rid] for s in snap.running if s.rid in self.reqs]
+        refs: dict[str, int] = {}
+        for r in running:
+            refs[r.meta.agent] = refs.get(r.meta.agent, 0) + 1
+        prefixes = {}
+        prefix_tokens = 0
+        for a, p in self.prefixes.items():
+            resident = a in self.pinned or a in snap.cached or refs.get(a, 0) > 0
+            if resident:
+                prefix_tokens += p.tokens
+            prefixes[a] = PrefixView(a, p.tokens, p.expected_output, resident, a in snap.host,
+                                     refs.get(a, 0), p.last_used)
+        return EngineView(
+            time=now,
+            kv_budget=snap.kv_budget,
+            prefix_tokens=prefix_tokens,
+            request_tokens=sum(r.kv for r in running),
+            prefixes=prefixes,
+            running=tuple(r.view(now) for r in running),
+            waiting=tuple(self.reqs[e].view(now) for e in self.waiting_order),
+            tasks={tid: ts.view() for tid, ts in self.tasks.items()},
+            cost=self.cost(snap.kv_budget),
+            decode_batch=len(running) if snap.n_decoding is None else snap.n_decoding,
+        )
+
+    # ------------------------------------------------------------------ deciding
+    def step(self, snap: Snapshot, force: bool = False) -> Actions:
+        """Observe ``snap`` and, at a decision point (or with ``force``), ask the policy; returns
+        the iteration's actions."""
+        now = self.observe(snap)
+        if not self.waiting_order:
+            return Actions(restrict=False, pinned=frozenset(self.pinned))
+        self.steps_since += 1
+        if not force and not self.dirty and self.steps_since < self.recheck_steps:
+            return Actions(restrict=True, pinned=frozenset(self.pinned))
+        self.dirty = False
+        self.steps_since = 0
+        view = self.view(snap, now)
+        self.last_view = view
+        t0 = self.clock()
+        try:
+            decision = self.policy.decide(view)
+        except Exception as e:  # a policy bug must not take the server down
+            wall = self.clock() - t0
+            return self._fallback(view, now, wall, f"policy raised {type(e).__name__}: {e}")
+        wall = self.clock() - t0
+        try:
+            self.validate(decision, view)
+        except InfeasibleDecision as e:
+            return self._fallback(view, now, wall, f"infeasible decision: {e}")
+        # apply to our own state (the plugin applies it to SGLang)
+        preempt = []
+        for rid in decision.preempt:
+            r = self.reqs[self.by_rid[rid]]
+            rv = r.view(now)
+            self._stop(r, now)
+            r.preemptions += 1
+            preempt.append(r.erid)
+            self.policy.on_preempt(rv, now, False)
+        for a in decision.evict:
+            self.pinned.discard(a)
+            self.prefixes[a].last_used = now
+        for a in decision.load:
+            self.pinned.add(a)
+            self.prefixes[a].last_used = now
+        self.dirty = bool(preempt)  # re-decide next iteration only if we preempted (simulator: _stop)
+        admit = tuple(self.by_rid[rid] for rid in decision.admit)
+        record = self._record(view, now, wall, decision, None)
+        return Actions(restrict=True, admit=admit, preempt=tuple(preempt), pinned=frozenset(self.pinned),
+                       decided=True, record=record)
+
+    def _fallback(self, view: EngineView, now: float, wall: float, why: str) -> Actions:
+        record = self._record(view, now, wall, None, why)
+        return Actions(restrict=False, pinned=frozenset(self.pinned), decided=True, fallback=why, record=record)
+
+    def _record(self, view: EngineView, now: float, wall: float, d: Decision | None, why: str | None) -> dict:
+        self.n_decisions += 1
+        rec = {
+            "run": self.run, "policy": self.policy.name, "seq": self.n_decisions, "time": now, "wall_s": wall,
+            "n_waiting": len(view.waiting), "n_running": len(view.running),
+            "waiting": [r.rid for r in view.waiting], "running": [r.rid for r in view.running],
+            "resident": sorted(view.resident), "free_tokens": view.free_tokens,
+            "admit": list(d.admit) if d else [], "preempt": list(d.preempt) if d else [],
+            "evict": list(d.evict) if d else [], "load": list(d.load) if d else [],
+            "info": {k: float(v) for k, v in d.info.items()} if d else {},
+            "fallback": why,
+        }
+        if self.recorder is not None:
+            self.recorder(rec)
+        return rec
+
+    def validate(self, d: Decision, view: EngineView) -> None:
+        """The simulator's rules (``Simulator.apply``), on the view; raises InfeasibleDecision."""
+        pname = self.policy.name
+        manages = self.policy.manages_prefixes
+        if not manages and (d.evict or d.load or d.preempt):
+            raise InfeasibleDecision(
+                f"policy {pname!r} does not manage prefixes but returned evict/load/preempt")
+        waiting = {r.rid: r for r in view.waiting}
+        running = {r.rid: r for r in view.running}
+        if len(set(d.admit)) != len(d.admit):
+            dup = sorted({r for r in d.admit if d.admit.count(r) > 1})
+            raise InfeasibleDecision(f"policy {pname!r} admits {dup[0]} twice")
+        for rid in d.admit:
+            if rid not in waiting:
+                raise InfeasibleDecision(f"policy {pname!r} admits {rid}, which is not waiting")
+        refs = {a: p.refcount for a, p in view.prefixes.items()}
+        for rid in d.preempt:
+            if rid not in running:
+                raise InfeasibleDecision(f"policy {pname!r} preempts {rid}, which is not running")
+            if rid in d.admit:
+                raise InfeasibleDecision(f"policy {pname!r} both preempts and admits {rid}")
+            refs[running[rid].agent] -= 1
+        resident = set(view.resident)
+        used = view.prefix_tokens + view.request_tokens - sum(running[r].kv_tokens for r in set(d.preempt))
+        for a in d.evict:
+            if a not in view.prefixes:
+                raise InfeasibleDecision(f"policy {pname!r} names unknown agent prefix {a!r}")
+            if a not in resident:
+                raise InfeasibleDecision(f"policy {pname!r} evicts prefix {a!r}, which is not resident")
+            if refs[a]:
+                raise InfeasibleDecision(f"policy {pname!r} evicts prefix {a!r}, used by {refs[a]} running request(s)")
+            resident.discard(a)
+            used -= view.prefixes[a].tokens
+        for a in d.load:
+            if a not in view.prefixes:
+                raise InfeasibleDecision(f"policy {pname!r} names unknown agent prefix {a!r}")
+            if a in resident:
+                raise InfeasibleDecision(f"policy {pname!r} loads prefix {a!r}, which is already resident")
+            if used + view.prefixes[a].tokens > view.kv_budget:
+                raise InfeasibleDecision(
+                    f"policy {pname!r} loads prefix {a!r} ({view.prefixes[a].tokens} tokens) but only "
+                    f"{view.kv_budget - used} of {view.kv_budget} KV tokens are free")
+            resident.add(a)
+            used += view.prefixes[a].tokens
+        if manages:
+            for rid in d.admit:
+                a = waiting[rid].agent
+                if a not in resident:
+                    raise InfeasibleDecision(
+                        f"policy {pname!r} admits {rid} but its prefix {a!r} is not resident or loaded")

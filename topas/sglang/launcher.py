@@ -1,0 +1,86 @@
+"""``topas serve``: start an SGLang server whose scheduler runs a topas policy.
+
+Scheduler processes are spawned, so the policy reaches them through the environment that the
+plugin (:mod:`topas.sglang.plugin`) reads; ``SGLANG_PLUGINS=topas`` whitelists the plugin (other
+installed packages register plugins in the same entry-point group).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from typing import Any, Mapping, Sequence
+
+
+def server_env(policy: str, params: Mapping[str, Any] | None = None, profile: str | None = None,
+               decision_log: str | os.PathLike | None = None, recheck_steps: int | None = None,
+               policy_modules: Sequence[str] = (), base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for ``python -m sglang.launch_server`` with the plugin running ``policy``.
+
+    The policy and its parameters are checked here (``PolicyError`` names a bad one)."""
+    import importlib
+
+    from topas.policies.base import make_policy
+
+    for m in policy_modules:
+        importlib.import_module(m)
+    make_policy(policy, dict(params or {}))  # fail here, not inside the server
+    env = dict(os.environ if base is None else base)
+    plugins = [p for p in env.get("SGLANG_PLUGINS", "").split(",") if p.strip()]
+    env["SGLANG_PLUGINS"] = ",".join(dict.fromkeys([*plugins, "topas"]))
+    env["TOPAS_POLICY"] = policy
+    env["TOPAS_POLICY_PARAMS"] = json.dumps(dict(params or {}))
+    if profile:
+        env["TOPAS_PROFILE"] = profile
+    if decision_log:
+        env["TOPAS_DECISION_LOG"] = os.fspath(decision_log)
+    if recheck_steps:
+        env["TOPAS_RECHECK_STEPS"] = str(recheck_steps)
+    if policy_modules:
+        env["TOPAS_POLICY_MODULES"] = ",".join(policy_modules)
+    return env
+
+
+def launch_command(sglang_args: Sequence[str], python: str | None = None) -> list[str]:
+    return [python or sys.executable, "-m", "sglang.launch_server", *sglang_args]
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def cpu_test_args(model_dir: str | os.PathLike, port: int, max_total_tokens: int = 4096) -> list[str]:
+    """SGLang flags for the tiny dummy-weight model on a CPU (tools/sglang_cpu)."""
+    return ["--model-path", os.fspath(model_dir), "--load-format", "dummy", "--skip-tokenizer-init",
+            "--device", "cpu", "--attention-backend", "torch_native", "--sampling-backend", "pytorch",
+            "--disable-cuda-graph", "--max-total-tokens", str(max_total_tokens), "--dtype", "float32",
+            "--host", "127.0.0.1", "--port", str(port)]
+
+
+def start(sglang_args: Sequence[str], env: Mapping[str, str], log_path: str | os.PathLike | None = None,
+          python: str | None = None) -> subprocess.Popen:
+    """Start the server in its own process group (stop it with :func:`stop`)."""
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    return subprocess.Popen(launch_command(sglang_args, python), env=dict(env), stdout=out,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(proc: subprocess.Popen, timeout: float = 20.0) -> None:
+    """Stop a server started by :func:`start` and its children (its process group)."""
+    import signal
+
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=timeout)
+    except ProcessLookupError:
+        pass
