@@ -54,6 +54,37 @@ lab: $(VENV)/.lab-installed  ## open JupyterLab in notebooks/
 traces: $(STAMP)  ## regenerate the workload traces in data/traces/
 	$(VPY) scripts/make_traces.py
 
+# MetaGPT workloads (tools/metagpt/README.md). MetaGPT lives in its own venvs, never in $(VENV):
+# SOP = metagpt==0.8.2 from the registry; TL = MetaGPT main at METAGPT_TL_COMMIT (TeamLeader mode is
+# in no release). Its lancedb==0.4.0 pin is not on the registry, hence uv's --override.
+METAGPT_TL_COMMIT ?= 1dfce070d29041fbd10dc9deb4a2db48bd5aebc7
+METAGPT_TL_SRC    ?= git+https://github.com/FoundationAgents/MetaGPT@$(METAGPT_TL_COMMIT)
+METAGPT_N         ?= 70
+METAGPT_JOBS      ?= 2
+UV                := .venvs/uv/bin/uv
+.PHONY: metagpt-env traces-metagpt
+
+$(UV):
+	$(PY) -m venv .venvs/uv && .venvs/uv/bin/pip install uv
+
+.venvs/metagpt-sop/.installed: tools/metagpt/overrides.txt | $(UV)
+	$(UV) venv -p python3.11 .venvs/metagpt-sop
+	$(UV) pip install --python .venvs/metagpt-sop/bin/python metagpt==0.8.2 bpe-openai --override tools/metagpt/overrides.txt
+	.venvs/metagpt-sop/bin/python tools/metagpt/setup_tiktoken.py .venvs/tiktoken_cache
+	touch $@
+
+.venvs/metagpt-tl/.installed: tools/metagpt/overrides.txt | $(UV)
+	$(UV) venv -p python3.11 .venvs/metagpt-tl
+	$(UV) pip install --python .venvs/metagpt-tl/bin/python "$(METAGPT_TL_SRC)" bpe-openai --override tools/metagpt/overrides.txt
+	.venvs/metagpt-tl/bin/python tools/metagpt/setup_tiktoken.py .venvs/tiktoken_cache
+	touch $@
+
+metagpt-env: .venvs/metagpt-sop/.installed .venvs/metagpt-tl/.installed  ## build the MetaGPT venvs .venvs/metagpt-{sop,tl} (~1.5 GB each; METAGPT_TL_SRC=path for a local checkout)
+
+traces-metagpt: metagpt-env  ## record MetaGPT-SOP/TL runs (offline responder) -> data/traces/metagpt-{sop,tl}.json.gz
+	.venvs/metagpt-sop/bin/python scripts/collect_metagpt_traces.py --workflow sop --offline --n $(METAGPT_N) --jobs $(METAGPT_JOBS)
+	.venvs/metagpt-tl/bin/python scripts/collect_metagpt_traces.py --workflow tl --offline --n $(METAGPT_N) --jobs $(METAGPT_JOBS)
+
 profiles: $(STAMP)  ## refit the engine cost-model profiles in data/profiles/
 	$(VPY) scripts/fit_profile.py
 

@@ -1,0 +1,292 @@
+#!/usr/bin/env python
+"""Run MetaGPT software teams on a list of requirements, record every LLM call, convert to traces.
+
+Runs with a MetaGPT venv's Python (``make metagpt-env`` builds them; never the package's .venv):
+
+    # MetaGPT-SOP (metagpt==0.8.2), offline responder on 127.0.0.1, 60 requirements:
+    .venvs/metagpt-sop/bin/python scripts/collect_metagpt_traces.py --workflow sop --offline --n 60
+    # MetaGPT-TL (MetaGPT main @ METAGPT_TL_COMMIT) against an OpenAI-compatible server (e.g. SGLang):
+    .venvs/metagpt-tl/bin/python scripts/collect_metagpt_traces.py --workflow tl \\
+        --base-url http://gpu-box:30000/v1 --model Qwen/Qwen2.5-32B-Instruct --n 60
+    # only re-convert the recorded calls into the trace:
+    .venvs/metagpt-sop/bin/python scripts/collect_metagpt_traces.py --workflow sop --convert-only
+
+Each requirement runs in its own child process (``--one``; MetaGPT keeps global state) with its own
+``METAGPT_PROJECT_ROOT`` (holding ``config/config2.yaml``: api_type openai, base_url, model,
+api_key) and ``HOME`` (so no ``~/.metagpt/config2.yaml`` of the user can override it), under a
+wall-clock limit. ``tools/metagpt/recorder.py`` records the calls (no MetaGPT source is edited).
+Outputs, for workflow W in {sop, tl}:
+
+- ``data/traces/metagpt_W.calls.jsonl.gz``: every recorded call of every completed run
+  (format: tools/metagpt/README.md), runs in requirement order;
+- ``data/traces/metagpt_W.runs.json``: one entry per attempted run (requirement, status, seconds,
+  calls, tokens) and the collection settings;
+- ``data/traces/metagpt-W.json.gz``: the ``topas.trace/1`` trace (``topas.workload.metagpt``).
+
+Without ``--offline`` nothing is modelled: output lengths are the model's real answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import gzip
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TOOLS = REPO / "tools" / "metagpt"
+TRACES = REPO / "data" / "traces"
+
+#: MetaGPT versions. SOP: the PyPI release; TL: MetaGPT's main branch (TeamLeader mode is in no release).
+METAGPT_SOP_VERSION = "0.8.2"
+METAGPT_TL_COMMIT = "1dfce070d29041fbd10dc9deb4a2db48bd5aebc7"  # FoundationAgents/MetaGPT, 2025-06-30
+
+WORKFLOWS = {
+    "sop": {"trace": "metagpt-sop", "venv": ".venvs/metagpt-sop", "metagpt": f"metagpt=={METAGPT_SOP_VERSION}",
+            "n_round": 12},
+    "tl": {"trace": "metagpt-tl", "venv": ".venvs/metagpt-tl", "metagpt": f"MetaGPT main@{METAGPT_TL_COMMIT[:8]}",
+           "n_round": 30},
+}
+
+#: Nominal arrival rates (tasks/s) written into the traces' meta.rate (see data/traces/README.md).
+NOMINAL_RATE = {"sop": None, "tl": None}
+
+
+def read_requirements(path: Path) -> list[str]:
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            out.append(line)
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_config(root: Path, base_url: str, model: str, api_key: str, stream: bool) -> None:
+    (root / "config").mkdir(parents=True, exist_ok=True)
+    (root / "config" / "config2.yaml").write_text(
+        "llm:\n"
+        "  api_type: openai\n"
+        f"  base_url: {json.dumps(base_url)}\n"
+        f"  api_key: {json.dumps(api_key)}\n"
+        f"  model: {json.dumps(model)}\n"
+        f"  stream: {'true' if stream else 'false'}\n"
+        "  timeout: 600\n",
+        encoding="utf-8",
+    )
+
+
+# ----------------------------------------------------------------------------- the child: one run
+
+
+def run_one(args) -> int:
+    """Inside a child process: record one MetaGPT run of requirement ``args.one``."""
+    sys.path.insert(0, str(TOOLS))
+    import recorder  # tools/metagpt/recorder.py
+
+    reqs = read_requirements(args.requirements)
+    idea = reqs[args.one]
+    wf = WORKFLOWS[args.workflow]
+    run = {
+        "run_id": f"{args.workflow}-r{args.one:03d}",
+        "workflow": wf["trace"],
+        "requirement_index": args.one,
+        "requirement": idea,
+        "metagpt": wf["metagpt"],
+        "endpoint": "offline-responder" if args.offline else args.base_url,
+    }
+    recorder.install(args.calls_out, run)
+    from metagpt.software_company import generate_repo
+
+    if args.workflow == "sop":
+        if args.offline:
+            # QaEngineer pip-installs requirements.txt and pytest before each test run; the offline
+            # responder's code and tests need only the standard library (its package lists are
+            # empty), so skip the installs: same LLM calls, less wall time
+            from metagpt.actions.run_code import RunCode
+
+            RunCode._install_dependencies = staticmethod(lambda working_directory, env: None)
+        # the paper's 5-role SOP: PM, Architect, ProjectManager, Engineer (with code review), QaEngineer
+        generate_repo(idea, investment=1000.0, n_round=args.n_round or wf["n_round"], code_review=True,
+                      run_tests=True, implement=True)
+    else:
+        # MetaGPT main's generate_repo hires the TeamLeader organisation (TeamLeader, ProductManager,
+        # Architect, Engineer2, DataAnalyst) in an MGXEnv
+        generate_repo(idea, investment=1000.0, n_round=args.n_round or wf["n_round"])
+    recorder.close()
+    return 0
+
+
+# ----------------------------------------------------------------------------- the parent
+
+
+def collect(args) -> None:
+    wf = WORKFLOWS[args.workflow]
+    reqs = read_requirements(args.requirements)
+    idx = list(range(args.start, min(len(reqs), args.start + args.n)))
+    work = Path(args.workdir or tempfile.mkdtemp(prefix=f"metagpt-{args.workflow}-"))
+    work.mkdir(parents=True, exist_ok=True)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    responder = None
+    base_url, model, api_key = args.base_url, args.model, args.api_key
+    if args.offline:
+        port = free_port()
+        responder = subprocess.Popen([sys.executable, str(TOOLS / "responder.py"), "--port", str(port)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        base_url, model, api_key = f"http://127.0.0.1:{port}/v1", "gpt-4-turbo", "sk-offline"
+        time.sleep(1.0)
+    if not base_url:
+        sys.exit("give --base-url (an OpenAI-compatible endpoint) or --offline")
+    runs_path = args.out_dir / f"metagpt_{args.workflow}.runs.json"
+    runs = json.loads(runs_path.read_text()) if (args.resume and runs_path.exists()) else {"runs": []}
+    done = {r["requirement_index"] for r in runs["runs"] if r["status"] == "ok"}
+    env_base = dict(os.environ)
+    env_base["TIKTOKEN_CACHE_DIR"] = str(Path(args.tiktoken_cache).resolve())
+    env_base.setdefault("PYTHONUNBUFFERED", "1")
+    lock = threading.Lock()
+
+    def one(i: int) -> None:
+        if True:
+            rdir = work / f"r{i:03d}"
+            shutil.rmtree(rdir, ignore_errors=True)
+            (rdir / "home").mkdir(parents=True)
+            write_config(rdir, base_url, model, api_key, stream=args.stream)
+            calls = rdir / "calls.jsonl"
+            env = dict(env_base, METAGPT_PROJECT_ROOT=str(rdir), HOME=str(rdir / "home"))
+            cmd = [sys.executable, str(Path(__file__).resolve()), "--workflow", args.workflow, "--one", str(i),
+                   "--calls-out", str(calls), "--requirements", str(args.requirements)]
+            if args.offline:
+                cmd.append("--offline")
+            else:
+                cmd += ["--base-url", base_url]
+            if args.n_round:
+                cmd += ["--n-round", str(args.n_round)]
+            t0 = time.time()
+            with open(rdir / "log.txt", "wb") as log:
+                try:
+                    rc = subprocess.run(cmd, env=env, cwd=rdir, stdout=log, stderr=subprocess.STDOUT,
+                                        timeout=args.timeout).returncode
+                    status = "ok" if rc == 0 else f"failed (exit {rc})"
+                except subprocess.TimeoutExpired:
+                    rc, status = None, f"timeout after {args.timeout} s"
+            wall = time.time() - t0
+            recs = [json.loads(l) for l in calls.read_text(encoding="utf-8").splitlines() if l.strip()] \
+                if calls.exists() else []
+            if status == "ok" and not recs:
+                status = "failed (no LLM calls recorded)"
+            entry = {"run_id": f"{args.workflow}-r{i:03d}", "requirement_index": i, "requirement": reqs[i],
+                     "status": status, "wall_s": round(wall, 2), "calls": len(recs),
+                     "retries": sum(1 for r in recs if r.get("attempt", 1) > 1),
+                     "errors": sum(1 for r in recs if r.get("error")),
+                     "prompt_tokens": sum(r["prompt_tokens"] for r in recs),
+                     "completion_tokens": sum(r["completion_tokens"] for r in recs)}
+            lock.acquire()
+            runs["runs"] = [r for r in runs["runs"] if r["requirement_index"] != i] + [entry]
+            runs["runs"].sort(key=lambda r: r["requirement_index"])
+            runs["settings"] = {"workflow": args.workflow, "metagpt": wf["metagpt"],
+                                "endpoint": "offline-responder (tools/metagpt/responder.py)" if args.offline else base_url,
+                                "model": model, "stream": args.stream, "n_round": args.n_round or wf["n_round"],
+                                "timeout_s": args.timeout, "requirements": str(args.requirements.relative_to(REPO))
+                                if args.requirements.is_relative_to(REPO) else str(args.requirements)}
+            runs_path.write_text(json.dumps(runs, indent=1) + "\n")
+            if status == "ok":
+                args.raw_dir.mkdir(parents=True, exist_ok=True)
+                shutil.copy(calls, args.raw_dir / f"{entry['run_id']}.jsonl")
+            print(f"[{time.strftime('%H:%M:%S')}] {entry['run_id']}: {status}, {len(recs)} calls, "
+                  f"{entry['prompt_tokens'] + entry['completion_tokens']} tokens, {wall:.1f} s", flush=True)
+            lock.release()
+            if not args.keep_workdir:
+                shutil.rmtree(rdir / "workspace", ignore_errors=True)
+
+    try:
+        todo = [i for i in idx if i not in done]
+        with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as ex:
+            for f in [ex.submit(one, i) for i in todo]:
+                f.result()
+    finally:
+        if responder is not None:
+            responder.terminate()
+            responder.wait(10)
+
+
+def bundle(args) -> Path:
+    """All completed runs' calls -> data/traces/metagpt_W.calls.jsonl.gz (requirement order)."""
+    runs = json.loads((args.out_dir / f"metagpt_{args.workflow}.runs.json").read_text())
+    out = args.out_dir / f"metagpt_{args.workflow}.calls.jsonl.gz"
+    lines = []
+    for r in runs["runs"]:
+        if r["status"] != "ok":
+            continue
+        lines += [l for l in (args.raw_dir / f"{r['run_id']}.jsonl").read_text(encoding="utf-8").splitlines()
+                  if l.strip()]
+    with open(out, "wb") as fh, gzip.GzipFile(filename="", mode="wb", fileobj=fh, mtime=0, compresslevel=9) as gz:
+        gz.write(("\n".join(lines) + "\n").encode("utf-8"))
+    return out
+
+
+def convert(args, calls_path: Path) -> Path:
+    sys.path.insert(0, str(REPO))
+    os.environ.setdefault("TIKTOKEN_CACHE_DIR", str(Path(args.tiktoken_cache).resolve()))
+    from topas.workload.metagpt import NOMINAL_RATES, convert_file
+    from topas.workload.trace_io import write_trace
+
+    wf = WORKFLOWS[args.workflow]
+    trace = convert_file(calls_path, name=wf["trace"], rate=NOMINAL_RATES[wf["trace"]], encoding="cl100k_base")
+    out = write_trace(trace, args.out_dir / f"{wf['trace']}.json.gz")
+    print(f"wrote {out}: {len(trace.tasks)} tasks, {trace.num_requests} requests, {len(trace.agents)} agents")
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--workflow", choices=sorted(WORKFLOWS), required=True)
+    ap.add_argument("--requirements", type=Path, default=TOOLS / "requirements_softwaredev.txt")
+    ap.add_argument("--n", type=int, default=70, help="number of requirements to run (from --start)")
+    ap.add_argument("--start", type=int, default=0)
+    ap.add_argument("--offline", action="store_true", help="start tools/metagpt/responder.py on 127.0.0.1 and use it")
+    ap.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL", ""))
+    ap.add_argument("--model", default=os.environ.get("METAGPT_MODEL", "gpt-4-turbo"))
+    ap.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY", "sk-none"))
+    ap.add_argument("--stream", action="store_true", help="stream answers (MetaGPT's default; off here: same calls)")
+    ap.add_argument("--n-round", type=int, default=0, help="MetaGPT team rounds (default: per workflow)")
+    ap.add_argument("--jobs", type=int, default=1, help="runs at the same time (each is its own process)")
+    ap.add_argument("--timeout", type=int, default=900, help="wall-clock limit per run (s)")
+    ap.add_argument("--out-dir", type=Path, default=TRACES)
+    ap.add_argument("--raw-dir", type=Path, default=REPO / ".metagpt-runs" / "calls",
+                    help="per-run call records (bundled into data/traces/metagpt_W.calls.jsonl.gz)")
+    ap.add_argument("--workdir", default="", help="where runs happen (default: a new temp dir)")
+    ap.add_argument("--keep-workdir", action="store_true", help="keep the generated repositories")
+    ap.add_argument("--resume", action="store_true", help="skip requirements already recorded ok in runs.json")
+    ap.add_argument("--tiktoken-cache", default=str(REPO / ".venvs" / "tiktoken_cache"))
+    ap.add_argument("--convert-only", action="store_true", help="only bundle + convert the recorded runs")
+    ap.add_argument("--no-convert", action="store_true")
+    ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--calls-out", default="", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    args.requirements = args.requirements.resolve()
+    args.out_dir = args.out_dir.resolve()
+    if args.one is not None:
+        sys.exit(run_one(args))
+    if not args.convert_only:
+        collect(args)
+    if not args.no_convert:
+        convert(args, bundle(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,412 @@
+"""MetaGPT workloads: recorded LLM calls of MetaGPT runs -> ``topas.trace/1`` traces (pure Python).
+
+The calls are recorded inside a MetaGPT environment by ``tools/metagpt/recorder.py`` (driven by
+``scripts/collect_metagpt_traces.py``), one JSON object per line (format ``topas.metagpt-calls/1``,
+tools/metagpt/README.md). This module never imports MetaGPT; it needs a tokenizer only to measure
+prefixes (:func:`tiktoken_encoder`, cl100k_base, present in the MetaGPT venvs; tests pass their own).
+
+The mapping (DESIGN.md "Workload model"; choices the issue leaves open are marked *choice*):
+
+- one **task** per requirement run (``run_id``), in the order of the file (the collection order);
+  arrivals are Poisson at the trace's nominal rate (:data:`NOMINAL_RATES`, seed 0), as for the
+  synthetic traces: recorded wall-clock times say how fast *this* machine ran MetaGPT, not how
+  tasks arrive;
+- one **stage** per recorded call (stage id = ``call_id``), retries included: a bad-JSON retry is
+  a real extra call whose parent is the failed attempt. *Choice:* a call that failed at the HTTP
+  level (``error`` set, no answer) is dropped and its children inherit its parents;
+- **parents** = the recorded ``parents`` (the calls whose outputs this call consumed);
+- an **agent** = (role, identity of the normalised system prompt): the role's most used system
+  prompt is the agent ``role``, its others ``role:2``, ``role:3``... by number of calls (ties: first
+  use). E.g. TL-mode TeamLeader calls with three system prompts: its command turns (``TeamLeader``),
+  its intent classification and its language detection; ``meta.prefix[agent].actions`` lists the
+  recorded actions of each;
+- the agent's **prefix** ``l_a`` = the longest token prefix shared by *all* of the agent's calls
+  (over every task), measured on the normalised rendered prompt (:func:`render`), capped so every
+  call keeps at least one input token; *choice:* an agent with a single call gets its system
+  message's tokens as prefix; ``l_a >= 1`` always;
+- a stage's **input** ``x_v`` = its rendered prompt's tokens minus ``l_a``; its **output** ``y_v``
+  = the recorded ``completion_tokens`` (cl100k), at least 1;
+- **normalisation** before prefix matching (:func:`normalise`): date-times, dates, clock times and
+  32-hex ids become fixed placeholders (RoleZero writes the current time into its system prompt;
+  without this no two TeamLeader calls would share their prefix). Token counts of ``x_v`` are
+  those of the original text.
+
+Timestamps (``t_start``, ``t_end``: epoch seconds or ISO-8601 strings) are normalised to seconds
+since the run's first call and used to order the calls; a call must not start before a parent has
+ended, nor end before it starts. Bad input raises :class:`~topas.workload.validate.TraceError`
+naming the file, line and call.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import gzip
+import hashlib
+import json
+import math
+import numbers
+import os
+import re
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from topas.workload.arrivals import poisson_arrivals
+from topas.workload.model import Agent, Stage, Task, Trace
+from topas.workload.validate import TraceError, find_cycle, validate_trace
+
+RECORD_VERSION = "topas.metagpt-calls/1"
+
+#: Fields every call record must have.
+REQUIRED = ("run_id", "call_id", "role", "action", "parents", "t_start", "t_end", "messages", "completion_tokens")
+
+#: Nominal arrival rates (tasks/s) of the committed MetaGPT traces; experiments sweep
+#: ``load * rate`` (see data/traces/README.md, "MetaGPT traces: nominal rates").
+NOMINAL_RATES: dict[str, float] = {"metagpt-sop": 0.15, "metagpt-tl": 0.0175}
+
+#: Slack (s) allowed when checking that a parent ended before its child started (clock rounding).
+TIME_SLACK = 1e-3
+
+Encoder = Callable[[str], Sequence[int]]
+
+# ----------------------------------------------------------------------------- normalisation
+
+_NORMALISERS: tuple[tuple[re.Pattern[str], str], ...] = (
+    # 2025-06-30 19:45:55, 2025-06-30T19:45:55.123+08:00
+    (re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"), "<DATETIME>"),
+    (re.compile(r"\b\d{14}\b"), "<DATETIME>"),  # 20250630194555 (MetaGPT's document file names)
+    (re.compile(r"\b\d{4}[-/]\d{2}[-/]\d{2}\b"), "<DATE>"),
+    (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\b"), "<TIME>"),
+    (re.compile(r"\b[0-9a-f]{32}\b"), "<ID>"),  # uuid4().hex message ids
+)
+
+
+def normalise(text: str) -> str:
+    """``text`` with volatile values (date-times, dates, clock times, 32-hex ids) replaced."""
+    for pat, rep in _NORMALISERS:
+        text = pat.sub(rep, text)
+    return text
+
+
+def render(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The prompt as one string: ``<|role|>\\ncontent\\n`` per message (a neutral chat template)."""
+    return "".join(f"<|{m.get('role', '')}|>\n{m.get('content', '')}\n" for m in messages)
+
+
+def system_identity(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The normalised system prompt (all leading system messages), ``""`` if none."""
+    parts = []
+    for m in messages:
+        if m.get("role") != "system":
+            break
+        parts.append(str(m.get("content", "")))
+    return normalise("\n".join(parts))
+
+
+def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
+    """Length of the longest common prefix of all sequences (0 for none)."""
+    if not seqs:
+        return 0
+    n = min(len(s) for s in seqs)
+    first = seqs[0]
+    for s in seqs[1:]:
+        k = 0
+        lim = min(n, len(s))
+        while k < lim and s[k] == first[k]:
+            k += 1
+        n = k
+        if n == 0:
+            break
+    return n
+
+
+def tiktoken_encoder(encoding: str = "cl100k_base") -> Encoder:
+    """tiktoken's ``encoding`` (needs tiktoken and its BPE file: ``TIKTOKEN_CACHE_DIR``, see
+    tools/metagpt/README.md); special-token text is encoded as ordinary text."""
+    try:
+        import tiktoken
+    except ImportError:  # pragma: no cover - depends on the environment
+        raise RuntimeError(
+            "converting MetaGPT calls needs tiktoken (cl100k_base); run it in a MetaGPT venv "
+            "(make metagpt-env) or pass encode=..."
+        ) from None
+    enc = tiktoken.get_encoding(encoding)
+    return lambda s: enc.encode(s, disallowed_special=())
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def _ts(v: Any, source: str, where: str, field: str) -> float:
+    if isinstance(v, bool):
+        raise TraceError(source, f"{field} must be a number of seconds or an ISO-8601 string, got {v!r}", where=where)
+    if isinstance(v, numbers.Real):
+        f = float(v)
+    elif isinstance(v, str):
+        try:
+            d = _dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
+        except ValueError:
+            raise TraceError(source, f"{field} {v!r} is not an ISO-8601 time", where=where) from None
+        if d.tzinfo is None:
+            d = d.replace(tzinfo=_dt.timezone.utc)
+        f = d.timestamp()
+    else:
+        raise TraceError(source, f"{field} must be a number of seconds or an ISO-8601 string, got {v!r}", where=where)
+    if not math.isfinite(f):
+        raise TraceError(source, f"{field} must be finite, got {v!r}", where=where)
+    return f
+
+
+def read_calls(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The records of a calls file (``.jsonl`` or ``.jsonl.gz``), each with ``_line`` (1-based)
+    and ``_source`` added. A line that is not a JSON object raises :class:`TraceError`."""
+    path = Path(path)
+    raw = path.read_bytes()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    out = []
+    for k, line in enumerate(raw.decode("utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TraceError(str(path), f"not valid JSON ({e})", where=f"line {k}") from None
+        if not isinstance(rec, dict):
+            raise TraceError(str(path), "a call record must be a JSON object", where=f"line {k}")
+        rec["_line"] = k
+        rec["_source"] = str(path)
+        out.append(rec)
+    return out
+
+
+def _check_record(rec: Mapping[str, Any], source: str) -> str:
+    where = f"line {rec.get('_line', '?')}"
+    if "call_id" in rec and "run_id" in rec:
+        where += f" (run {rec['run_id']} call {rec['call_id']})"
+    for f in REQUIRED:
+        if f not in rec:
+            raise TraceError(source, f"missing field '{f}'", where=where)
+    for f in ("run_id", "call_id", "role", "action"):
+        if not isinstance(rec[f], str) or not rec[f]:
+            raise TraceError(source, f"'{f}' must be a non-empty string, got {rec[f]!r}", where=where)
+    if "/" in rec["run_id"] or "/" in rec["call_id"]:
+        raise TraceError(source, "run_id and call_id must not contain '/'", where=where)
+    if not isinstance(rec["parents"], list) or not all(isinstance(p, str) for p in rec["parents"]):
+        raise TraceError(source, f"'parents' must be a list of call ids, got {rec['parents']!r}", where=where)
+    msgs = rec["messages"]
+    if not isinstance(msgs, list) or not msgs or not all(
+        isinstance(m, dict) and isinstance(m.get("content"), str) and isinstance(m.get("role"), str) for m in msgs
+    ):
+        raise TraceError(source, "'messages' must be a non-empty list of {role, content} strings", where=where)
+    ct = rec["completion_tokens"]
+    if isinstance(ct, bool) or not isinstance(ct, numbers.Integral) or ct < 0:
+        raise TraceError(source, f"'completion_tokens' must be an integer >= 0, got {ct!r}", where=where)
+    return where
+
+
+# ----------------------------------------------------------------------------- conversion
+
+
+def calls_to_trace(
+    records: Iterable[Mapping[str, Any]],
+    name: str,
+    encode: Encoder,
+    rate: float | None = None,
+    seed: int = 0,
+    source: str = "<calls>",
+    meta: Mapping[str, Any] | None = None,
+) -> Trace:
+    """Build the trace ``name`` from call records (see the module docstring for the mapping)."""
+    recs = list(records)
+    if not recs:
+        raise TraceError(source, "no call records")
+    if rate is None:
+        rate = NOMINAL_RATES.get(name)
+    if rate is None or not rate > 0:
+        raise ValueError(f"{name}: give a positive nominal rate (tasks/s)")
+
+    # group by run, keep file order of runs; check fields and timestamps
+    runs: "OrderedDict[str, list[dict[str, Any]]]" = OrderedDict()
+    for rec in recs:
+        src = rec.get("_source", source)
+        where = _check_record(rec, src)
+        r = dict(rec)
+        r["_where"] = where
+        r["_src"] = src
+        r["_t0"] = _ts(rec["t_start"], src, where, "t_start")
+        r["_t1"] = _ts(rec["t_end"], src, where, "t_end")
+        if r["_t1"] < r["_t0"]:
+            raise TraceError(src, f"t_end {rec['t_end']!r} is before t_start {rec['t_start']!r}", where=where)
+        runs.setdefault(rec["run_id"], []).append(r)
+
+    # per run: order by start time, drop failed calls (children inherit their parents), check deps
+    kept_runs: "OrderedDict[str, list[dict[str, Any]]]" = OrderedDict()
+    run_info: dict[str, dict[str, Any]] = {}
+    for run_id, calls in runs.items():
+        ids: dict[str, dict[str, Any]] = {}
+        for c in calls:
+            if c["call_id"] in ids:
+                raise TraceError(c["_src"], f"duplicate call_id {c['call_id']!r} in run {run_id}", where=c["_where"])
+            ids[c["call_id"]] = c
+        for c in calls:
+            for p in c["parents"]:
+                if p not in ids:
+                    raise TraceError(c["_src"], f"parent {p!r} is not a call of run {run_id}", where=c["_where"])
+                if p == c["call_id"]:
+                    raise TraceError(c["_src"], "a call cannot be its own parent", where=c["_where"])
+        cyc = find_cycle([(c["call_id"], c["parents"]) for c in calls])
+        if cyc:
+            raise TraceError(calls[0]["_src"], f"run {run_id}: the calls' parents form a cycle: "
+                             + " -> ".join(cyc + [cyc[0]]))
+        t_run = min(c["_t0"] for c in calls)
+        calls = sorted(calls, key=lambda c: (c["_t0"], c["call_id"]))
+        for c in calls:
+            c["t_rel"] = (c["_t0"] - t_run, c["_t1"] - t_run)
+            for p in c["parents"]:
+                if ids[p]["_t1"] > c["_t0"] + TIME_SLACK:
+                    raise TraceError(
+                        c["_src"],
+                        f"parent {p!r} ends at {ids[p]['_t1'] - t_run:.3f} s, after this call starts at "
+                        f"{c['_t0'] - t_run:.3f} s (times since the run's first call)",
+                        where=c["_where"],
+                    )
+        failed = {c["call_id"] for c in calls if c.get("error")}
+        resolved: dict[str, list[str]] = {}
+
+        def live_parents(cid: str) -> list[str]:
+            if cid not in resolved:
+                out: list[str] = []
+                for p in ids[cid]["parents"]:
+                    for q in ([p] if p not in failed else live_parents(p)):
+                        if q not in out:
+                            out.append(q)
+                resolved[cid] = out
+            return resolved[cid]
+
+        kept = []
+        for c in calls:
+            if c["call_id"] in failed:
+                continue
+            c = dict(c)
+            c["parents_live"] = live_parents(c["call_id"])
+            kept.append(c)
+        if not kept:
+            raise TraceError(calls[0]["_src"], f"run {run_id}: every call failed")
+        kept_runs[run_id] = kept
+        run_info[run_id] = {
+            "requirement": calls[0].get("requirement", ""),
+            "wall_s": round(max(c["_t1"] for c in calls) - t_run, 3),
+            "calls": len(kept),
+            "failed_calls": len(failed),
+            "retries": sum(1 for c in kept if int(c.get("attempt", 1) or 1) > 1),
+        }
+
+    # agents: (role, normalised system prompt); the role's most used prompt is named after the
+    # role, the others role:2, role:3, ... by number of calls (ties: first use)
+    uses: dict[str, dict[str, list[int]]] = {}  # role -> identity -> [calls, first use]
+    actions_of: dict[tuple[str, str], list[str]] = {}
+    n_seen = 0
+    for calls in kept_runs.values():
+        for c in calls:
+            ident = system_identity(c["messages"])
+            u = uses.setdefault(c["role"], {}).setdefault(ident, [0, n_seen])
+            u[0] += 1
+            n_seen += 1
+            acts = actions_of.setdefault((c["role"], ident), [])
+            if c["action"] not in acts:
+                acts.append(c["action"])
+    agent_of: dict[tuple[str, str], str] = {}
+    for role, idents in uses.items():
+        ranked = sorted(idents, key=lambda i: (-idents[i][0], idents[i][1]))
+        for k, ident in enumerate(ranked, start=1):
+            agent_of[(role, ident)] = role if k == 1 else f"{role}:{k}"
+
+    # tokens: normalised (for the prefix) and original (for the input)
+    norm_tokens: dict[str, list[Sequence[int]]] = {}
+    sys_tokens: dict[str, int] = {}
+    for calls in kept_runs.values():
+        for c in calls:
+            ident = system_identity(c["messages"])
+            a = agent_of[(c["role"], ident)]
+            c["agent"] = a
+            c["n_prompt"] = len(encode(render(c["messages"])))
+            nt = encode(normalise(render(c["messages"])))
+            c["n_norm"] = len(nt)
+            norm_tokens.setdefault(a, []).append(nt)
+            if a not in sys_tokens:
+                sysmsgs = [m for m in c["messages"][: len(c["messages"])] if m.get("role") == "system"]
+                sys_tokens[a] = len(encode(normalise(render(sysmsgs)))) if sysmsgs else 0
+
+    actions_by_agent = {agent_of[k]: v for k, v in actions_of.items()}
+    agents: dict[str, Agent] = {}
+    prefix_info: dict[str, Any] = {}
+    outputs: dict[str, list[int]] = {}
+    for calls in kept_runs.values():
+        for c in calls:
+            outputs.setdefault(c["agent"], []).append(max(1, int(c["completion_tokens"])))
+    for a, toks in norm_tokens.items():
+        shortest = min(len(t) for t in toks)
+        lcp = common_prefix_len(toks) if len(toks) > 1 else sys_tokens[a]
+        pre = max(1, min(lcp, shortest - 1, min(len(t) for t in toks) - 1))
+        ys = outputs[a]
+        agents[a] = Agent(name=a, prefix_tokens=pre, expected_output_tokens=round(sum(ys) / len(ys), 3))
+        prefix_info[a] = {"calls": len(toks), "common_prefix_tokens": lcp, "system_prompt_tokens": sys_tokens[a],
+                          "actions": actions_by_agent[a]}
+    agents = dict(sorted(agents.items()))
+
+    arrivals = poisson_arrivals(len(kept_runs), rate, seed)
+    tasks = []
+    for k, (run_id, calls) in enumerate(kept_runs.items()):
+        stages = tuple(
+            Stage(
+                id=c["call_id"],
+                agent=c["agent"],
+                input_tokens=max(1, c["n_prompt"] - agents[c["agent"]].prefix_tokens),
+                output_tokens=max(1, int(c["completion_tokens"])),
+                parents=tuple(c["parents_live"]),
+            )
+            for c in calls
+        )
+        tasks.append(Task(id=f"t{k:05d}", arrival=arrivals[k], stages=stages, workflow=name))
+
+    m: dict[str, Any] = {
+        "generator": "topas.workload.metagpt.calls_to_trace",
+        "rate": float(rate),
+        "seed": int(seed),
+        "arrival_process": "poisson",
+        "tokenizer": "cl100k_base",
+        "runs": [{"task": f"t{k:05d}", "run_id": rid, **run_info[rid]} for k, rid in enumerate(kept_runs)],
+        "prefix": prefix_info,
+    }
+    if meta:
+        m.update(meta)
+    trace = Trace(name=name, agents=agents, tasks=tuple(tasks), meta=m)
+    validate_trace(trace, source=source)
+    return trace
+
+
+def convert_file(
+    path: str | os.PathLike[str],
+    name: str,
+    rate: float | None = None,
+    encoding: str = "cl100k_base",
+    encode: Encoder | None = None,
+    seed: int = 0,
+    meta: Mapping[str, Any] | None = None,
+) -> Trace:
+    """:func:`calls_to_trace` of a calls file; ``meta.calls_sha256`` names the exact input."""
+    path = Path(path)
+    recs = read_calls(path)
+    m = {"calls_file": path.name, "calls_sha256": _sha256(path)}
+    first = recs[0] if recs else {}
+    for k in ("metagpt", "endpoint"):
+        if k in first:
+            m[k] = first[k]
+    m.update(meta or {})
+    return calls_to_trace(recs, name, encode or tiktoken_encoder(encoding), rate=rate, seed=seed,
+                          source=str(path), meta=m)
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
