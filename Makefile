@@ -15,7 +15,7 @@ VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test reproduce figures pack lab traces profiles bench clean
+.PHONY: help install test test-sglang reproduce figures pack lab traces profiles bench clean
 
 help:  ## list the targets
 	@echo "Usage: make <target> [PY=python3] [VENV=.venv] [QUICK=0|1] [ENGINE=sim|sglang] [SERVER=URL] [RAY_ADDRESS=auto]"
@@ -37,6 +37,13 @@ install: $(STAMP)  ## create $(VENV) and install topas with the test, notebook a
 
 test: $(STAMP)  ## run the test suite (pytest; deselect slow tests with ARGS="-m 'not slow'")
 	$(VPY) -m pytest $(ARGS)
+
+# The SGLang CPU integration test: builds (or reuses) the lean SGLang env in .venvs/sglang-cpu,
+# starts a real SGLang server (tiny dummy-weight model, the topas plugin) on 127.0.0.1 and
+# replays small Chain-3 / DAG-4 traces under FCFS and TOPAS (tests_sglang/).
+test-sglang:  ## SGLang integration test on CPU: real server + topas plugin (builds .venvs/sglang-cpu once)
+	bash tools/sglang_cpu/build_env.sh
+	.venvs/sglang-cpu/bin/python -m pytest tests_sglang -p no:cacheprovider -s $(ARGS)
 
 reproduce: $(STAMP)  ## run all experiments and notebooks (QUICK=1 for a small run, ENGINE=sim|sglang)
 	$(VPY) scripts/reproduce.py --engine $(ENGINE) $(if $(filter 1,$(QUICK)),--quick,) \

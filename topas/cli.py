@@ -308,5 +308,13 @@ def policies_cmd() -> None:
     click.echo("\n".join(policies_lines()))
 
 
+# ----------------------------------------------------------------------------- topas serve / replay (SGLang)
+
+from topas.sglang.cli import replay_cmd, serve_cmd  # noqa: E402  (imports no sglang)
+
+main.add_command(serve_cmd)
+main.add_command(replay_cmd)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

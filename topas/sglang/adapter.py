@@ -156,8 +156,8 @@ class Snapshot:
     ``now`` is seconds since the epoch (converted to run time with the run's ``t0``).
     ``finished`` lists requests that left the running batch done since the last snapshot:
     (SGLang rid, output tokens, epoch time); ``aborted`` those that left without finishing.
-    ``cached`` the agents whose prefix is fully in the radix tree (probed by the plugin for
-    the agents :meth:`Adapter.probe_agents` names), ``host`` those with a host-tier copy.
+    ``cached`` the agents whose prefix is known to be fully in the radix tree (``probe`` asks
+    for the others lazily, only at a decision), ``host`` those with a host-tier copy.
     """
 
     now: float
@@ -169,6 +169,9 @@ class Snapshot:
     cached: frozenset[str] = frozenset()
     host: frozenset[str] = frozenset()
     n_decoding: int | None = None  # requests in the decode batch (default: all running)
+    #: ``probe(agent) -> bool``: is the agent's prefix fully cached? Called only when a view is
+    #: built (at a decision), for :meth:`Adapter.probe_agents`; adds to ``cached``.
+    probe: Callable[[str], bool] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -437,10 +440,13 @@ class Adapter:
         refs: dict[str, int] = {}
         for r in running:
             refs[r.meta.agent] = refs.get(r.meta.agent, 0) + 1
+        cached = set(snap.cached)
+        if snap.probe is not None:
+            cached.update(a for a in self.probe_agents() if snap.probe(a))
         prefixes = {}
         prefix_tokens = 0
         for a, p in self.prefixes.items():
-            resident = a in self.pinned or a in snap.cached or refs.get(a, 0) > 0
+            resident = a in self.pinned or a in cached or refs.get(a, 0) > 0
             if resident:
                 prefix_tokens += p.tokens
             prefixes[a] = PrefixView(a, p.tokens, p.expected_output, resident, a in snap.host,

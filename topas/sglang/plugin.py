@@ -149,9 +149,8 @@ class Controller:
                 aborted.append(rid)
             self.meta_cache.pop(rid, None)
         self.last_running = {r.rid: r for r in running_reqs}
-        cached = frozenset(a for a in self.adapter.probe_agents() if self.cached_len(a)[0] >= self.pin_len(a))
         return Snapshot(now=now, waiting=tuple(waiting), running=tuple(running), kv_budget=self.budget(),
-                        finished=tuple(finished), aborted=tuple(aborted), cached=cached,
+                        finished=tuple(finished), aborted=tuple(aborted), probe=self.is_cached,
                         n_decoding=len(running_batch.reqs))
 
     # ------------------------------------------------------------------ prefixes
@@ -159,7 +158,22 @@ class Controller:
         n = self.adapter.prefix_tokens_of(agent)
         return n - n % self.page
 
+    def is_cached(self, agent: str) -> bool:
+        """Is the agent's prefix fully in the device tree? A read-only walk where the tree core has
+        one (``match_full_device_prefix``), so probing does not refresh the prefix's LRU time and
+        SGLang's own eviction order (what the baselines rely on) is left as it is."""
+        from sglang.srt.mem_cache.radix_cache import RadixKey
+
+        from topas.sglang.tokens import prefix_ids
+
+        n = self.pin_len(agent)
+        core = getattr(self.sched.tree_cache, "tree_core", None)
+        if core is not None and hasattr(core, "match_full_device_prefix"):
+            return int(core.match_full_device_prefix(RadixKey(array("q", prefix_ids(agent, n))))[0]) >= n
+        return self.cached_len(agent)[0] >= n  # touches the prefix (older tree cores)
+
     def cached_len(self, agent: str):
+        """Match (and split the tree at) the agent's prefix: its cached length and last node, to lock."""
         from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
         from sglang.srt.mem_cache.radix_cache import RadixKey
 

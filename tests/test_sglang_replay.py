@@ -1,0 +1,76 @@
+"""The replay client's results have the simulator's format (no server needed)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from topas.engine.cost import load_profile
+from topas.engine.simulator import simulate
+from topas.policies.base import make_policy
+from topas.sglang.replay import (NAN_REQUEST_COLUMNS, NAN_SUMMARY_KEYS, ReplayError, _Done,
+                                 build_replay_result, write_result_atomic)
+from topas.workload.synthetic import scaled_down
+
+
+def _fake_replay(trace, with_log=True):
+    done, finish = [], {}
+    for t in trace.tasks:
+        clock = t.arrival
+        for s in t.stages:
+            done.append(_Done(f"{t.id}/{s.id}", t.id, s.id, s.agent, s.input_tokens, clock, clock + 1.0,
+                              {"completion_tokens": s.output_tokens, "cached_tokens": 0, "prompt_tokens": 1,
+                               "num_retractions": 0, "e2e_latency": 1.0}))
+            clock += 1.0
+        finish[t.id] = clock
+    log = None
+    if with_log:
+        t0 = t = trace.tasks[0]
+        log = [{"kind": "decision", "run": "r", "seq": 1, "time": 0.0, "wall_s": 1e-4, "n_waiting": 1,
+                "n_running": 0, "admit": [f"{t0.id}/A"], "preempt": [], "evict": [], "load": [], "info": {"x": 1.0},
+                "fallback": None},
+               {"kind": "admit", "run": "r", "time": 0.01, "decided": True, "fallback": False, "decision_seq": 1,
+                "admitted": [{"rid": f"{t0.id}/A", "erid": "e", "cached": 0}]}]
+    return build_replay_result(trace, "fcfs", done, finish, 5.0, log, "r", 0.0)
+
+
+@pytest.mark.parametrize("with_log", [True, False])
+def test_replay_result_has_the_simulator_format(with_log, tmp_path):
+    trace = scaled_down("dag-4", 3)
+    sim = simulate(trace, make_policy("fcfs"), load_profile().with_budget(4096))
+    rep = _fake_replay(trace, with_log)
+    for name in ("tasks", "requests", "prefix_events", "timeline", "decisions"):
+        want, got = list(getattr(sim, name).columns), list(getattr(rep, name).columns)
+        if name == "decisions":
+            want = [c for c in want if not c.startswith("info_")]
+        assert got[: len(want)] == want, name  # the same columns first, in the same order; extras after
+    assert set(sim.summary) <= set(rep.summary)
+    for k in NAN_SUMMARY_KEYS:
+        assert math.isnan(rep.summary[k])
+    for c in NAN_REQUEST_COLUMNS:
+        assert rep.requests[c].isna().all()
+    assert rep.summary["n_tasks"] == 3 and rep.summary["jct_mean"] == pytest.approx(4.0)  # 4 stages, 1 s each
+    if with_log:
+        assert rep.decisions["n_admitted"].tolist() == [1] and rep.summary["n_decisions"] == 1
+        assert rep.requests["first_admit"].notna().sum() == 1
+    else:
+        assert math.isnan(rep.summary["n_decisions"]) and rep.requests["first_admit"].isna().all()
+    out = write_result_atomic(rep, tmp_path / "run")
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        f"{n}.parquet" for n in ("tasks", "requests", "prefix_events", "timeline", "decisions", "summary"))
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp dir left
+
+
+def test_replay_against_no_server_fails_cleanly(tmp_path):
+    pytest.importorskip("aiohttp")
+    from topas.engine.config import EngineConfig
+    from topas.experiments.spec import Prepared
+    from topas.sglang.launcher import free_port
+    from topas.sglang.replay import run_replay
+
+    trace = scaled_down("chain-3", 1)
+    prep = Prepared(None, trace, tmp_path, None, None, make_policy("fcfs"), load_profile(), EngineConfig())
+    with pytest.raises(ReplayError, match="not healthy"):
+        run_replay(prep, f"http://127.0.0.1:{free_port()}", out=tmp_path / "out", wait_healthy_s=1.0)
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,184 @@
+"""End to end on a real SGLang server (CPU, tiny dummy-weight Llama, the topas plugin).
+
+Run by ``make test-sglang`` inside ``.venvs/sglang-cpu`` (tools/sglang_cpu/build_env.sh); not
+collected by ``make test``. One server serves every run: each run's metadata names its policy
+(the plugin switches per run). Times on a CPU mean nothing and are not asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("sglang")
+
+from topas.engine.config import EngineConfig  # noqa: E402
+from topas.engine.cost import load_profile  # noqa: E402
+from topas.experiments.spec import Prepared  # noqa: E402
+from topas.policies.base import make_policy  # noqa: E402
+from topas.sglang import launcher  # noqa: E402
+from topas.sglang.replay import read_decision_log, run_replay  # noqa: E402
+from topas.workload.synthetic import scaled_down  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = Path(os.environ.get("TOPAS_TINY_MODEL", ROOT / ".venvs/sglang-cpu/tiny-llama"))
+N_TASKS = 6
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    d = tmp_path_factory.mktemp("sglang")
+    log, srv_log = d / "decisions.jsonl", d / "server.log"
+    port = launcher.free_port()
+    env = launcher.server_env("fcfs", {}, decision_log=log, policy_modules=["topas.sglang.testing"])
+    t0 = time.perf_counter()
+    proc = launcher.start(launcher.cpu_test_args(MODEL, port), env, srv_log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        import asyncio
+
+        from topas.sglang.replay import wait_healthy
+
+        asyncio.run(wait_healthy(url, 240))
+        print(f"\nSGLang CPU server up in {time.perf_counter() - t0:.1f} s")
+        yield {"url": url, "log": log, "server_log": srv_log, "proc": proc}
+    except BaseException:
+        print(srv_log.read_text()[-4000:] if srv_log.exists() else "(no server log)")
+        raise
+    finally:
+        launcher.stop(proc)
+
+
+def _replay(server, workload, policy, params=None, seed=0):
+    import topas.sglang.testing  # noqa: F401  (registers the misbehaving test policies here too)
+
+    trace = scaled_down(workload, N_TASKS, seed=seed)
+    prep = Prepared(None, trace, Path(workload), None, None, make_policy(policy, params or {}),
+                    load_profile(), EngineConfig())
+    assert server["proc"].poll() is None, "the server died"
+    res = run_replay(prep, server["url"], decision_log=server["log"], timeout_s=300, wait_healthy_s=30)
+    recs = [r for r in read_decision_log(server["log"], "") if r.get("run") == res.summary["run_id"]]
+    return trace, res, recs
+
+
+def _check_complete(trace, res):
+    assert len(res.tasks) == len(trace.tasks) and res.tasks["finish"].notna().all()
+    assert (res.tasks["jct"] > 0).all()
+    assert len(res.requests) == trace.num_requests
+    want = {f"{t.id}/{s.id}": s.output_tokens for t in trace.tasks for s in t.stages}
+    assert dict(zip(res.requests["rid"], res.requests["output_tokens"])) == want
+
+
+def _check_admission_follows_decisions(recs):
+    decisions = {r["seq"]: r for r in recs if r["kind"] == "decision"}
+    admits = [r for r in recs if r["kind"] == "admit"]
+    assert admits
+    for a in admits:
+        got = [x["rid"] for x in a["admitted"]]
+        if a["fallback"]:
+            continue  # SGLang's own policy ran this step
+        assert a["decided"], f"admitted {got} in a step without a decision"
+        d = decisions[a["decision_seq"]]
+        assert d["fallback"] is None
+        assert got == d["admit"][: len(got)], f"admitted {got}, the policy said {d['admit']}"
+
+
+@pytest.mark.parametrize("workload", ["chain-3", "dag-4"])
+@pytest.mark.parametrize("policy", ["fcfs", "topas"])
+def test_replay_under_a_policy(server, workload, policy):
+    trace, res, recs = _replay(server, workload, policy)
+    _check_complete(trace, res)
+    # the plugin saw the workflow metadata: every request, by the policy's rid, with its task
+    seen = {rid for r in recs if r["kind"] == "decision" for rid in r["waiting"]}
+    assert seen == set(res.requests["rid"])
+    assert all(r["policy"] == policy for r in recs if r["kind"] == "decision")
+    assert not [r for r in recs if r["kind"] == "decision" and r["fallback"]]
+    _check_admission_follows_decisions(recs)
+    assert res.summary["n_decisions"] == len(res.decisions) > 0
+    assert set(res.tasks.columns) >= {"task_id", "workflow", "arrival", "finish", "jct", "n_stages"}
+    if policy == "topas":
+        _check_pinned_prefixes_are_cached(server, trace, res)
+
+
+def _check_pinned_prefixes_are_cached(server, trace, res):
+    """A request admitted while its agent's prefix was pinned reports the whole prefix cached."""
+    recs = read_decision_log(server["log"], "")
+    run = res.summary["run_id"]
+    t0 = min(r["epoch"] - r["time"] for r in recs if r.get("run") == run and r["kind"] == "decision")
+    pins: dict[str, list[tuple[float, str]]] = {}
+    for r in recs:
+        if r["kind"] in ("pin", "unpin") and r["epoch"] >= t0:
+            pins.setdefault(r["agent"], []).append((r["epoch"] - t0, r["kind"]))
+    assert pins, "TOPAS pinned no prefix"
+    admitted_at = {x["rid"]: a["time"] for a in recs if a.get("run") == run and a["kind"] == "admit"
+                   for x in a["admitted"]}
+    checked = 0
+    for row in res.requests.itertuples():
+        events = [k for t, k in pins.get(row.agent, []) if t < admitted_at[row.rid]]
+        if events and events[-1] == "pin":
+            assert row.cached_tokens >= trace.agents[row.agent].prefix_tokens, row
+            checked += 1
+    assert checked > 0, "no request was admitted under a pinned prefix"
+    print(f"\n{checked} requests admitted under a pinned prefix; cached tokens: "
+          f"{res.requests['cached_tokens'].sum():.0f} in all")
+
+
+@pytest.mark.parametrize("policy,params,why", [
+    ("test-raising", {"every": 2}, "policy raised RuntimeError"),
+    ("test-infeasible", {}, "infeasible decision"),
+])
+def test_a_failing_policy_does_not_break_the_server(server, policy, params, why):
+    trace, res, recs = _replay(server, "dag-4", policy, params, seed=1)
+    _check_complete(trace, res)
+    fallbacks = [r for r in recs if r["kind"] == "decision" and r["fallback"]]
+    assert fallbacks and all(why in r["fallback"] for r in fallbacks)
+    _check_admission_follows_decisions(recs)
+    # and the server still serves a normal run afterwards
+    trace, res, _ = _replay(server, "chain-3", "fcfs", seed=2)
+    _check_complete(trace, res)
+
+
+def test_decision_log_lines_are_json(server):
+    lines = Path(server["log"]).read_text().splitlines()
+    assert lines and all(json.loads(x)["kind"] for x in lines)
+
+
+def _generate(url, ids, max_new=1):
+    import urllib.request
+
+    body = json.dumps({"input_ids": ids, "sampling_params": {"max_new_tokens": max_new, "ignore_eos": True}})
+    req = urllib.request.Request(f"{url}/generate", body.encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())["meta_info"]
+
+
+def _cached_after_flood(server, agent, l_a):
+    """Flood the KV pool with unrelated plain requests, then ask for the agent's prefix."""
+    from topas.sglang.tokens import prefix_ids, suffix_ids
+
+    for k in range(12):  # 12 x 600 tokens through a 4,096-token pool: evicts everything unpinned
+        _generate(server["url"], suffix_ids("flood", k, "f", str(k), 600))
+    return _generate(server["url"], prefix_ids(agent, l_a) + suffix_ids("probe", 0, "p", agent, 16))["cached_tokens"]
+
+
+def test_a_pinned_prefix_survives_memory_pressure(server):
+    """After a TOPAS run its prefixes stay pinned (locked in the radix tree): a flood of unrelated
+    requests evicts everything else, and the agent's prefix is still served from the cache. After
+    an FCFS run (which pins nothing, and whose start releases TOPAS's pins) the same flood evicts it."""
+    trace, res, recs = _replay(server, "chain-3", "topas", seed=3)
+    _check_complete(trace, res)
+    pinned = [r for r in read_decision_log(server["log"], "") if r["kind"] == "pin"]
+    agent = pinned[-1]["agent"]
+    l_a = trace.agents[agent].prefix_tokens
+    with_pin = _cached_after_flood(server, agent, l_a)
+    trace, res, _ = _replay(server, "chain-3", "fcfs", seed=4)
+    _check_complete(trace, res)
+    without_pin = _cached_after_flood(server, agent, l_a)
+    print(f"\ncached tokens of a {l_a}-token prefix after a flood: {with_pin} pinned (TOPAS), "
+          f"{without_pin} unpinned (FCFS)")
+    assert with_pin >= l_a
+    assert without_pin < l_a

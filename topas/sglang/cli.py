@@ -1,0 +1,105 @@
+"""``topas serve`` and ``topas replay`` (attached to the ``topas`` group in topas/cli.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+
+def _fail(message: str):
+    click.echo(message, err=True)
+    sys.exit(1)
+
+
+@click.command("serve", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--policy", default="topas", show_default=True, metavar="NAME",
+              help="The policy the SGLang scheduler runs (`topas policies` lists them).")
+@click.option("--param", "params", multiple=True, metavar="K=V", help="A policy parameter (repeatable).")
+@click.option("--profile", default=None, metavar="NAME",
+              help="Cost-model profile the policy uses (its KV budget is replaced by the server's).")
+@click.option("--decision-log", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Append every decision, admission and pin change to FILE (JSON lines).")
+@click.option("--python", "python", default=None, metavar="PY",
+              help="The Python that has sglang installed [default: this one].")
+@click.option("--dry-run", is_flag=True, help="Print the environment and command instead of starting.")
+@click.argument("sglang_args", nargs=-1, type=click.UNPROCESSED)
+def serve_cmd(policy, params, profile, decision_log, python, dry_run, sglang_args):
+    """Start an SGLang server whose scheduler runs a topas policy.
+
+    Everything after `--` goes to `python -m sglang.launch_server`, e.g.
+    `topas serve --policy topas --param beta=0.5 -- --model-path Qwen/Qwen2.5-32B-Instruct --port 30000`.
+    A replay may still name another policy per run (`topas replay --policy`).
+    """
+    from topas.policies.base import PolicyError, parse_param_strings
+    from topas.sglang.launcher import launch_command, server_env
+
+    try:
+        env = server_env(policy, parse_param_strings(params), profile=profile,
+                         decision_log=os.path.abspath(decision_log) if decision_log else None)
+    except PolicyError as e:
+        _fail(f"error: {e}")
+    cmd = launch_command(list(sglang_args), python)
+    if dry_run:
+        for k in ("SGLANG_PLUGINS", "TOPAS_POLICY", "TOPAS_POLICY_PARAMS", "TOPAS_PROFILE", "TOPAS_DECISION_LOG"):
+            if k in env:
+                click.echo(f"{k}={env[k]}")
+        click.echo(" ".join(cmd))
+        return
+    os.execvpe(cmd[0], cmd, env)
+
+
+@click.command("replay")
+@click.option("--trace", "trace_name", required=True, metavar="NAME_OR_FILE", help="A trace name or file.")
+@click.option("--policy", default="topas", show_default=True, metavar="NAME",
+              help="The policy of this run (sent to the server's plugin in the request metadata).")
+@click.option("--param", "params", multiple=True, metavar="K=V", help="A policy parameter (repeatable).")
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None, metavar="R",
+              help="Poisson arrivals of R tasks/s.")
+@click.option("--load", type=click.FloatRange(min=0, min_open=True), default=None, metavar="X",
+              help="Poisson arrivals at X times the trace's nominal rate.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the Poisson arrivals.")
+@click.option("--tasks", "n_tasks", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Replay only the first N tasks.")
+@click.option("--server", required=True, metavar="URL", help="The SGLang server, e.g. http://127.0.0.1:30000.")
+@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, metavar="DIR",
+              help="Write the result tables (the simulator's format) to DIR/<table>.parquet.")
+@click.option("--decision-log", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="The server's decision log, if readable here (fills decisions and admissions).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=3600, show_default=True,
+              help="Give up (exit 1, nothing written) after this many seconds.")
+@click.option("--server-policy", is_flag=True,
+              help="Do not send the policy; the server's `topas serve --policy` decides.")
+def replay_cmd(trace_name, policy, params, rate, load, seed, n_tasks, server, out, decision_log, timeout_s,
+               server_policy):
+    """Replay a trace against a running SGLang server (with the topas plugin) and write the results.
+
+    Exit status 1, with nothing written, if a request fails or the run times out.
+    """
+    if rate is not None and load is not None:
+        raise click.UsageError("give either --rate or --load, not both")
+    from topas.cli import simulate_summary_lines
+    from topas.engine.cost import ProfileError
+    from topas.experiments.spec import Experiment, ExperimentError, prepare
+    from topas.policies.base import PolicyError, parse_param_strings
+    from topas.sglang.replay import ReplayError, run_replay
+    from topas.workload.validate import TraceError
+
+    try:
+        exp = Experiment(workload=trace_name, policy=policy, params=parse_param_strings(params), rate=rate,
+                         load=load, seed=seed, n_tasks=n_tasks)
+        prepared = prepare(exp)
+    except (ExperimentError, PolicyError, ProfileError, TraceError, FileNotFoundError) as e:
+        _fail(f"error: {e}")
+    try:
+        result = run_replay(prepared, server, decision_log=decision_log, out=out, timeout_s=timeout_s,
+                            send_policy=not server_policy)
+    except ReplayError as e:
+        _fail(f"error: replay failed, nothing written: {e}")
+    lines = simulate_summary_lines(prepared, result, out)
+    lines[-2 if out else -1] = f"wall time    {result.summary['sim_wall_s']:.2f} s (replay on {server})"
+    click.echo("\n".join(lines))
+    click.echo(json.dumps({"run_id": result.summary["run_id"], "cached_tokens": result.summary["cached_tokens"]}))
