@@ -15,7 +15,7 @@ VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-sglang reproduce figures pack lab traces profiles bench clean
+.PHONY: help install test test-sglang fidelity reproduce figures pack lab traces profiles bench clean
 
 help:  ## list the targets
 	@echo "Usage: make <target> [PY=python3] [VENV=.venv] [QUICK=0|1] [ENGINE=sim|sglang] [SERVER=URL] [RAY_ADDRESS=auto]"
@@ -44,6 +44,10 @@ test: $(STAMP)  ## run the test suite (pytest; deselect slow tests with ARGS="-m
 test-sglang:  ## SGLang integration test on CPU: real server + topas plugin (builds .venvs/sglang-cpu once)
 	bash tools/sglang_cpu/build_env.sh
 	.venvs/sglang-cpu/bin/python -m pytest tests_sglang -p no:cacheprovider -s $(ARGS)
+
+fidelity:  ## simulator vs real SGLang: the CPU server here, or SERVER=URL PROFILE=FILE (see scripts/fidelity_cpu.py)
+	bash tools/sglang_cpu/build_env.sh
+	.venvs/sglang-cpu/bin/python scripts/fidelity_cpu.py $(if $(SERVER),--server $(SERVER) --profile $(or $(PROFILE),data/profiles/measured_server.json) --reprofile,) $(ARGS)
 
 reproduce: $(STAMP)  ## run all experiments and notebooks (QUICK=1 for a small run, ENGINE=sim|sglang)
 	$(VPY) scripts/reproduce.py --engine $(ENGINE) $(if $(filter 1,$(QUICK)),--quick,) \

@@ -144,8 +144,9 @@ def test_comparison_roundtrip_and_verdict(tmp_path):
 
 # ----------------------------------------------------------------------------- profile fitting
 def test_fit_server_profile_recovers_coefficients():
-    truth = dict(p=(0.02, 3e-5, 1e-8, 2e-9), d=(0.008, 4e-4, 2e-7))
-    pre = [{"new": n, "cached": c, "seconds": truth["p"][0] + truth["p"][1] * n + truth["p"][2] * n * c + truth["p"][3] * n * n}
+    truth = dict(p=(0.02, 3e-5, 1e-8, 2e-9, 5e-9), d=(0.008, 4e-4, 2e-7))
+    pre = [{"new": n, "cached": c, "seconds": truth["p"][0] + truth["p"][1] * n + truth["p"][2] * n * c
+            + truth["p"][3] * n * n + truth["p"][4] * c * c}
            for n in (16, 128, 512, 1024, 2048) for c in (0, 256, 1024)]
     dec = [{"batch": b, "total_kv": t, "seconds": truth["d"][0] + truth["d"][1] * b + truth["d"][2] * t}
            for b in (1, 4, 16) for t in (100 * b, 1000 * b)]
@@ -155,8 +156,13 @@ def test_fit_server_profile_recovers_coefficients():
     m = CostModel.from_profile_dict(json.loads(json.dumps(prof)))
     assert m.kv_budget_tokens == 4096 and m.max_prefill_tokens == 2048
     assert m.prefill_c0 == pytest.approx(0.02, rel=1e-3) and m.decode_c_kv == pytest.approx(2e-7, rel=1e-3)
+    assert m.prefill_c_cached_sq == pytest.approx(5e-9, rel=1e-3)
+    assert m.prefill_time([(16, 1024)]) == pytest.approx(
+        0.02 + 3e-5 * 16 + 1e-8 * 16 * 1024 + 2e-9 * 256 + 5e-9 * 1024 ** 2, rel=1e-3)
     assert prof["fit_error"]["prefill"]["max_rel_err"] < 1e-4
-    assert prof["overhead"]["request_s"] == pytest.approx(0.05 - (0.02 + 3e-5 + 2e-9), rel=1e-3)
+    assert prof["overhead"]["request_s"] == pytest.approx(0.06 - (0.02 + 3e-5 + 2e-9), rel=1e-3)
+    p2 = fit_server_profile("x", pre, dec, settings, 1.0, {"server_s": 0.05, "client_wall_s": 0.06, "prefill_iteration_s": 0.03})
+    assert p2["overhead"]["request_s"] == pytest.approx(0.03)
     with pytest.raises(ValueError, match="need >= 4 prefill"):
         fit_server_profile("x", pre[:2], dec, settings, 1.0)
 
@@ -184,3 +190,54 @@ def test_run_fidelity_against_a_simulated_server(tmp_path):
     assert len(c.runs) == 2 * 3 and len(c.tasks) == 2 * 6
     assert (tmp_path / "comparison.csv").is_file() and (tmp_path / "raw" / "sim").is_dir()
     assert fc.read_comparison(tmp_path).meta["kv_budget_tokens"] == 30000
+
+
+def test_optional_cached_term_keeps_old_profiles_and_hashes():
+    base = load_profile("a100-80gb_llama3-8b")
+    assert base.prefill_c_cached_sq == 0 and "prefill_c_cached_sq" not in base.numeric_fields()
+    with_term = CostModel(**{**base.numeric_fields(), "name": "x", "prefill_c_cached_sq": 1e-9})
+    assert with_term.profile_hash != base.profile_hash
+    assert with_term.prefill_time([(10, 1000), (5, 0), (0, 50)]) == pytest.approx(
+        base.prefill_time([(10, 1000), (5, 0), (0, 50)]) + 1e-9 * 1000 ** 2)
+    back = CostModel.from_profile_dict(with_term.to_profile_fields())
+    assert back.prefill_c_cached_sq == 1e-9
+    assert CostModel.from_profile_dict(base.to_profile_fields()).profile_hash == base.profile_hash
+
+
+# ----------------------------------------------------------------------------- the SGLang engine model
+def test_sglang_simulator_without_its_fixes_is_the_base_simulator():
+    from topas.engine.config import EngineConfig
+    from topas.engine.simulator import simulate
+    from topas.fidelity.engine import SGLangSimulator
+    from topas.policies.base import make_policy
+
+    cost = load_profile("a100-80gb_llama3-8b").with_budget(20000)
+    for pol in ("fcfs", "lpm", "topas"):
+        p = Point("dag-4", pol, rate=0.3, seed=1, n_tasks=15)
+        from topas.fidelity.run import point_trace
+        tr = point_trace(p)
+        a = simulate(tr, make_policy(pol), cost, EngineConfig(host_tier=False))
+        b = SGLangSimulator(tr, make_policy(pol), cost, EngineConfig(host_tier=False), gate=False,
+                            own_prefix_copy=False, request_latency_s=0.0).run()
+        assert a.deterministic_summary() == b.deterministic_summary(), pol
+        pd.testing.assert_frame_equal(a.tasks, b.tasks)
+
+
+def test_sglang_simulator_request_latency_and_gate():
+    from topas.engine.config import EngineConfig
+    from topas.fidelity.engine import SGLangSimulator
+    from topas.fidelity.run import point_trace
+    from topas.policies.base import make_policy
+
+    cost = load_profile("a100-80gb_llama3-8b").with_budget(20000)
+    tr = point_trace(Point("chain-3", "fcfs", rate=0.01, seed=0, n_tasks=3))  # no overlap between tasks
+    base = SGLangSimulator(tr, make_policy("fcfs"), cost, EngineConfig(host_tier=False)).run()
+    lat = SGLangSimulator(tr, make_policy("fcfs"), cost, EngineConfig(host_tier=False), request_latency_s=0.01).run()
+    # three stages in a chain: 3 request paths per task (half in, full between stages, half out)
+    assert (lat.tasks["jct"] - base.tasks["jct"]).to_numpy() == pytest.approx([0.03] * 3, abs=1e-9)
+    # heavier traffic still completes every task under every policy, with the gate on
+    tr = point_trace(Point("dag-4", "fcfs", rate=0.5, seed=0, n_tasks=20))
+    for pol in ("fcfs", "lpm", "topas"):
+        r = SGLangSimulator(tr, make_policy(pol), cost.with_budget(12000), EngineConfig(host_tier=False),
+                            request_latency_s=0.005).run()
+        assert r.tasks["finish"].notna().all() and len(r.tasks) == 20

@@ -19,11 +19,16 @@ The time model (fitted to measured GPU operator timings, see the profile's ``met
 
 * one prefill (extend) iteration over a batch of chunks ``[(n_new, n_cached), ...]``::
 
-      c0 + c_new * sum(n) + sum(c_new_cached * n * c + c_new_sq * n * n)
+      c0 + c_new * sum(n) + sum(c_new_cached * n * c + c_new_sq * n * n + c_cached_sq * c * c)
 
   ``c0`` is the weight-read floor plus per-iteration overhead, ``c_new`` the linear layers per new
   token, ``c_new_cached`` the attention of new tokens over cached ones (prefix-cache hits) and
   ``c_new_sq`` the attention among the new tokens plus the GEMMs' super-linear part;
+  ``c_cached_sq`` (optional, default 0) a cost quadratic in a chunk's cached tokens, independent
+  of its new tokens: SGLang's torch-native attention on a CPU works over the whole (cached +
+  new) context of each request, so a short suffix on a long cached prefix costs ~c^2 (measured on
+  the CPU test server by ``topas profile-server``; GPU kernels attend only from the new tokens,
+  so the GPU profiles leave it at 0);
 * one decode step of ``batch`` requests holding ``total_kv`` context tokens in all::
 
       c0 + c_batch * batch + c_kv * total_kv
@@ -78,7 +83,11 @@ _NUMERIC_FIELDS: tuple[tuple[str, str], ...] = (
     ("decode_c_batch", "coef"),
     ("decode_c_kv", "coef"),
     ("max_prefill_tokens", "posint"),
+    ("prefill_c_cached_sq", "coef"),
 )
+#: Fields added after profiles and results existed: left out of :meth:`CostModel.numeric_fields`
+#: (and so of :attr:`CostModel.profile_hash`) while they are 0, so older profiles keep their hash.
+_OPTIONAL_FIELDS = ("prefill_c_cached_sq",)
 
 
 def _check_value(value: Any, kind: str) -> str | None:
@@ -140,6 +149,9 @@ class CostModel:
     decode_c_kv: float
     #: SGLang's chunked-prefill size for this GPU: tokens prefilled per iteration at most.
     max_prefill_tokens: int = 8192
+    #: Prefill cost quadratic in a chunk's cached tokens (see the module docstring); 0 in every
+    #: GPU profile.
+    prefill_c_cached_sq: float = 0.0
     #: The rest of the profile (gpu, model, memory, method, sources, fit_error, path).
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
@@ -160,10 +172,12 @@ class CostModel:
 
         ``chunks`` holds one ``(n_new, n_cached)`` per request: ``n_new`` tokens computed in this
         iteration on top of ``n_cached`` tokens whose KV is already on the GPU (a resident prefix,
-        earlier chunks). Time = ``c0 + c_new * sum(n) + sum(c_new_cached*n*c + c_new_sq*n*n)``.
+        earlier chunks). Time = ``c0 + c_new * sum(n) + sum(c_new_cached*n*c + c_new_sq*n*n)
+        + c_cached_sq * sum(c*c over chunks with n > 0)``.
         An empty batch (or one with no new tokens) takes 0.0.
         """
         total_new = 0
+        total_cached = 0
         attn = 0.0
         for i, chunk in enumerate(chunks):
             try:
@@ -173,10 +187,13 @@ class CostModel:
             n = _nonneg_int(n_raw, f"prefill chunk {i} n_new")
             c = _nonneg_int(c_raw, f"prefill chunk {i} n_cached")
             total_new += n
+            if n:
+                total_cached += c * c
             attn += n * (self.prefill_c_new_cached * c + self.prefill_c_new_sq * n)
         if total_new == 0:
             return 0.0
-        return self.prefill_c0 + self.prefill_c_new * total_new + attn
+        t = self.prefill_c0 + self.prefill_c_new * total_new + attn
+        return t + self.prefill_c_cached_sq * total_cached if self.prefill_c_cached_sq else t
 
     # ------------------------------------------------------------------- decode
     def decode_time(self, batch: int, total_kv: int) -> float:
@@ -262,8 +279,10 @@ class CostModel:
         return replace(self, kv_budget_tokens=int(kv_budget_tokens), meta=meta)
 
     def numeric_fields(self) -> dict[str, float | int]:
-        """The fields that determine every time and size this model produces."""
-        return {n: getattr(self, n) for n, _ in _NUMERIC_FIELDS}
+        """The fields that determine every time and size this model produces (an optional field,
+        e.g. ``prefill_c_cached_sq``, only when it is not 0)."""
+        return {n: getattr(self, n) for n, _ in _NUMERIC_FIELDS
+                if n not in _OPTIONAL_FIELDS or getattr(self, n) != 0}
 
     @property
     def profile_hash(self) -> str:
@@ -321,8 +340,10 @@ class CostModel:
             "decode_c_kv": num("decode.c_kv", "coef"),
             "max_prefill_tokens": num("max_prefill_tokens", "posint"),
         }
+        if isinstance(data.get("prefill"), Mapping) and "c_cached_sq" in data["prefill"]:
+            values["prefill_c_cached_sq"] = num("prefill.c_cached_sq", "coef")
         meta_keys = ("gpu", "model", "memory", "swap", "method", "sources", "fit_error",
-                     "components")
+                     "components", "overhead", "server_settings")
         meta = {k: data[k] for k in meta_keys if k in data}
         meta["source"] = source
         return cls(name=name, meta=meta, **values)
@@ -340,6 +361,9 @@ class CostModel:
             "decode": {"c0": self.decode_c0, "c_batch": self.decode_c_batch, "c_kv": self.decode_c_kv},
             "swap": {"bandwidth_bytes_per_s": self.swap_bandwidth, "latency_s": self.swap_latency},
             "max_prefill_tokens": self.max_prefill_tokens,
+            **({"prefill": {"c0": self.prefill_c0, "c_new": self.prefill_c_new,
+                            "c_new_cached": self.prefill_c_new_cached, "c_new_sq": self.prefill_c_new_sq,
+                            "c_cached_sq": self.prefill_c_cached_sq}} if self.prefill_c_cached_sq else {}),
         }
 
 
@@ -392,13 +416,15 @@ def load_profile(name_or_path: str | Path = DEFAULT_PROFILE) -> CostModel:
 # The least-squares fit of the time model above, shared by scripts/fit_profile.py (profiles from
 # operator tables) and topas.fidelity.profile_server (profiles measured on a running server).
 
-def prefill_design(N, C):
+def prefill_design(N, C, cached_term: bool = False):
     """Design matrix of the prefill form for single-chunk iterations of ``N`` new tokens on ``C``
-    cached ones: columns ``[1, N, N*C, N*N]`` (c0, c_new, c_new_cached, c_new_sq)."""
+    cached ones: columns ``[1, N, N*C, N*N]`` (c0, c_new, c_new_cached, c_new_sq), and ``C*C``
+    (c_cached_sq) with ``cached_term``."""
     import numpy as np
 
     N, C = np.asarray(N, dtype=float), np.asarray(C, dtype=float)
-    return np.c_[np.ones_like(N), N, N * C, N * N]
+    X = np.c_[np.ones_like(N), N, N * C, N * N]
+    return np.c_[X, C * C] if cached_term else X
 
 
 def decode_design(B, T):

@@ -73,6 +73,10 @@ RANK_MARGIN = 0.10
 
 #: The columns that name a point (a run is a point plus engine and repeat).
 POINT_KEYS = ("workload", "load", "policy", "seed")
+#: Engines of a runs table: the simulator with the profile as measured (``sim``), the simulator
+#: with the profile rescaled to the server's speed measured just around each run
+#: (``sim-calibrated``, one per measured repeat; see :mod:`topas.fidelity.run`), the server.
+ENGINES = ("sim", "sim-calibrated", "sglang")
 
 
 # ----------------------------------------------------------------------------- one run
@@ -144,20 +148,21 @@ def _check_runs(runs: pd.DataFrame) -> None:
     missing = [c for c in (*POINT_KEYS, "engine", "repeat") if c not in runs.columns]
     if missing:
         raise ValueError(f"runs table lacks column(s) {missing}; it needs {[*POINT_KEYS, 'engine', 'repeat']}")
-    bad = sorted(set(runs["engine"]) - {"sim", "sglang"})
+    bad = sorted(set(runs["engine"]) - set(ENGINES))
     if bad:
-        raise ValueError(f"runs table has unknown engine(s) {bad}; expected 'sim' and 'sglang'")
+        raise ValueError(f"runs table has unknown engine(s) {bad}; expected {ENGINES}")
 
 
 def compare(runs: pd.DataFrame, bars: Mapping[str, float] | None = None,
-            metrics: Sequence[str] | None = None) -> pd.DataFrame:
+            metrics: Sequence[str] | None = None, sim_engine: str = "sim") -> pd.DataFrame:
     """One row per ``(workload, load, policy, metric)``: the simulated value, the measured mean,
     min, max and coefficient of variation over repeats, the relative error, the bar (NaN where
     the metric has none) and whether it is met (``ok``: True, False, or None without a bar).
 
     ``runs`` has one row per run: the :data:`POINT_KEYS`, ``engine`` (``sim`` | ``sglang``),
     ``repeat`` and the metric columns of :func:`run_metrics`. Points without both engines are
-    left out.
+    left out. ``sim_engine`` picks the simulated side (``sim`` or ``sim-calibrated``; the
+    latter's repeats are averaged like the measured ones).
     """
     _check_runs(runs)
     bars = dict(BENCHMARK_BARS if bars is None else bars)
@@ -165,7 +170,7 @@ def compare(runs: pd.DataFrame, bars: Mapping[str, float] | None = None,
     rows = []
     group = ["workload", "load", "policy"]
     for key, g in runs.groupby(group, sort=True, dropna=False):
-        sim, meas = g[g["engine"] == "sim"], g[g["engine"] == "sglang"]
+        sim, meas = g[g["engine"] == sim_engine], g[g["engine"] == "sglang"]
         if not len(sim) or not len(meas):
             continue
         for m in metrics:
@@ -190,14 +195,15 @@ def compare(runs: pd.DataFrame, bars: Mapping[str, float] | None = None,
     return pd.DataFrame(rows, columns=cols)
 
 
-def rank_agreement(runs: pd.DataFrame, metric: str = "jct_mean", margin: float = RANK_MARGIN) -> pd.DataFrame:
+def rank_agreement(runs: pd.DataFrame, metric: str = "jct_mean", margin: float = RANK_MARGIN,
+                   sim_engine: str = "sim") -> pd.DataFrame:
     """Per ``(workload, load)``: the policies ordered by ``metric`` (ascending, best first) in
     each engine, how many pairs differ by more than ``margin`` in the simulator, how many of those
     both engines order alike, and ``agree`` (all of them)."""
     _check_runs(runs)
     rows = []
     for (wl, load), g in runs.groupby(["workload", "load"], sort=True):
-        sim = g[g["engine"] == "sim"].groupby(["policy", "seed"])[metric].mean().groupby("policy").mean()
+        sim = g[g["engine"] == sim_engine].groupby(["policy", "seed"])[metric].mean().groupby("policy").mean()
         meas = g[g["engine"] == "sglang"].groupby(["policy", "seed"])[metric].mean().groupby("policy").mean()
         pols = sorted(set(sim.index) & set(meas.index))
         if not pols:
@@ -225,15 +231,17 @@ def rank_agreement(runs: pd.DataFrame, metric: str = "jct_mean", margin: float =
                                        "pairs_agree", "disagree", "agree"])
 
 
-def task_pairs(sim_tasks: pd.DataFrame, measured_tasks: Iterable[pd.DataFrame]) -> pd.DataFrame:
-    """Every task's simulated JCT beside its measured JCT (mean, min and max over repeats),
-    matched by ``task_id``; tasks missing from either side are left out."""
+def task_pairs(sim_tasks: "pd.DataFrame | Sequence[pd.DataFrame]", measured_tasks: Iterable[pd.DataFrame]) -> pd.DataFrame:
+    """Every task's simulated JCT (the mean over simulated runs when several are given) beside
+    its measured JCT (mean, min and max over repeats), matched by ``task_id``; tasks missing
+    from either side are left out."""
+    sims = [sim_tasks] if isinstance(sim_tasks, pd.DataFrame) else list(sim_tasks)
     meas = [t[["task_id", "jct"]].assign(repeat=i) for i, t in enumerate(measured_tasks)]
-    if not meas or not len(sim_tasks):
+    if not meas or not sims or not sum(len(t) for t in sims):
         return pd.DataFrame(columns=["task_id", "sim_jct", "measured_jct", "measured_min", "measured_max"])
     m = pd.concat(meas).groupby("task_id")["jct"].agg(["mean", "min", "max"])
     m.columns = ["measured_jct", "measured_min", "measured_max"]
-    s = sim_tasks[["task_id", "jct"]].rename(columns={"jct": "sim_jct"}).set_index("task_id")
+    s = pd.concat([t[["task_id", "jct"]] for t in sims]).groupby("task_id")["jct"].mean().rename("sim_jct").to_frame()
     return s.join(m, how="inner").reset_index()
 
 
@@ -248,6 +256,8 @@ class Comparison:
     ranks: pd.DataFrame
     tasks: pd.DataFrame
     meta: dict[str, Any] = field(default_factory=dict)
+    #: with a calibrated simulation, ``table`` compares it and this the profile as measured
+    table_static: pd.DataFrame | None = None
 
     @property
     def passed(self) -> bool:
@@ -260,10 +270,13 @@ def build_comparison(runs: pd.DataFrame, tasks: pd.DataFrame | None = None,
                      bars: Mapping[str, float] | None = None, meta: Mapping[str, Any] | None = None,
                      rank_margin: float = RANK_MARGIN) -> Comparison:
     bars = dict(BENCHMARK_BARS if bars is None else bars)
-    meta = {**(meta or {}), "bars": bars, "rank_margin": rank_margin}
+    primary = "sim-calibrated" if (runs["engine"] == "sim-calibrated").any() else "sim"
+    meta = {**(meta or {}), "bars": bars, "rank_margin": rank_margin, "sim_engine": primary}
     tasks = tasks if tasks is not None else pd.DataFrame(
         columns=[*POINT_KEYS, "task_id", "sim_jct", "measured_jct", "measured_min", "measured_max"])
-    return Comparison(runs, compare(runs, bars), rank_agreement(runs, margin=rank_margin), tasks, meta)
+    static = compare(runs, bars, sim_engine="sim") if primary != "sim" else None
+    return Comparison(runs, compare(runs, bars, sim_engine=primary),
+                      rank_agreement(runs, margin=rank_margin, sim_engine=primary), tasks, meta, static)
 
 
 def write_comparison(c: Comparison, out_dir: str | Path) -> list[Path]:
@@ -272,7 +285,10 @@ def write_comparison(c: Comparison, out_dir: str | Path) -> list[Path]:
     d = Path(out_dir)
     d.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, df in (("runs", c.runs), ("comparison", c.table), ("ranks", c.ranks), ("tasks", c.tasks)):
+    tables = [("runs", c.runs), ("comparison", c.table), ("ranks", c.ranks), ("tasks", c.tasks)]
+    if c.table_static is not None:
+        tables.append(("comparison_static", c.table_static))
+    for name, df in tables:
         p = d / f"{name}.csv"
         df.to_csv(p, index=False, float_format="%.6g")
         paths.append(p)
@@ -293,8 +309,10 @@ def read_comparison(out_dir: str | Path) -> Comparison:
         if not p.is_file():
             raise FileNotFoundError(f"{p}: no comparison here (run `topas fidelity ... --out {d}` first)")
     runs, table, ranks, tasks = (pd.read_csv(p) for p in need[:4])
-    table["ok"] = table["ok"].map(lambda v: None if pd.isna(v) else str(v) == "True")
-    return Comparison(runs, table, ranks, tasks, json.loads(need[4].read_text()))
+    fix = lambda t: t.assign(ok=t["ok"].map(lambda v: None if pd.isna(v) else str(v) == "True"))  # noqa: E731
+    static = pd.read_csv(d / "comparison_static.csv") if (d / "comparison_static.csv").is_file() else None
+    return Comparison(runs, fix(table), ranks, tasks, json.loads(need[4].read_text()),
+                      fix(static) if static is not None else None)
 
 
 def _pct(x: float) -> str:
@@ -303,7 +321,7 @@ def _pct(x: float) -> str:
 
 def verdict_lines(c: Comparison) -> list[str]:
     """A Markdown summary: the barred metrics per point, then the rank checks."""
-    lines = ["| workload | load | policy | metric | sim | measured (min-max) | cv | rel. error | bar | ok |",
+    lines = [f"Simulated side: `{c.meta.get('sim_engine', 'sim')}`.", "","| workload | load | policy | metric | sim | measured (min-max) | cv | rel. error | bar | ok |",
              "|---|---:|---|---|---:|---:|---:|---:|---:|---|"]
     for r in c.table.itertuples(index=False):
         bar = "" if not math.isfinite(r.bar) else f"{100 * r.bar:.0f}%"
@@ -317,4 +335,10 @@ def verdict_lines(c: Comparison) -> list[str]:
     for r in c.ranks.itertuples(index=False):
         lines.append(f"| {r.workload} | {r.load:g} | {r.sim_order} | {r.measured_order} | "
                      f"{r.pairs_agree}/{r.pairs_checked} | {'yes' if r.agree else '**no**: ' + str(r.disagree)} |")
+    if c.table_static is not None:
+        s = c.table_static[c.table_static["metric"].isin(list(c.meta.get("bars", {})))]
+        lines += ["", "With the profile as measured (no speed calibration):", "",
+                  "| workload | load | policy | metric | sim | measured | rel. error |", "|---|---:|---|---|---:|---:|---:|"]
+        lines += [f"| {r.workload} | {r.load:g} | {r.policy} | {r.metric} | {r.sim:.4g} | {r.measured:.4g} | {_pct(r.rel_err)} |"
+                  for r in s.itertuples(index=False)]
     return lines

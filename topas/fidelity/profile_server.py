@@ -14,19 +14,22 @@ through its HTTP API, so the same command profiles the CPU test server here and 
 What is measured:
 
 * **prefill(N new, C cached)**: a request of ``C + N`` tokens whose first ``C`` were sent just
-  before (``cached_tokens`` in the reply confirms the hit), ``max_new_tokens = 1``: its server-side
-  latency is one prefill iteration plus the request's fixed path through the server;
+  before (``cached_tokens`` in the reply confirms the hit), ``max_new_tokens = 1``: with
+  ``--enable-metrics`` the scheduler reports when it entered the forward batch and when its prefill
+  finished, which is the iteration's time; without, its server-side latency (one prefill
+  iteration plus the request's fixed path through the server) is used;
 * **decode(B, T)**: ``B`` concurrent requests of ``L`` prompt tokens each. The time of a decode
   step is the difference between rounds with ``M2`` and ``M1`` output tokens, divided by
   ``M2 - M1`` (the prefill and the request path cancel), at the batch's mean total KV
   ``T = B * (L + (M1 + M2) / 2)``; with ``--enable-metrics`` the per-request time per output
-  token gives the same number and is recorded beside it;
+  token (which excludes the prefills, so it is less noisy) is fitted instead, the difference
+  recorded beside it;
 * **per-iteration overhead**: ``prefill.c0`` and ``decode.c0`` are the fitted time of an
   iteration with (almost) nothing to compute: the scheduler loop, the launch and sampling
   overhead (dominant on a CPU server with a tiny model). They are reported under ``overhead``;
-  ``overhead.request_s`` is the latency of a 1-token request minus its fitted prefill, i.e. the
-  request's fixed path (HTTP, tokenizer manager, scheduler hand-off, detokenizer), which does not
-  occupy the engine.
+  ``overhead.request_s`` is the client's wall time of a 1-token request minus its prefill
+  iteration, i.e. the request's fixed path (HTTP, tokenizer manager, scheduler hand-off,
+  detokenizer), which does not occupy the engine.
 
 Each point is measured ``repeats`` times and its median is fitted with
 :func:`topas.engine.cost.fit_relative` (least squares on the relative error, coefficients >= 0),
@@ -138,6 +141,8 @@ def server_settings(info: Mapping[str, Any]) -> dict[str, Any]:
         "schedule_policy": find("schedule_policy"),
         "version": info.get("version"),
         "max_total_tokens_arg": find("max_total_tokens"),
+        "enable_hierarchical_cache": find("enable_hierarchical_cache"),
+        "schedule_conservativeness": find("schedule_conservativeness"),
     }
 
 
@@ -145,8 +150,8 @@ def server_settings(info: Mapping[str, Any]) -> dict[str, Any]:
 def prefill_grid(budget: int, chunk: int, quick: bool = False) -> list[tuple[int, int]]:
     """(new, cached) points that fit one chunk and the KV budget."""
     cap = min(chunk, budget) * 0.9
-    news = [16, 128, 512, 1024, 2048, 4096, 8192] if not quick else [16, 256, 1024]
-    cacheds = [0, 256, 1024, 4096] if not quick else [0, 512]
+    news = [16, 64, 256, 512, 1024, 2048, 4096, 8192] if not quick else [16, 256, 1024]
+    cacheds = [0, 256, 512, 1024, 2048, 4096] if not quick else [0, 512]
     pts = [(n, c) for n in news for c in cacheds if n <= cap and n + c <= 0.9 * budget]
     return pts
 
@@ -179,6 +184,15 @@ def _latency(wall: float, meta: Mapping[str, Any]) -> float:
     return float(e2e) if isinstance(e2e, (int, float)) and e2e > 0 else wall
 
 
+def _prefill_seconds(wall: float, meta: Mapping[str, Any]) -> float:
+    """The prefill iteration as the scheduler saw it (``prefill_finished_time - forward_entry_time``,
+    reported with ``--enable-metrics``), else the request's server-side latency."""
+    a, b = meta.get("forward_entry_time"), meta.get("prefill_finished_time")
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > 0 and b > a:
+        return float(b - a)
+    return _latency(wall, meta)
+
+
 def measure_prefill(client: ServerClient, points: Sequence[tuple[int, int]], repeats: int = 3,
                     ids: _Ids | None = None, log: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Median latency of a 1-output-token request per (new, cached) point; see the module doc."""
@@ -192,7 +206,7 @@ def measure_prefill(client: ServerClient, points: Sequence[tuple[int, int]], rep
             if c:
                 client.generate(prefix, 1)
             wall, meta = client.generate(prefix + ids.take(n), 1)
-            lat.append(_latency(wall, meta))
+            lat.append(_prefill_seconds(wall, meta))
             walls.append(wall)
             cached.append(int(meta.get("cached_tokens", 0) or 0))
         row = {"new": n, "cached": c, "seconds": statistics.median(lat), "min": min(lat), "max": max(lat),
@@ -234,9 +248,13 @@ def measure_decode(client: ServerClient, points: Sequence[tuple[int, int]], repe
                     if tp:
                         tpots.append(statistics.median(tp))
             steps.append((times[m2] - times[m1]) / (m2 - m1))
+        # with --enable-metrics the time per output token excludes the prefills: it is the cleaner
+        # number, and the one fitted; the difference of rounds is the fallback
+        use = tpots if len(tpots) == repeats else steps
         row = {"batch": b, "prompt": l, "total_kv": int(b * (l + (m1 + m2) / 2)),
-               "seconds": statistics.median(steps), "min": min(steps), "max": max(steps),
-               "tpot": statistics.median(tpots) if tpots else float("nan")}
+               "seconds": statistics.median(use), "min": min(use), "max": max(use),
+               "from": "tpot" if use is tpots else "difference",
+               "difference": statistics.median(steps), "tpot": statistics.median(tpots) if tpots else float("nan")}
         rows.append(row)
         if log:
             log(f"decode batch={b:3d} prompt={l:5d} kv={row['total_kv']:6d}: {1e3 * row['seconds']:7.2f} ms/step "
@@ -247,12 +265,14 @@ def measure_decode(client: ServerClient, points: Sequence[tuple[int, int]], repe
 def measure_request_overhead(client: ServerClient, repeats: int = 5, ids: _Ids | None = None) -> dict[str, float]:
     """Latency of a 1-token prompt with 1 output token (server-side and client wall), medians."""
     ids = ids or _Ids(3)
-    lat, walls = [], []
+    lat, walls, pre = [], [], []
     for _ in range(repeats):
         wall, meta = client.generate(ids.take(1), 1)
         lat.append(_latency(wall, meta))
         walls.append(wall)
-    return {"server_s": statistics.median(lat), "client_wall_s": statistics.median(walls)}
+        pre.append(_prefill_seconds(wall, meta))
+    return {"server_s": statistics.median(lat), "client_wall_s": statistics.median(walls),
+            "prefill_iteration_s": statistics.median(pre)}
 
 
 # ----------------------------------------------------------------------------- fitting
@@ -281,7 +301,7 @@ def fit_server_profile(name: str, prefill_rows: Sequence[Mapping[str, Any]], dec
     yd = np.array([r["seconds"] for r in decode_rows], float)
     if (yp <= 0).any() or (yd <= 0).any():
         raise ValueError("a measured time is <= 0: the measurements are too noisy to fit (rerun on a quieter machine)")
-    Xp, Xd = prefill_design(N, C), decode_design(B, T)
+    Xp, Xd = prefill_design(N, C, cached_term=True), decode_design(B, T)
     cp = [_sig(c) for c in fit_relative(Xp, yp)]
     cd = [_sig(c) for c in fit_relative(Xd, yd)]
     budget = settings.get("kv_budget_tokens")
@@ -291,7 +311,12 @@ def fit_server_profile(name: str, prefill_rows: Sequence[Mapping[str, Any]], dec
     chunk = int(chunk) if isinstance(chunk, (int, float)) and chunk and chunk > 0 else int(budget)
     request_s = None
     if request:
-        request_s = max(0.0, float(request["server_s"]) - (cp[0] + cp[1] + cp[3]))  # minus prefill(1, 0)
+        # the 1-token request's latency as the client sees it minus its prefill iteration
+        # (measured, else fitted): HTTP both ways, the tokenizer manager, the scheduler hand-off
+        pre1 = request.get("prefill_iteration_s")
+        total = float(request.get("client_wall_s") or request["server_s"])
+        pre1 = float(pre1) if pre1 and pre1 < total else cp[0] + cp[1] + cp[3]
+        request_s = max(0.0, total - pre1)
     profile = {
         "schema": PROFILE_SCHEMA,
         "name": name,
@@ -299,15 +324,18 @@ def fit_server_profile(name: str, prefill_rows: Sequence[Mapping[str, Any]], dec
         "model": dict(model or {"path": settings.get("model_path")}),
         "memory": {"kv_budget_tokens": int(budget), "kv_bytes_per_token": _sig(kv_bytes_per_token),
                    "derivation": "the server's own KV pool size (max_total_num_tokens from /server_info)"},
-        "prefill": dict(zip(("c0", "c_new", "c_new_cached", "c_new_sq"), cp)),
+        "prefill": dict(zip(("c0", "c_new", "c_new_cached", "c_new_sq", "c_cached_sq"), cp)),
         "decode": dict(zip(("c0", "c_batch", "c_kv"), cd)),
         "swap": {"bandwidth_bytes_per_s": 1.0e10, "latency_s": 0.0,
                  "source": "not measured: a placeholder (the server was profiled without a host KV tier)"},
         "max_prefill_tokens": chunk,
         "method": ("Measured on a running SGLang server through /generate (topas.fidelity.profile_server): "
-                   "prefill = median server-side latency of a request with max_new_tokens=1 on top of a "
-                   "just-cached prefix; decode step = (latency with M2 - latency with M1 output tokens) / "
-                   "(M2 - M1) for B concurrent requests; fitted by least squares on the relative error with "
+                   "prefill = median time of the prefill iteration of a request with max_new_tokens=1 on top "
+                   "of a just-cached prefix (the scheduler's forward-entry to prefill-finished times with "
+                   "--enable-metrics, else the server-side latency), fitted with an extra term quadratic "
+                   "in the cached tokens (c_cached_sq: torch-native attention on a CPU works over the whole "
+                   "context); decode step = the median time per output token of B concurrent requests "
+                   "(with --enable-metrics; else (latency with M2 - with M1 output tokens) / (M2 - M1)); fitted by least squares on the relative error with "
                    "coefficients >= 0 (topas.engine.cost.fit_relative, as scripts/fit_profile.py)."),
         "sources": [f"measured on {server or 'a running SGLang server'}, sglang {settings.get('version')}"],
         "fit_error": {"prefill": _err(Xp @ np.array(cp), yp), "decode": _err(Xd @ np.array(cd), yd),
@@ -316,7 +344,8 @@ def fit_server_profile(name: str, prefill_rows: Sequence[Mapping[str, Any]], dec
                      "request_s": _sig(request_s) if request_s is not None else None,
                      "request_latency": dict(request or {}),
                      "note": ("c0 of each form is the per-iteration floor (scheduler loop + launch + sampling); "
-                              "request_s is the fixed per-request path outside the engine's iterations")},
+                              "request_s is the fixed per-request path outside the engine's iterations (client wall time "
+                              "of a 1-token request minus its prefill iteration)")},
         "server_settings": {k: v for k, v in settings.items() if v is not None},
         "measurements": {"prefill": [dict(r) for r in prefill_rows], "decode": [dict(r) for r in decode_rows]},
     }
@@ -370,3 +399,21 @@ def profile_server(url: str, out: str | Path, name: str | None = None, quick: bo
         log(f"wrote {out}: prefill fit error mean {fe['prefill']['mean_rel_err']:.1%} max {fe['prefill']['max_rel_err']:.1%}; "
             f"decode mean {fe['decode']['mean_rel_err']:.1%} max {fe['decode']['max_rel_err']:.1%}")
     return profile
+
+
+def refit_profile(path: str | Path, out: str | Path | None = None) -> dict[str, Any]:
+    """Refit a measured profile from the raw points it records (after a change of the fitted
+    form), keeping its measurements, settings and metadata; writes ``out`` (default: in place)."""
+    path = Path(path)
+    old = json.loads(path.read_text())
+    ms = old["measurements"]
+    settings = dict(old.get("server_settings") or {})
+    settings.setdefault("kv_budget_tokens", old["memory"]["kv_budget_tokens"])
+    settings.setdefault("chunked_prefill_size", old.get("max_prefill_tokens"))
+    req = (old.get("overhead") or {}).get("request_latency") or None
+    gpu = old.get("gpu") or {}
+    new = fit_server_profile(old["name"], ms["prefill"], ms["decode"], settings,
+                             old["memory"]["kv_bytes_per_token"], req, old.get("model"),
+                             server=gpu.get("measured_on", ""), device=gpu.get("name", ""))
+    Path(out or path).write_text(json.dumps(new, indent=2, sort_keys=True) + "\n")
+    return new

@@ -94,12 +94,72 @@ def prefix_tokens(trace: "Trace") -> dict[str, int]:
     return {name: int(a.prefix_tokens) for name, a in trace.agents.items()}
 
 
-def simulate_point(p: Point, cost: "CostModel", config: "EngineConfig") -> tuple["SimResult", "Trace"]:
+#: The engine model of the simulated side: ``sglang`` = :class:`topas.fidelity.engine.SGLangSimulator`
+#: (the base simulator plus the SGLang behaviours the fidelity runs found), ``base`` = the
+#: simulator that produces the paper figures.
+ENGINE_MODELS = ("sglang", "base")
+
+
+def simulate_point(p: Point, cost: "CostModel", config: "EngineConfig",
+                   engine_model: str = "sglang") -> tuple["SimResult", "Trace"]:
     from topas.engine.simulator import simulate
+    from topas.fidelity.engine import simulate_sglang
     from topas.policies.base import make_policy
 
+    if engine_model not in ENGINE_MODELS:
+        raise ValueError(f"unknown engine model {engine_model!r}; valid: {', '.join(ENGINE_MODELS)}")
     trace = point_trace(p, cost.kv_budget_tokens)
-    return simulate(trace, make_policy(p.policy, dict(p.params)), cost, config), trace
+    policy = make_policy(p.policy, dict(p.params))
+    if engine_model == "base":
+        return simulate(trace, policy, cost, config), trace
+    return simulate_sglang(trace, policy, cost, config), trace
+
+
+def scale_cost(cost: "CostModel", factor: float) -> "CostModel":
+    """The cost model with every compute time (prefill and decode coefficients) times ``factor``."""
+    from dataclasses import replace
+
+    f = float(factor)
+    if not (math.isfinite(f) and f > 0):
+        raise ValueError(f"speed factor must be a finite number > 0, got {factor!r}")
+    names = ("prefill_c0", "prefill_c_new", "prefill_c_new_cached", "prefill_c_new_sq", "prefill_c_cached_sq",
+             "decode_c0", "decode_c_batch", "decode_c_kv")
+    return replace(cost, name=f"{cost.name}*{f:.3f}", **{n: getattr(cost, n) * f for n in names})
+
+
+#: The speed probe's request: a cached prefix, a suffix and an output of the benchmark's sizes.
+PROBE_PREFIX, PROBE_NEW, PROBE_OUT = 512, 64, 32
+
+
+def speed_probe(server: str, cost: "CostModel", repeats: int = 4) -> Callable[[], float]:
+    """A probe of the server's current speed relative to the profile: the median server-side
+    latency of a request of ``PROBE_NEW`` new tokens on a cached ``PROBE_PREFIX``-token prefix
+    with ``PROBE_OUT`` output tokens, minus the profile's fixed per-request path, over what the
+    profile predicts for it (one prefill iteration and ``PROBE_OUT - 1`` decode steps, batch 1).
+    CPU timings drift with the machine's load (other processes on 2 shared cores moved a decode
+    step by 30% within minutes): the calibrated simulation rescales the profile by this factor,
+    measured just before and just after each measured run."""
+    import statistics
+
+    from topas.fidelity.profile_server import ServerClient, _Ids
+
+    client = ServerClient(server, timeout=120)
+    ids = _Ids(12345)
+    prefix, suffixes = ids.take(PROBE_PREFIX), [ids.take(PROBE_NEW) for _ in range(repeats)]
+    req_s = float((cost.meta.get("overhead") or {}).get("request_s") or 0.0)
+    predicted = (cost.prefill_time([(PROBE_NEW, PROBE_PREFIX)])
+                 + cost.decode_steps_time(1, PROBE_PREFIX + PROBE_NEW + 1, PROBE_OUT - 1))
+
+    def probe() -> float:
+        client.generate(prefix, 1)
+        lat = []
+        for suf in suffixes:
+            wall, meta = client.generate(prefix + suf, PROBE_OUT)
+            e2e = meta.get("e2e_latency")
+            lat.append(float(e2e) if isinstance(e2e, (int, float)) and e2e > 0 else wall)
+        return max(statistics.median(lat) - req_s, 1e-6) / predicted
+
+    return probe
 
 
 def _row(p: Point, engine: str, repeat: int, metrics: Mapping[str, float], wall: float) -> dict[str, Any]:
@@ -112,43 +172,63 @@ def run_fidelity(points: Sequence[Point], measure: Callable[[Point, int], "SimRe
                  out_dir: str | Path | None = None, repeats: int = 3, kv_budget: int | None = None,
                  settings: Mapping[str, Any] | None = None, bars: Mapping[str, float] | None = None,
                  meta: Mapping[str, Any] | None = None, raw: bool = True,
-                 log: Callable[[str], None] | None = print) -> Comparison:
+                 log: Callable[[str], None] | None = print, probe: Callable[[], float] | None = None,
+                 engine_model: str = "sglang") -> Comparison:
     """For each point: simulate once, measure ``repeats`` times (``measure(point, repeat)``), and
     compare. Writes the comparison into ``out_dir`` (and each run's tables under ``raw/`` when
-    ``raw``) after every point, so an interrupted run leaves what it finished."""
+    ``raw``) after every point, so an interrupted run leaves what it finished.
+
+    With ``probe`` (e.g. :func:`speed_probe`), the server's speed relative to the profile is
+    measured just before and just after every measured run, and the point is also simulated
+    with the profile rescaled by the mean of the two (engine ``sim-calibrated``, one run per
+    repeat); the comparison's main table then compares that, and ``comparison_static.csv`` the
+    profile as measured."""
     cost, config = sim_engine(profile, kv_budget, settings)
     rows: list[dict[str, Any]] = []
     pairs: list[pd.DataFrame] = []
     bars = dict(BENCHMARK_BARS if bars is None else bars)
-    meta = {**(meta or {}), "profile": cost.name, "profile_hash": cost.profile_hash,
+    meta = {**(meta or {}), "profile": cost.name, "profile_hash": cost.profile_hash, "engine_model": engine_model,
+            "profile_source": str(cost.meta.get("source", profile if not hasattr(profile, "name") else "")),
             "kv_budget_tokens": cost.kv_budget_tokens, "engine_config": dataclasses.asdict(config),
             "repeats": repeats, "host": platform.node(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     comp = None
     for i, p in enumerate(points):
         t0 = time.perf_counter()
-        sim, trace = simulate_point(p, cost, config)
+        sim, trace = simulate_point(p, cost, config, engine_model)
         pt = prefix_tokens(trace)
         rows.append(_row(p, "sim", 0, run_metrics(sim, pt), time.perf_counter() - t0))
-        measured = []
+        measured, calibrated = [], []
         for rep in range(repeats):
+            before = probe() if probe else None
             t0 = time.perf_counter()
             res = measure(p, rep)
             wall = time.perf_counter() - t0
             measured.append(res)
             m = run_metrics(res, pt)
-            rows.append(_row(p, "sglang", rep, m, wall))
+            factor = None
+            if probe:
+                after = probe()
+                factor = 0.5 * (before + after)
+                csim, _ = simulate_point(p, scale_cost(cost, factor), config, engine_model)
+                calibrated.append(csim)
+                rows.append({**_row(p, "sim-calibrated", rep, run_metrics(csim, pt), 0.0),
+                             "speed_factor": factor, "probe_before": before, "probe_after": after})
+            rows.append({**_row(p, "sglang", rep, m, wall), **({"speed_factor": factor} if probe else {})})
             if log:
-                s = rows[-1 - rep - 1] if rep == 0 else None
+                s = next((r for r in rows if r["engine"] == "sim" and r["policy"] == p.policy
+                          and r["load"] == p.load_label and r["seed"] == p.seed
+                          and r["workload"] == rows[-1]["workload"]), None) if rep == 0 else None
                 log(f"[{i + 1}/{len(points)}] {p.workload} {p.policy} rate={p.rate:g} seed={p.seed} rep={rep}: "
                     f"measured mean JCT {m['jct_mean']:.3f} s, p99 {m['jct_p99']:.3f} s, cached {m['cached_tokens']:.0f}"
                     + (f" | sim {s['jct_mean']:.3f} s, p99 {s['jct_p99']:.3f} s, cached {s['cached_tokens']:.0f}" if s else "")
+                    + (f" | speed x{factor:.2f}, calibrated sim {rows[-2]['jct_mean']:.3f} s" if factor else "")
                     + f" ({wall:.0f} s)")
             if raw and out_dir is not None:
                 tag = f"{rows[-1]['workload']}_{p.policy}_{p.load_label:g}_s{p.seed}"
                 res.to_parquet(Path(out_dir) / "raw" / "sglang" / f"{tag}_r{rep}")
                 if rep == 0:
                     sim.to_parquet(Path(out_dir) / "raw" / "sim" / tag)
-        tp = task_pairs(sim.tasks, [r.tasks for r in measured])
+        tp = task_pairs([c.tasks for c in calibrated] or sim.tasks, [r.tasks for r in measured])
         pairs.append(tp.assign(workload=rows[-1]["workload"], load=p.load_label, policy=p.policy, seed=p.seed))
         comp = build_comparison(pd.DataFrame(rows), pd.concat(pairs, ignore_index=True), bars, meta)
         if out_dir is not None:
@@ -158,4 +238,137 @@ def run_fidelity(points: Sequence[Point], measure: Callable[[Point, int], "SimRe
     comp.meta["finished"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if out_dir is not None:
         write_comparison(comp, out_dir)
+    return comp
+
+
+# ----------------------------------------------------------------------------- the CLI's helpers
+def _floats(text: str | Sequence[float] | None, what: str) -> list[float]:
+    if text is None:
+        return []
+    vals = [float(v) for v in (text.split(",") if isinstance(text, str) else text) if str(v).strip()]
+    if not vals or any(not (math.isfinite(v) and v > 0) for v in vals):
+        raise ValueError(f"{what} must be numbers > 0, got {text!r}")
+    return vals
+
+
+def fidelity_points(traces: Sequence[str], policies: Sequence[str], rates: str | Sequence[float] | None = None,
+                    loads: str | Sequence[float] | None = None, seeds: str | Sequence[int] = "0",
+                    n_tasks: int | None = None, params: Mapping[str, Any] | None = None) -> list[Point]:
+    """The grid traces x loads (or rates) x policies x seeds. With ``loads``, a load ``x`` runs
+    at ``x * meta["rate"]`` of each trace (the nominal rate), labelled ``x``; with ``rates`` the
+    label is the rate. ``params`` go to every policy that accepts them (TOPAS's weights)."""
+    from topas.experiments.spec import _read_trace, resolve_trace_path
+    from topas.policies.base import PolicyError, make_policy
+
+    if (rates is None) == (loads is None):
+        raise ValueError("give exactly one of rates and loads")
+    seeds_l = [int(s) for s in (seeds.split(",") if isinstance(seeds, str) else seeds) if str(s).strip()]
+    if not policies:
+        raise ValueError("no policies given")
+    pts = []
+    for wl in traces:
+        nominal = None
+        if loads is not None:
+            nominal = _read_trace(resolve_trace_path(wl)).meta.get("rate")
+            if not isinstance(nominal, (int, float)) or nominal <= 0:
+                raise ValueError(f"trace {wl}: --loads needs the trace's nominal meta['rate']; give --rates")
+        for x in (_floats(rates, "rates") if rates is not None else _floats(loads, "loads")):
+            rate = x if nominal is None else x * float(nominal)
+            for pol in policies:
+                pp: dict[str, Any] = {}
+                for k, v in dict(params or {}).items():
+                    try:
+                        make_policy(pol, {k: v})
+                        pp[k] = v
+                    except PolicyError:
+                        pass
+                make_policy(pol, pp)  # an unknown policy fails here, naming the valid ones
+                for s in seeds_l:
+                    pts.append(Point(wl, pol, rate=rate, seed=s, n_tasks=n_tasks, params=tuple(sorted(pp.items())),
+                                     load=x))
+    return pts
+
+
+def server_kv_settings(server: str) -> dict[str, Any]:
+    """The server's KV budget and scheduler settings (``/server_info``), for the simulator."""
+    from topas.fidelity.profile_server import ServerClient, server_settings
+
+    s = server_settings(ServerClient(server, timeout=30).server_info())
+    s["host_tier"] = bool(s.get("enable_hierarchical_cache"))
+    return s
+
+
+def replay_measure(server: str, decision_log: str | Path | None = None, timeout_s: float = 3600.0,
+                   pause_s: float = 1.0) -> Callable[[Point, int], "SimResult"]:
+    """``measure(point, repeat)`` replaying the point's trace on ``server`` with
+    :func:`topas.sglang.replay.run_replay` (radix cache flushed first; the policy and its parameters
+    travel with the requests, so one server serves every policy). ``pause_s``: an idle gap
+    between runs, so one run's tail never overlaps the next one's start."""
+    from topas.engine.config import EngineConfig
+    from topas.experiments.spec import Prepared
+    from topas.policies.base import make_policy
+    from topas.sglang.replay import run_replay
+
+    def measure(p: Point, repeat: int) -> "SimResult":
+        trace = point_trace(p)
+        prepared = Prepared(experiment=None, trace=trace, trace_path=Path(p.workload), rate=p.rate,
+                            nominal_rate=None, policy=make_policy(p.policy, dict(p.params)), cost=None,
+                            config=EngineConfig())
+        if pause_s:
+            time.sleep(pause_s)
+        return run_replay(prepared, server, decision_log=decision_log, timeout_s=timeout_s)
+
+    return measure
+
+
+def resimulate(out_dir: str | Path, profile: "str | Path | CostModel | None" = None, engine_model: str = "sglang",
+               traces_dir: str | Path | None = None, log: Callable[[str], None] | None = None) -> Comparison:
+    """Rebuild a comparison from its measured runs (``runs.csv`` and ``raw/sglang/``) with the
+    current engine model and profile: the static simulation once per point, the calibrated one
+    per measured repeat with the speed factor recorded then. No server needed; used after a
+    change of the engine model, so a fix is judged on the very runs that showed the problem."""
+    from topas.fidelity.compare import read_comparison
+    from topas.fidelity.workloads import TRACES_DIR
+
+    d = Path(out_dir)
+    old = read_comparison(d)
+    meta = dict(old.meta)
+    prof = profile or meta.get("profile_source") or meta["profile"]
+    cost, config = sim_engine(prof, meta.get("kv_budget_tokens"),
+                              {"host_tier": meta.get("engine_config", {}).get("host_tier", False)})
+    tdir = Path(traces_dir or TRACES_DIR)
+    meas = old.runs[old.runs["engine"] == "sglang"]
+    rows = [r for r in old.runs.to_dict("records") if r["engine"] == "sglang"]
+    pairs = []
+    for (wl, load, pol, seed), g in meas.groupby(["workload", "load", "policy", "seed"], sort=False):
+        first = g.iloc[0]
+        path = tdir / f"{wl}.json.gz"
+        n = first.get("n_tasks_requested")
+        p = Point(str(path) if path.exists() else wl, pol, rate=float(first["rate"]), seed=int(seed),
+                  n_tasks=int(n) if n is not None and pd.notna(n) else None, load=float(load))
+        sim, trace = simulate_point(p, cost, config, engine_model)
+        pt = prefix_tokens(trace)
+        rows.append(_row(p, "sim", 0, run_metrics(sim, pt), 0.0))
+        rows[-1]["workload"] = wl
+        calibrated = []
+        for r in g.itertuples(index=False):
+            f = getattr(r, "speed_factor", float("nan"))
+            if isinstance(f, float) and math.isfinite(f):
+                csim, _ = simulate_point(p, scale_cost(cost, f), config, engine_model)
+                calibrated.append(csim)
+                rows.append({**_row(p, "sim-calibrated", int(r.repeat), run_metrics(csim, pt), 0.0),
+                             "workload": wl, "speed_factor": f})
+        tag = f"{wl}_{pol}_{float(load):g}_s{int(seed)}"
+        measured = [pd.read_parquet(d / "raw" / "sglang" / f"{tag}_r{int(k)}" / "tasks.parquet")
+                    for k in sorted(g["repeat"]) if (d / "raw" / "sglang" / f"{tag}_r{int(k)}" / "tasks.parquet").exists()]
+        if measured:
+            tp = task_pairs([c.tasks for c in calibrated] or sim.tasks, measured)
+            pairs.append(tp.assign(workload=wl, load=float(load), policy=pol, seed=int(seed)))
+        if log:
+            log(f"resimulated {tag}")
+    meta.update({"engine_model": engine_model, "profile": cost.name, "profile_hash": cost.profile_hash,
+                 "resimulated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+    comp = build_comparison(pd.DataFrame(rows), pd.concat(pairs, ignore_index=True) if pairs else None,
+                            meta.get("bars"), meta, meta.get("rank_margin", 0.10))
+    write_comparison(comp, d)
     return comp

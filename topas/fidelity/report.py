@@ -1,0 +1,96 @@
+"""Notebook 10's figure and table: simulated vs measured, from a comparison on disk."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from topas import plots
+from topas.fidelity.compare import Comparison
+
+__all__ = ["plot_sim_vs_measured", "fidelity_table", "summary_line"]
+
+_TABLE_METRICS = (("jct_mean", "mean JCT (s)"), ("jct_p99", "p99 JCT (s)"), ("queue_mean", "mean queueing (s)"),
+                  ("e2e_mean", "mean request latency (s)"), ("cached_tokens", "cached tokens"),
+                  ("retractions", "retractions"))
+
+
+def plot_sim_vs_measured(c: Comparison, panel_size: tuple[float, float] = (3.6, 3.4)):
+    """One panel per (workload, load): every task's simulated JCT (y) against its measured JCT
+    (x, the mean over repeats, with the min-max over repeats as a horizontal bar), a colour per
+    policy, and the y = x line; the panel title gives the mean JCTs' relative errors."""
+    t = c.tasks
+    keys = sorted({(w, l) for w, l in zip(t["workload"], t["load"])}) if len(t) else []
+    if not keys:
+        raise ValueError("the comparison has no per-task pairs")
+    ncol = min(len(keys), 4)
+    nrow = math.ceil(len(keys) / ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(panel_size[0] * ncol, panel_size[1] * nrow + 0.6), squeeze=False)
+    pols = plots.policy_order(sorted(set(t["policy"])))
+    errs = c.table[c.table["metric"] == "jct_mean"].set_index(["workload", "load", "policy"])["rel_err"]
+    for ax, (wl, load) in zip(axes.flat, keys):
+        g = t[(t["workload"] == wl) & (t["load"] == load)]
+        lo = float(np.nanmin([g["sim_jct"].min(), g["measured_min"].min()]))
+        hi = float(np.nanmax([g["sim_jct"].max(), g["measured_max"].max()]))
+        pad = 0.05 * (hi - lo if hi > lo else 1.0)
+        ax.plot([lo - pad, hi + pad], [lo - pad, hi + pad], color="0.4", lw=1, ls="--", zorder=1)
+        for p in pols:
+            gp = g[g["policy"] == p]
+            if not len(gp):
+                continue
+            ax.errorbar(gp["measured_jct"], gp["sim_jct"],
+                        xerr=[gp["measured_jct"] - gp["measured_min"], gp["measured_max"] - gp["measured_jct"]],
+                        fmt="o", ms=3.5, lw=0.7, alpha=0.8, color=plots.policy_color(p), zorder=2)
+        ax.set_xlim(lo - pad, hi + pad)
+        ax.set_ylim(lo - pad, hi + pad)
+        ax.set_aspect("equal", adjustable="box")
+        e = ", ".join(f"{plots.policy_label(p)} {100 * errs.get((wl, load, p), float('nan')):+.0f}%"
+                      for p in pols if (wl, load, p) in errs.index)
+        ax.set_title(f"{plots.workload_label(wl)}, load {load:g}\nmean JCT error: {e}", fontsize=8)
+        ax.set_xlabel("measured JCT (s)")
+        ax.set_ylabel("simulated JCT (s)")
+    for ax in list(axes.flat)[len(keys):]:
+        ax.set_visible(False)
+    handles = [plt.Line2D([], [], marker="o", ls="", color=plots.policy_color(p), label=plots.policy_label(p)) for p in pols]
+    handles.append(plt.Line2D([], [], ls="--", color="0.4", label="y = x"))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, fontsize=8)
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    return fig
+
+
+def fidelity_table(c: Comparison, metrics: Sequence[tuple[str, str]] = _TABLE_METRICS) -> pd.DataFrame:
+    """One row per (workload, load, policy): per metric the simulated value, the measured mean
+    (min-max over repeats) and the relative error, with the bar verdict where there is a bar."""
+    tab = c.table
+    rows = []
+    for (wl, load, pol), g in tab.groupby(["workload", "load", "policy"], sort=True):
+        g = g.set_index("metric")
+        row = {"workload": wl, "load": load, "policy": pol}
+        for m, label in metrics:
+            if m not in g.index:
+                continue
+            r = g.loc[m]
+            row[f"{label}: sim"] = r["sim"]
+            row[f"{label}: measured (min-max)"] = (f"{r['measured']:.3g} ({r['measured_min']:.3g}-{r['measured_max']:.3g})"
+                                                   if math.isfinite(r["measured"]) else "n/a")
+            err = r["rel_err"]
+            verdict = "" if pd.isna(r["ok"]) else (" ok" if bool(r["ok"]) else " FAIL")
+            row[f"{label}: error"] = ("n/a" if not math.isfinite(err) else f"{100 * err:+.1f}%") + verdict
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    ranks = c.ranks.set_index(["workload", "load"])
+    out["rank agrees"] = [("yes" if bool(ranks.loc[(w, l), "agree"]) else "NO") if (w, l) in ranks.index else ""
+                          for w, l in zip(out["workload"], out["load"])]
+    return out
+
+
+def summary_line(c: Comparison) -> str:
+    """One sentence: how many barred checks and rank checks pass."""
+    ok = c.table["ok"].dropna().astype(bool)
+    return (f"{int(ok.sum())}/{len(ok)} barred metrics within their bars "
+            f"({', '.join(f'{k} {100 * v:.0f}%' for k, v in c.meta.get('bars', {}).items())}); "
+            f"rank order agrees at {int(c.ranks['agree'].astype(bool).sum())}/{len(c.ranks)} points")
