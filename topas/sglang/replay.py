@@ -359,7 +359,7 @@ def run_replay(
     flush_cache: bool = True,
     send_policy: bool = True,
     wait_healthy_s: float = 60.0,
-    progress: Callable[[int, int], None] | None = None,
+    progress: bool | Callable[[int, int], None] | None = None,
 ) -> SimResult:
     """Replay an experiment's trace against the SGLang server at ``server_url``.
 
@@ -368,7 +368,9 @@ def run_replay(
     With ``send_policy`` the run's metadata names the policy and its resolved parameters, which the
     plugin then runs for this run (one server serves a whole sweep); otherwise the server's
     ``TOPAS_POLICY`` decides. ``decision_log``: the server's ``TOPAS_DECISION_LOG`` file when it is
-    readable here (fills decisions, admissions, preemptions, pins). ``flush_cache``: start from an
+    readable here (fills decisions, admissions, preemptions, pins; default: ``$TOPAS_DECISION_LOG``
+    if that file exists here). ``progress``: True for a progress bar on stderr, or a callable
+    ``(tasks finished, tasks)``. ``flush_cache``: start from an
     empty radix cache (``POST /flush_cache``). ``out``: also write the tables there (atomically).
     Raises :class:`ReplayError` if any request fails or the run exceeds ``timeout_s``.
     """
@@ -393,8 +395,23 @@ def run_replay(
         return await _replay(trace, server, policy.name if send_policy else None, params if send_policy else {},
                              run_id, timeout_s, request_timeout_s, retries, flush_cache, progress)
 
+    bar = None
+    if progress is True:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(trace.tasks), desc=f"replay {policy.name}", unit="task")
+        progress = lambda k, n: bar.update(1)  # noqa: E731
+    elif not callable(progress):
+        progress = None
+    if decision_log is None and os.environ.get("TOPAS_DECISION_LOG"):
+        if Path(os.environ["TOPAS_DECISION_LOG"]).exists():
+            decision_log = os.environ["TOPAS_DECISION_LOG"]
     w0 = time.perf_counter()
-    done, task_finish, t0 = asyncio.run(main())
+    try:
+        done, task_finish, t0 = asyncio.run(main())
+    finally:
+        if bar is not None:
+            bar.close()
     wall = time.perf_counter() - w0
     if len(task_finish) != len(trace.tasks) or len(done) != trace.num_requests:  # pragma: no cover - guarded above
         raise ReplayError(f"incomplete replay: {len(task_finish)} of {len(trace.tasks)} tasks")
