@@ -4,15 +4,16 @@
 Runs with a MetaGPT venv's Python (``make metagpt-env`` builds them; never the package's .venv):
 
     # MetaGPT-SOP (metagpt==0.8.2), offline responder on 127.0.0.1, 60 requirements:
-    .venvs/metagpt-sop/bin/python scripts/collect_metagpt_traces.py --workflow sop --offline --n 60
+    .venvs/metagpt-sop/bin/python scripts/collect_metagpt_traces.py --workflow sop --offline --n 150
     # MetaGPT-TL (MetaGPT main @ METAGPT_TL_COMMIT) against an OpenAI-compatible server (e.g. SGLang):
     .venvs/metagpt-tl/bin/python scripts/collect_metagpt_traces.py --workflow tl \\
-        --base-url http://gpu-box:30000/v1 --model Qwen/Qwen2.5-32B-Instruct --n 60
+        --base-url http://gpu-box:30000/v1 --model Qwen/Qwen2.5-32B-Instruct --n 150
     # only re-convert the recorded calls into the trace:
     .venvs/metagpt-sop/bin/python scripts/collect_metagpt_traces.py --workflow sop --convert-only
 
-Each requirement runs in its own child process (``--one``; MetaGPT keeps global state) with its own
-``METAGPT_PROJECT_ROOT`` (holding ``config/config2.yaml``: api_type openai, base_url, model,
+Requirements run in child processes, ``--batch-size`` of them one after another per process
+(importing MetaGPT costs more CPU than a run with the offline responder), ``--jobs`` processes at a
+time; each process has its own ``METAGPT_PROJECT_ROOT`` (holding ``config/config2.yaml``: api_type openai, base_url, model,
 api_key) and ``HOME`` (so no ``~/.metagpt/config2.yaml`` of the user can override it), under a
 wall-clock limit. ``tools/metagpt/recorder.py`` records the calls (no MetaGPT source is edited).
 Outputs, for workflow W in {sop, tl}:
@@ -32,6 +33,7 @@ import argparse
 import concurrent.futures
 import gzip
 import json
+import math
 import os
 import shutil
 import socket
@@ -93,41 +95,52 @@ def write_config(root: Path, base_url: str, model: str, api_key: str, stream: bo
 # ----------------------------------------------------------------------------- the child: one run
 
 
-def run_one(args) -> int:
-    """Inside a child process: record one MetaGPT run of requirement ``args.one``."""
+def run_batch(args) -> int:
+    """Inside a child process: record the MetaGPT runs of requirements ``args.batch`` one after
+    another (importing MetaGPT costs ~15 s of CPU, more than a run with the offline responder).
+    Each run writes ``<calls-dir>/r<index>.jsonl`` and one line to ``<calls-dir>/status.jsonl``."""
     sys.path.insert(0, str(TOOLS))
     import recorder  # tools/metagpt/recorder.py
 
     reqs = read_requirements(args.requirements)
-    idea = reqs[args.one]
     wf = WORKFLOWS[args.workflow]
-    run = {
-        "run_id": f"{args.workflow}-r{args.one:03d}",
-        "workflow": wf["trace"],
-        "requirement_index": args.one,
-        "requirement": idea,
-        "metagpt": wf["metagpt"],
-        "endpoint": "offline-responder" if args.offline else args.base_url,
-    }
-    recorder.install(args.calls_out, run)
+    out = Path(args.calls_out)
     from metagpt.software_company import generate_repo
 
-    if args.workflow == "sop":
-        if args.offline:
-            # QaEngineer pip-installs requirements.txt and pytest before each test run; the offline
-            # responder's code and tests need only the standard library (its package lists are
-            # empty), so skip the installs: same LLM calls, less wall time
-            from metagpt.actions.run_code import RunCode
+    if args.workflow == "sop" and args.offline:
+        # QaEngineer pip-installs requirements.txt and pytest before each test run; the offline
+        # responder's code and tests need only the standard library (its package lists are
+        # empty), so skip the installs: same LLM calls, less wall time
+        from metagpt.actions.run_code import RunCode
 
-            RunCode._install_dependencies = staticmethod(lambda working_directory, env: None)
-        # the paper's 5-role SOP: PM, Architect, ProjectManager, Engineer (with code review), QaEngineer
-        generate_repo(idea, investment=1000.0, n_round=args.n_round or wf["n_round"], code_review=True,
-                      run_tests=True, implement=True)
-    else:
-        # MetaGPT main's generate_repo hires the TeamLeader organisation (TeamLeader, ProductManager,
-        # Architect, Engineer2, DataAnalyst) in an MGXEnv
-        generate_repo(idea, investment=1000.0, n_round=args.n_round or wf["n_round"])
-    recorder.close()
+        RunCode._install_dependencies = staticmethod(lambda working_directory, env: None)
+    for i in [int(x) for x in args.batch.split(",")]:
+        idea = reqs[i]
+        run = {
+            "run_id": f"{args.workflow}-r{i:03d}",
+            "workflow": wf["trace"],
+            "requirement_index": i,
+            "requirement": idea,
+            "metagpt": wf["metagpt"],
+            "endpoint": "offline-responder" if args.offline else args.base_url,
+        }
+        recorder.start_run(str(out / f"r{i:03d}.jsonl"), run)
+        t0 = time.time()
+        status = "ok"
+        try:
+            if args.workflow == "sop":
+                # the paper's 5-role SOP: PM, Architect, ProjectManager, Engineer (code review), QaEngineer
+                generate_repo(idea, investment=1000.0, n_round=args.n_round or wf["n_round"], code_review=True,
+                              run_tests=True, implement=True)
+            else:
+                # MetaGPT main's generate_repo hires the TeamLeader organisation (TeamLeader,
+                # ProductManager, Architect, Engineer2, DataAnalyst) in an MGXEnv
+                generate_repo(idea, investment=1000.0, n_round=args.n_round or wf["n_round"])
+        except Exception as e:  # record and go on with the next requirement
+            status = f"failed ({type(e).__name__}: {e})"[:300]
+        recorder.close()
+        with open(out / "status.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"index": i, "status": status, "wall_s": round(time.time() - t0, 2)}) + "\n")
     return 0
 
 
@@ -159,63 +172,72 @@ def collect(args) -> None:
     env_base.setdefault("PYTHONUNBUFFERED", "1")
     lock = threading.Lock()
 
-    def one(i: int) -> None:
-        if True:
-            rdir = work / f"r{i:03d}"
-            shutil.rmtree(rdir, ignore_errors=True)
-            (rdir / "home").mkdir(parents=True)
-            write_config(rdir, base_url, model, api_key, stream=args.stream)
-            calls = rdir / "calls.jsonl"
-            env = dict(env_base, METAGPT_PROJECT_ROOT=str(rdir), HOME=str(rdir / "home"))
-            cmd = [sys.executable, str(Path(__file__).resolve()), "--workflow", args.workflow, "--one", str(i),
-                   "--calls-out", str(calls), "--requirements", str(args.requirements)]
-            if args.offline:
-                cmd.append("--offline")
-            else:
-                cmd += ["--base-url", base_url]
-            if args.n_round:
-                cmd += ["--n-round", str(args.n_round)]
-            t0 = time.time()
-            with open(rdir / "log.txt", "wb") as log:
-                try:
-                    rc = subprocess.run(cmd, env=env, cwd=rdir, stdout=log, stderr=subprocess.STDOUT,
-                                        timeout=args.timeout).returncode
-                    status = "ok" if rc == 0 else f"failed (exit {rc})"
-                except subprocess.TimeoutExpired:
-                    rc, status = None, f"timeout after {args.timeout} s"
-            wall = time.time() - t0
+    def one(batch: list[int]) -> None:
+        bdir = work / f"b{batch[0]:03d}"
+        shutil.rmtree(bdir, ignore_errors=True)
+        (bdir / "home").mkdir(parents=True)
+        (bdir / "calls").mkdir()
+        write_config(bdir, base_url, model, api_key, stream=args.stream)
+        env = dict(env_base, METAGPT_PROJECT_ROOT=str(bdir), HOME=str(bdir / "home"))
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--workflow", args.workflow,
+               "--batch", ",".join(map(str, batch)), "--calls-out", str(bdir / "calls"),
+               "--requirements", str(args.requirements)]
+        cmd += ["--offline"] if args.offline else ["--base-url", base_url]
+        if args.n_round:
+            cmd += ["--n-round", str(args.n_round)]
+        with open(bdir / "log.txt", "wb") as log:
+            try:
+                rc = subprocess.run(cmd, env=env, cwd=bdir, stdout=log, stderr=subprocess.STDOUT,
+                                    timeout=args.timeout * len(batch)).returncode
+                why = f"process exit {rc}"
+            except subprocess.TimeoutExpired:
+                why = f"batch timeout after {args.timeout * len(batch)} s"
+        st_path = bdir / "calls" / "status.jsonl"
+        statuses = {}
+        if st_path.exists():
+            for line in st_path.read_text().splitlines():
+                d = json.loads(line)
+                statuses[d["index"]] = d
+        for i in batch:
+            calls = bdir / "calls" / f"r{i:03d}.jsonl"
+            st = statuses.get(i, {"status": f"failed ({why})", "wall_s": None})
+            status = st["status"]
             recs = [json.loads(l) for l in calls.read_text(encoding="utf-8").splitlines() if l.strip()] \
                 if calls.exists() else []
             if status == "ok" and not recs:
                 status = "failed (no LLM calls recorded)"
             entry = {"run_id": f"{args.workflow}-r{i:03d}", "requirement_index": i, "requirement": reqs[i],
-                     "status": status, "wall_s": round(wall, 2), "calls": len(recs),
+                     "status": status, "wall_s": st["wall_s"], "calls": len(recs),
                      "retries": sum(1 for r in recs if r.get("attempt", 1) > 1),
                      "errors": sum(1 for r in recs if r.get("error")),
                      "prompt_tokens": sum(r["prompt_tokens"] for r in recs),
                      "completion_tokens": sum(r["completion_tokens"] for r in recs)}
-            lock.acquire()
-            runs["runs"] = [r for r in runs["runs"] if r["requirement_index"] != i] + [entry]
-            runs["runs"].sort(key=lambda r: r["requirement_index"])
-            runs["settings"] = {"workflow": args.workflow, "metagpt": wf["metagpt"],
-                                "endpoint": "offline-responder (tools/metagpt/responder.py)" if args.offline else base_url,
-                                "model": model, "stream": args.stream, "n_round": args.n_round or wf["n_round"],
-                                "timeout_s": args.timeout, "requirements": str(args.requirements.relative_to(REPO))
-                                if args.requirements.is_relative_to(REPO) else str(args.requirements)}
-            runs_path.write_text(json.dumps(runs, indent=1) + "\n")
-            if status == "ok":
-                args.raw_dir.mkdir(parents=True, exist_ok=True)
-                shutil.copy(calls, args.raw_dir / f"{entry['run_id']}.jsonl")
-            print(f"[{time.strftime('%H:%M:%S')}] {entry['run_id']}: {status}, {len(recs)} calls, "
-                  f"{entry['prompt_tokens'] + entry['completion_tokens']} tokens, {wall:.1f} s", flush=True)
-            lock.release()
-            if not args.keep_workdir:
-                shutil.rmtree(rdir / "workspace", ignore_errors=True)
+            with lock:
+                runs["runs"] = [r for r in runs["runs"] if r["requirement_index"] != i] + [entry]
+                runs["runs"].sort(key=lambda r: r["requirement_index"])
+                runs["settings"] = settings
+                runs_path.write_text(json.dumps(runs, indent=1) + "\n")
+                if status == "ok":
+                    args.raw_dir.mkdir(parents=True, exist_ok=True)
+                    shutil.copy(calls, args.raw_dir / f"{entry['run_id']}.jsonl")
+                print(f"[{time.strftime('%H:%M:%S')}] {entry['run_id']}: {status}, {len(recs)} calls, "
+                      f"{entry['prompt_tokens'] + entry['completion_tokens']} tokens, {st['wall_s']} s", flush=True)
+        if not args.keep_workdir:
+            shutil.rmtree(bdir / "workspace", ignore_errors=True)
+
+    settings = {"workflow": args.workflow, "metagpt": wf["metagpt"],
+                "endpoint": "offline-responder (tools/metagpt/responder.py)" if args.offline else base_url,
+                "model": model, "stream": args.stream, "n_round": args.n_round or wf["n_round"],
+                "timeout_s": args.timeout, "requirements": str(args.requirements.relative_to(REPO))
+                if args.requirements.is_relative_to(REPO) else str(args.requirements)}
 
     try:
         todo = [i for i in idx if i not in done]
+        # round-robin batches, so each worker process walks the list in order
+        nb = max(1, math.ceil(len(todo) / max(1, args.batch_size)))
+        batches = [todo[k::nb] for k in range(nb)]
         with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as ex:
-            for f in [ex.submit(one, i) for i in todo]:
+            for f in [ex.submit(one, b) for b in batches if b]:
                 f.result()
     finally:
         if responder is not None:
@@ -256,7 +278,7 @@ def main(argv=None) -> None:
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--workflow", choices=sorted(WORKFLOWS), required=True)
     ap.add_argument("--requirements", type=Path, default=TOOLS / "requirements_softwaredev.txt")
-    ap.add_argument("--n", type=int, default=70, help="number of requirements to run (from --start)")
+    ap.add_argument("--n", type=int, default=150, help="number of requirements to run (from --start)")
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--offline", action="store_true", help="start tools/metagpt/responder.py on 127.0.0.1 and use it")
     ap.add_argument("--base-url", default=os.environ.get("OPENAI_BASE_URL", ""))
@@ -275,13 +297,14 @@ def main(argv=None) -> None:
     ap.add_argument("--tiktoken-cache", default=str(REPO / ".venvs" / "tiktoken_cache"))
     ap.add_argument("--convert-only", action="store_true", help="only bundle + convert the recorded runs")
     ap.add_argument("--no-convert", action="store_true")
-    ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--batch-size", type=int, default=12, help="requirements per MetaGPT process")
+    ap.add_argument("--batch", default="", help=argparse.SUPPRESS)
     ap.add_argument("--calls-out", default="", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.requirements = args.requirements.resolve()
     args.out_dir = args.out_dir.resolve()
-    if args.one is not None:
-        sys.exit(run_one(args))
+    if args.batch:
+        sys.exit(run_batch(args))
     if not args.convert_only:
         collect(args)
     if not args.no_convert:

@@ -1,6 +1,6 @@
 """Record every LLM call of a MetaGPT run, without editing MetaGPT (runs inside a MetaGPT venv).
 
-:func:`install` wraps, at class level:
+:func:`start_run` (via :func:`install`, once per process) wraps, at class level:
 
 - ``OpenAILLM.acompletion_text`` (every chat call of the OpenAI provider, streamed or not): one
   JSON line per call with the calling role and action (taken from the call stack), the full
@@ -96,15 +96,26 @@ def _emit(rec: dict) -> None:
         _state["fh"].flush()
 
 
-def install(out_path: str, run: dict) -> None:
-    """Start recording into ``out_path`` (JSONL). ``run`` is stored in every record
-    (``run_id``, ``workflow``, ``requirement``, ``metagpt_version``, ...)."""
+def start_run(out_path: str, run: dict) -> None:
+    """Record the next run into ``out_path`` (JSONL); ``run`` is stored in every record
+    (``run_id``, ``workflow``, ``requirement``, ...). Installs the hooks on first use; several runs
+    can be recorded one after another in one process (call ids restart at c0001)."""
+    close()
+    if not _state.get("installed"):
+        install()
+    run = dict(run)
+    # the run's METAGPT_PROJECT_ROOT appears in prompts (workspace paths); the converter masks it
+    run.setdefault("workdir", os.environ.get("METAGPT_PROJECT_ROOT", ""))
+    _state.update(fh=open(out_path, "a", encoding="utf-8"), run=run, seq=0, roles={}, msg_src={})
+
+
+def install() -> None:
+    """Install the hooks (once per process)."""
     from metagpt.environment.base_env import Environment
     from metagpt.provider.openai_api import OpenAILLM
     from metagpt.roles.role import Role
 
-    _state.update(fh=open(out_path, "a", encoding="utf-8"), run=dict(run), seq=0, roles={}, msg_src={},
-                  enc=_encoder())
+    _state.update(installed=True, enc=_encoder())
 
     orig_text = OpenAILLM.acompletion_text
 
@@ -243,6 +254,6 @@ def install(out_path: str, run: dict) -> None:
 
 
 def close() -> None:
-    fh = _state.get("fh")
+    fh = _state.pop("fh", None)
     if fh:
         fh.close()

@@ -26,8 +26,9 @@ The mapping (DESIGN.md "Workload model"; choices the issue leaves open are marke
   message's tokens as prefix; ``l_a >= 1`` always;
 - a stage's **input** ``x_v`` = its rendered prompt's tokens minus ``l_a``; its **output** ``y_v``
   = the recorded ``completion_tokens`` (cl100k), at least 1;
-- **normalisation** before prefix matching (:func:`normalise`): date-times, dates, clock times and
-  32-hex ids become fixed placeholders (RoleZero writes the current time into its system prompt;
+- **normalisation** before prefix matching (:func:`normalise`): the run's working directory (the
+  record's ``workdir``; workspace paths are in TL-mode system prompts), date-times, dates, clock
+  times and 32-hex ids become fixed placeholders (RoleZero writes the current time into its system prompt;
   without this no two TeamLeader calls would share their prefix). Token counts of ``x_v`` are
   those of the original text.
 
@@ -81,8 +82,12 @@ _NORMALISERS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 
-def normalise(text: str) -> str:
-    """``text`` with volatile values (date-times, dates, clock times, 32-hex ids) replaced."""
+def normalise(text: str, workdir: str = "") -> str:
+    """``text`` with volatile values replaced: the run's working directory (``workdir``, the
+    recorded ``METAGPT_PROJECT_ROOT``, part of workspace paths), date-times, dates, clock times and
+    32-hex ids."""
+    if workdir:
+        text = text.replace(workdir, "<WORKDIR>")
     for pat, rep in _NORMALISERS:
         text = pat.sub(rep, text)
     return text
@@ -93,14 +98,14 @@ def render(messages: Sequence[Mapping[str, Any]]) -> str:
     return "".join(f"<|{m.get('role', '')}|>\n{m.get('content', '')}\n" for m in messages)
 
 
-def system_identity(messages: Sequence[Mapping[str, Any]]) -> str:
+def system_identity(messages: Sequence[Mapping[str, Any]], workdir: str = "") -> str:
     """The normalised system prompt (all leading system messages), ``""`` if none."""
     parts = []
     for m in messages:
         if m.get("role") != "system":
             break
         parts.append(str(m.get("content", "")))
-    return normalise("\n".join(parts))
+    return normalise("\n".join(parts), workdir)
 
 
 def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
@@ -309,7 +314,7 @@ def calls_to_trace(
     n_seen = 0
     for calls in kept_runs.values():
         for c in calls:
-            ident = system_identity(c["messages"])
+            ident = system_identity(c["messages"], c.get("workdir") or "")
             u = uses.setdefault(c["role"], {}).setdefault(ident, [0, n_seen])
             u[0] += 1
             n_seen += 1
@@ -327,16 +332,16 @@ def calls_to_trace(
     sys_tokens: dict[str, int] = {}
     for calls in kept_runs.values():
         for c in calls:
-            ident = system_identity(c["messages"])
+            ident = system_identity(c["messages"], c.get("workdir") or "")
             a = agent_of[(c["role"], ident)]
             c["agent"] = a
             c["n_prompt"] = len(encode(render(c["messages"])))
-            nt = encode(normalise(render(c["messages"])))
+            nt = encode(normalise(render(c["messages"]), c.get("workdir") or ""))
             c["n_norm"] = len(nt)
             norm_tokens.setdefault(a, []).append(nt)
             if a not in sys_tokens:
                 sysmsgs = [m for m in c["messages"][: len(c["messages"])] if m.get("role") == "system"]
-                sys_tokens[a] = len(encode(normalise(render(sysmsgs)))) if sysmsgs else 0
+                sys_tokens[a] = len(encode(normalise(render(sysmsgs), c.get("workdir") or ""))) if sysmsgs else 0
 
     actions_by_agent = {agent_of[k]: v for k, v in actions_of.items()}
     agents: dict[str, Agent] = {}
