@@ -241,3 +241,28 @@ def test_sglang_simulator_request_latency_and_gate():
         r = SGLangSimulator(tr, make_policy(pol), cost.with_budget(12000), EngineConfig(host_tier=False),
                             request_latency_s=0.005).run()
         assert r.tasks["finish"].notna().all() and len(r.tasks) == 20
+
+
+def test_busy_calibration_recovers_the_speed_of_a_slower_server(tmp_path):
+    """A 'server' 25% slower than the profile, reporting its busy time: the calibrated simulation
+    finds the factor and its JCTs match; the static one is ~20% fast."""
+    from topas.fidelity.run import scale_cost
+
+    base = load_profile("a100-80gb_llama3-8b").with_budget(30000)
+    cost, config = sim_engine(base, settings={"kv_budget_tokens": 30000})
+    slow = scale_cost(cost, 1.25)
+
+    def measure(p, rep):
+        r = simulate_point(p, slow, config)[0]
+        r.summary["server_busy_s"] = r.summary["busy_time"]
+        return r
+
+    pts = [Point("chain-3", "fcfs", rate=0.05, seed=0, n_tasks=8)]
+    c = run_fidelity(pts, measure, base, tmp_path, repeats=2, settings={"kv_budget_tokens": 30000}, log=None)
+    t = c.table.set_index(["policy", "metric"])
+    assert abs(t.loc[("fcfs", "jct_mean"), "rel_err"]) < 0.01
+    cal = c.runs[c.runs["engine"] == "sim-calibrated"]
+    assert cal["speed_factor"].to_numpy() == pytest.approx([1.25, 1.25], rel=0.01)
+    s = c.table_static.set_index(["policy", "metric"])
+    assert -0.25 < s.loc[("fcfs", "jct_mean"), "rel_err"] < -0.1
+    assert c.meta["sim_engine"] == "sim-calibrated"

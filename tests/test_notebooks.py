@@ -53,6 +53,9 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "08_paper_vs_ours.ipynb": ["paper_vs_ours.png", "paper_vs_ours.pdf", "paper_vs_ours.csv", "paper_vs_ours.md"],
     "09_weights_explorer.ipynb": ["weights_explorer.png", "weights_explorer.pdf"],
+    # renders the committed comparison in data/results/fidelity/ (no server needed)
+    "10_fidelity.ipynb": ["fidelity_sim_vs_measured.png", "fidelity_sim_vs_measured.pdf",
+                          "fidelity_table.csv", "fidelity_table.md"],
 }
 
 KERNEL = "python3"

@@ -6,6 +6,7 @@ import math
 from typing import Sequence
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import MaxNLocator
 import numpy as np
 import pandas as pd
 
@@ -19,7 +20,7 @@ _TABLE_METRICS = (("jct_mean", "mean JCT (s)"), ("jct_p99", "p99 JCT (s)"), ("qu
                   ("retractions", "retractions"))
 
 
-def plot_sim_vs_measured(c: Comparison, panel_size: tuple[float, float] = (3.6, 3.4)):
+def plot_sim_vs_measured(c: Comparison, panel_size: tuple[float, float] = (4.0, 3.8)):
     """One panel per (workload, load): every task's simulated JCT (y) against its measured JCT
     (x, the mean over repeats, with the min-max over repeats as a horizontal bar), a colour per
     policy, and the y = x line; the panel title gives the mean JCTs' relative errors."""
@@ -27,7 +28,7 @@ def plot_sim_vs_measured(c: Comparison, panel_size: tuple[float, float] = (3.6, 
     keys = sorted({(w, l) for w, l in zip(t["workload"], t["load"])}) if len(t) else []
     if not keys:
         raise ValueError("the comparison has no per-task pairs")
-    ncol = min(len(keys), 4)
+    ncol = min(len(keys), 2)
     nrow = math.ceil(len(keys) / ncol)
     fig, axes = plt.subplots(nrow, ncol, figsize=(panel_size[0] * ncol, panel_size[1] * nrow + 0.6), squeeze=False)
     pols = plots.policy_order(sorted(set(t["policy"])))
@@ -47,10 +48,13 @@ def plot_sim_vs_measured(c: Comparison, panel_size: tuple[float, float] = (3.6, 
                         fmt="o", ms=3.5, lw=0.7, alpha=0.8, color=plots.policy_color(p), zorder=2)
         ax.set_xlim(lo - pad, hi + pad)
         ax.set_ylim(lo - pad, hi + pad)
-        ax.set_aspect("equal", adjustable="box")
-        e = ", ".join(f"{plots.policy_label(p)} {100 * errs.get((wl, load, p), float('nan')):+.0f}%"
+        ax.xaxis.set_major_locator(MaxNLocator(4, prune="lower"))  # no label in the corner beside the y one
+        ax.yaxis.set_major_locator(MaxNLocator(4))
+        e = "\n".join(f"{plots.policy_label(p)} {100 * errs.get((wl, load, p), float('nan')):+.0f}%"
                       for p in pols if (wl, load, p) in errs.index)
-        ax.set_title(f"{plots.workload_label(wl)}, load {load:g}\nmean JCT error: {e}", fontsize=8)
+        ax.set_title(f"{plots.workload_label(wl)}, {load:g} tasks/s", fontsize=9)
+        ax.text(0.97, 0.03, "mean JCT error\n" + e, transform=ax.transAxes, ha="right", va="bottom", fontsize=7,
+                bbox={"boxstyle": "round", "fc": "white", "ec": "0.8", "alpha": 0.9})
         ax.set_xlabel("measured JCT (s)")
         ax.set_ylabel("simulated JCT (s)")
     for ax in list(axes.flat)[len(keys):]:

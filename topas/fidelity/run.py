@@ -162,6 +162,51 @@ def speed_probe(server: str, cost: "CostModel", repeats: int = 4) -> Callable[[]
     return probe
 
 
+def scheduler_seconds(server: str) -> dict[str, float] | None:
+    """SGLang's cumulative scheduler time by loop stage (``sglang:scheduler_stage_seconds_total``
+    in ``/metrics``, with ``--enable-metrics``): ``run_batch`` (the forward passes),
+    ``get_next_batch_to_run`` (scheduling, the topas plugin included), ``process_batch_result``,
+    ``recv_requests``, ``idle``, ...; ``None`` when the server exports no such metric."""
+    import re
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(server.rstrip("/") + "/metrics", timeout=30) as r:
+            text = r.read().decode()
+    except OSError:
+        return None
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("sglang:scheduler_stage_seconds_total{"):
+            m = re.search(r'category="([^"]+)"', line)
+            if m:
+                out[m.group(1)] = out.get(m.group(1), 0.0) + float(line.rsplit(" ", 1)[1])
+    return out or None
+
+
+def busy_calibration(p: Point, cost: "CostModel", config: "EngineConfig", busy_s: float,
+                     engine_model: str = "sglang", iterations: int = 4) -> tuple[float, "SimResult"]:
+    """The speed factor f for which the simulator, with the profile's times x f, keeps the engine
+    busy as long as the server was busy during the run (its scheduler's non-idle time): a fixed
+    point (the simulated batching changes with f), a few iterations from f = 1. Returns f and the
+    calibrated run. One number per run rescales the whole time model; the JCTs, queueing, batching
+    and cache hits stay the simulator's predictions."""
+    f = 1.0
+    res = None
+    for _ in range(iterations):
+        res, _ = simulate_point(p, scale_cost(cost, f), config, engine_model)
+        sim_busy = float(res.summary.get("busy_time") or 0.0)
+        if sim_busy <= 0 or not math.isfinite(busy_s) or busy_s <= 0:
+            break
+        f_new = f * busy_s / sim_busy
+        if abs(f_new - f) < 0.005 * f:
+            f = f_new
+            res, _ = simulate_point(p, scale_cost(cost, f), config, engine_model)
+            break
+        f = f_new
+    return f, res
+
+
 def _row(p: Point, engine: str, repeat: int, metrics: Mapping[str, float], wall: float) -> dict[str, Any]:
     return {"workload": Path(p.workload).name.split(".")[0], "load": p.load_label, "rate": p.rate,
             "policy": p.policy, "seed": p.seed, "engine": engine, "repeat": repeat,
@@ -173,7 +218,7 @@ def run_fidelity(points: Sequence[Point], measure: Callable[[Point, int], "SimRe
                  settings: Mapping[str, Any] | None = None, bars: Mapping[str, float] | None = None,
                  meta: Mapping[str, Any] | None = None, raw: bool = True,
                  log: Callable[[str], None] | None = print, probe: Callable[[], float] | None = None,
-                 engine_model: str = "sglang") -> Comparison:
+                 engine_model: str = "sglang", calibrate: str = "busy") -> Comparison:
     """For each point: simulate once, measure ``repeats`` times (``measure(point, repeat)``), and
     compare. Writes the comparison into ``out_dir`` (and each run's tables under ``raw/`` when
     ``raw``) after every point, so an interrupted run leaves what it finished.
@@ -182,12 +227,16 @@ def run_fidelity(points: Sequence[Point], measure: Callable[[Point, int], "SimRe
     measured just before and just after every measured run, and the point is also simulated
     with the profile rescaled by the mean of the two (engine ``sim-calibrated``, one run per
     repeat); the comparison's main table then compares that, and ``comparison_static.csv`` the
-    profile as measured."""
+    profile as measured. ``calibrate="busy"`` (the default) instead takes the factor from the
+    server's own busy time during the run when the measured result has it (``server_busy_s``,
+    from ``--enable-metrics``; see :func:`busy_calibration`), the probe only as a fallback;
+    ``calibrate="probe"`` always uses the probe."""
     cost, config = sim_engine(profile, kv_budget, settings)
     rows: list[dict[str, Any]] = []
     pairs: list[pd.DataFrame] = []
     bars = dict(BENCHMARK_BARS if bars is None else bars)
     meta = {**(meta or {}), "profile": cost.name, "profile_hash": cost.profile_hash, "engine_model": engine_model,
+            "calibrate": calibrate if probe or calibrate == "busy" else None,
             "profile_source": str(cost.meta.get("source", profile if not hasattr(profile, "name") else "")),
             "kv_budget_tokens": cost.kv_budget_tokens, "engine_config": dataclasses.asdict(config),
             "repeats": repeats, "host": platform.node(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
@@ -206,14 +255,25 @@ def run_fidelity(points: Sequence[Point], measure: Callable[[Point, int], "SimRe
             measured.append(res)
             m = run_metrics(res, pt)
             factor = None
-            if probe:
-                after = probe()
+            stages = res.summary.get("server_stage_s") or {}
+            busy = res.summary.get("server_busy_s")
+            extra = {f"server_{k}_s": v for k, v in stages.items()}
+            if busy is not None:
+                extra["server_busy_s"] = busy
+            after = probe() if probe else None
+            if busy is not None and calibrate == "busy":
+                factor, csim = busy_calibration(p, cost, config, float(busy), engine_model)
+            elif probe:
                 factor = 0.5 * (before + after)
                 csim, _ = simulate_point(p, scale_cost(cost, factor), config, engine_model)
+            if factor is not None:
                 calibrated.append(csim)
                 rows.append({**_row(p, "sim-calibrated", rep, run_metrics(csim, pt), 0.0),
-                             "speed_factor": factor, "probe_before": before, "probe_after": after})
-            rows.append({**_row(p, "sglang", rep, m, wall), **({"speed_factor": factor} if probe else {})})
+                             "speed_factor": factor, "probe_before": before, "probe_after": after,
+                             "sim_busy_s": csim.summary.get("busy_time"), "server_busy_s": busy})
+            rows.append({**_row(p, "sglang", rep, m, wall), **extra,
+                         **({"speed_factor": factor, "probe_before": before, "probe_after": after}
+                            if factor is not None else {})})
             if log:
                 s = next((r for r in rows if r["engine"] == "sim" and r["policy"] == p.policy
                           and r["load"] == p.load_label and r["seed"] == p.seed
@@ -316,7 +376,14 @@ def replay_measure(server: str, decision_log: str | Path | None = None, timeout_
                             config=EngineConfig())
         if pause_s:
             time.sleep(pause_s)
-        return run_replay(prepared, server, decision_log=decision_log, timeout_s=timeout_s)
+        before = scheduler_seconds(server)
+        res = run_replay(prepared, server, decision_log=decision_log, timeout_s=timeout_s)
+        after = scheduler_seconds(server)
+        if before and after:
+            stages = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+            res.summary["server_stage_s"] = stages
+            res.summary["server_busy_s"] = sum(v for k, v in stages.items() if k != "idle")
+        return res
 
     return measure
 
@@ -353,8 +420,12 @@ def resimulate(out_dir: str | Path, profile: "str | Path | CostModel | None" = N
         calibrated = []
         for r in g.itertuples(index=False):
             f = getattr(r, "speed_factor", float("nan"))
-            if isinstance(f, float) and math.isfinite(f):
+            busy = getattr(r, "server_busy_s", float("nan"))
+            if busy is not None and pd.notna(busy):
+                f, csim = busy_calibration(p, cost, config, float(busy), engine_model)
+            elif isinstance(f, float) and math.isfinite(f):
                 csim, _ = simulate_point(p, scale_cost(cost, f), config, engine_model)
+            if isinstance(f, float) and math.isfinite(f):
                 calibrated.append(csim)
                 rows.append({**_row(p, "sim-calibrated", int(r.repeat), run_metrics(csim, pt), 0.0),
                              "workload": wl, "speed_factor": f})
