@@ -142,6 +142,19 @@ def test_a_failing_policy_does_not_break_the_server(server, policy, params, why)
     _check_complete(trace, res)
 
 
+def test_preempted_requests_resume_and_complete(server):
+    """The plugin's preemption (release the KV, re-queue after the step) loses no request and no
+    token: every request still returns exactly its output length."""
+    trace, res, recs = _replay(server, "dag-4", "test-preempting", {"times": 3}, seed=5)
+    _check_complete(trace, res)
+    preempted = [rid for r in recs if r["kind"] == "decision" for rid in r["preempt"]]
+    assert preempted, "the policy found nothing to preempt"
+    assert [r for r in recs if r["kind"] == "preempt"]
+    assert res.summary["preemptions"] == len(preempted)
+    assert not [r for r in recs if r["kind"] == "decision" and r["fallback"]]
+    _check_admission_follows_decisions(recs)
+
+
 def test_decision_log_lines_are_json(server):
     lines = Path(server["log"]).read_text().splitlines()
     assert lines and all(json.loads(x)["kind"] for x in lines)

@@ -231,7 +231,8 @@ class Controller:
         self.requeue = reqs
         for r in reqs:
             self.last_running.pop(r.rid, None)
-        self.log.write("preempt", {"rids": [r.rid for r in reqs]})
+        self.log.write("preempt", {"run": self.adapter.run, "rids": [r.rid for r in reqs],
+                                   "released_tokens": [len(r.origin_input_ids) + len(r.output_ids) for r in reqs]})
 
     def after(self, plan: Any) -> None:
         for req in self.requeue:

@@ -45,3 +45,41 @@ class InfeasiblePolicy(Policy):
 
     def decide(self, view: EngineView) -> Decision:
         return Decision(admit=tuple(r.rid for r in view.waiting) + ("no-such-task/X",))
+
+
+@dataclasses.dataclass(frozen=True)
+class PreemptParams:
+    #: preempt at most this many times in a run
+    times: int = 3
+
+
+@register
+class PreemptingPolicy(Policy):
+    """FCFS that also preempts the running request with the most generated tokens (at most
+    ``times`` times a run), to exercise the plugin's preemption path. It manages prefixes: it
+    loads the prefix of every waiting request (the plugin pins them) and evicts none."""
+
+    name = "test-preempting"
+    Params = PreemptParams
+    manages_prefixes = True
+
+    def reset(self) -> None:
+        self.done = 0
+
+    def decide(self, view: EngineView) -> Decision:
+        order = sorted(view.waiting, key=lambda r: (r.ready_time, r.rid))
+        load, used = [], view.prefix_tokens + view.request_tokens
+        for r in order:
+            p = view.prefixes[r.agent]
+            if not p.resident and r.agent not in load and used + p.tokens <= view.kv_budget:
+                load.append(r.agent)
+                used += p.tokens
+        ok = view.resident | set(load)
+        admit = tuple(r.rid for r in order if r.agent in ok)
+        preempt: tuple[str, ...] = ()
+        decoding = [r for r in view.running if r.generated >= 1]
+        if self.done < self.params.times and decoding and order:
+            victim = max(decoding, key=lambda r: (r.generated, r.rid))
+            preempt = (victim.rid,)
+            self.done += 1
+        return Decision(admit=admit, preempt=preempt, load=tuple(load))
