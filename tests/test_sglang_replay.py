@@ -74,3 +74,26 @@ def test_replay_against_no_server_fails_cleanly(tmp_path):
     with pytest.raises(ReplayError, match="not healthy"):
         run_replay(prep, f"http://127.0.0.1:{free_port()}", out=tmp_path / "out", wait_healthy_s=1.0)
     assert not (tmp_path / "out").exists()
+
+
+def test_profile_gpu_script_without_a_gpu(tmp_path):
+    """scripts/profile_gpu.py: the swap part says so and changes nothing where no CUDA GPU is visible."""
+    import runpy
+
+    from topas.paths import REPO_ROOT
+
+    mod = runpy.run_path(str(REPO_ROOT / "scripts" / "profile_gpu.py"), run_name="profile_gpu")
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("a GPU is visible: the swap is measured for real")
+    except ImportError:
+        pass
+    assert mod["measure_swap"]() is None
+    prof = tmp_path / "p.json"
+    prof.write_text("{}")
+    assert mod["main"](["--swap-only", "--out", str(prof)]) == 1
+    assert prof.read_text() == "{}"
+    with pytest.raises(SystemExit):
+        mod["main"]([])  # --server and --out are needed
