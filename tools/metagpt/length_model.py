@@ -57,7 +57,7 @@ MEDIAN_TOKENS: dict[str, float] = {
 SIGMA = 0.35
 
 #: One factor on all medians (calibration to MetaGPT's published 31,255 tokens/project).
-SCALE = 0.45
+SCALE = 0.30
 
 #: Shortest and longest answer the model gives (tokens).
 MIN_TOKENS, MAX_TOKENS = 4, 4096

@@ -16,8 +16,8 @@ The mapping (DESIGN.md "Workload model"; choices the issue leaves open are marke
   level (``error`` set, no answer) is dropped and its children inherit its parents;
 - **parents** = the recorded ``parents`` (the calls whose outputs this call consumed);
 - an **agent** = (role, identity of the normalised system prompt): the role's most used system
-  prompt is the agent ``role``, its others ``role:2``, ``role:3``... by number of calls (ties: first
-  use). E.g. TL-mode TeamLeader calls with three system prompts: its command turns (``TeamLeader``),
+  prompt is the agent ``role``, its others ``role:2``, ``role:3``... by number of calls (ties: the
+  longer system prompt, then first use). E.g. TL-mode TeamLeader calls with three system prompts: its command turns (``TeamLeader``),
   its intent classification and its language detection; ``meta.prefix[agent].actions`` lists the
   recorded actions of each;
 - the agent's **prefix** ``l_a`` = the longest token prefix shared by *all* of the agent's calls
@@ -28,7 +28,8 @@ The mapping (DESIGN.md "Workload model"; choices the issue leaves open are marke
   = the recorded ``completion_tokens`` (cl100k), at least 1;
 - **normalisation** before prefix matching (:func:`normalise`): the run's working directory (the
   record's ``workdir``; workspace paths are in TL-mode system prompts), date-times, dates, clock
-  times and 32-hex ids become fixed placeholders (RoleZero writes the current time into its system prompt;
+  times, epoch seconds (Engineer2's instruction names a ``{project_name}_<epoch>`` folder) and
+  32-hex ids become fixed placeholders (RoleZero writes the current time into its system prompt;
   without this no two TeamLeader calls would share their prefix). Token counts of ``x_v`` are
   those of the original text.
 
@@ -44,6 +45,7 @@ import datetime as _dt
 import gzip
 import hashlib
 import json
+import lzma
 import math
 import numbers
 import os
@@ -79,13 +81,15 @@ _NORMALISERS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b\d{4}[-/]\d{2}[-/]\d{2}\b"), "<DATE>"),
     (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\b"), "<TIME>"),
     (re.compile(r"\b[0-9a-f]{32}\b"), "<ID>"),  # uuid4().hex message ids
+    # epoch seconds (2017..2033), e.g. Engineer2's "{project_name}_1795951056" folder in its instruction
+    (re.compile(r"(?<!\d)1[5-9]\d{8}(?!\d)"), "<EPOCH>"),
 )
 
 
 def normalise(text: str, workdir: str = "") -> str:
     """``text`` with volatile values replaced: the run's working directory (``workdir``, the
-    recorded ``METAGPT_PROJECT_ROOT``, part of workspace paths), date-times, dates, clock times and
-    32-hex ids."""
+    recorded ``METAGPT_PROJECT_ROOT``, part of workspace paths), date-times, dates, clock times,
+    32-hex ids and epoch seconds."""
     if workdir:
         text = text.replace(workdir, "<WORKDIR>")
     for pat, rep in _NORMALISERS:
@@ -163,12 +167,14 @@ def _ts(v: Any, source: str, where: str, field: str) -> float:
 
 
 def read_calls(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The records of a calls file (``.jsonl`` or ``.jsonl.gz``), each with ``_line`` (1-based)
+    """The records of a calls file (``.jsonl``, ``.jsonl.gz`` or ``.jsonl.xz``), each with ``_line`` (1-based)
     and ``_source`` added. A line that is not a JSON object raises :class:`TraceError`."""
     path = Path(path)
     raw = path.read_bytes()
     if raw[:2] == b"\x1f\x8b":
         raw = gzip.decompress(raw)
+    elif raw[:6] == b"\xfd7zXZ\x00":
+        raw = lzma.decompress(raw)
     out = []
     for k, line in enumerate(raw.decode("utf-8").splitlines(), start=1):
         if not line.strip():
@@ -308,7 +314,8 @@ def calls_to_trace(
         }
 
     # agents: (role, normalised system prompt); the role's most used prompt is named after the
-    # role, the others role:2, role:3, ... by number of calls (ties: first use)
+    # role, the others role:2, role:3, ... by number of calls (ties: the longer system prompt, then
+    # first use)
     uses: dict[str, dict[str, list[int]]] = {}  # role -> identity -> [calls, first use]
     actions_of: dict[tuple[str, str], list[str]] = {}
     n_seen = 0
@@ -323,19 +330,22 @@ def calls_to_trace(
                 acts.append(c["action"])
     agent_of: dict[tuple[str, str], str] = {}
     for role, idents in uses.items():
-        ranked = sorted(idents, key=lambda i: (-idents[i][0], idents[i][1]))
+        ranked = sorted(idents, key=lambda i: (-idents[i][0], -len(i), idents[i][1]))
         for k, ident in enumerate(ranked, start=1):
             agent_of[(role, ident)] = role if k == 1 else f"{role}:{k}"
 
     # tokens: normalised (for the prefix) and original (for the input)
     norm_tokens: dict[str, list[Sequence[int]]] = {}
+    raw_tokens: dict[str, list[Sequence[int]]] = {}
     sys_tokens: dict[str, int] = {}
     for calls in kept_runs.values():
         for c in calls:
             ident = system_identity(c["messages"], c.get("workdir") or "")
             a = agent_of[(c["role"], ident)]
             c["agent"] = a
-            c["n_prompt"] = len(encode(render(c["messages"])))
+            rt = encode(render(c["messages"]))
+            c["n_prompt"] = len(rt)
+            raw_tokens.setdefault(a, []).append(rt)
             nt = encode(normalise(render(c["messages"]), c.get("workdir") or ""))
             c["n_norm"] = len(nt)
             norm_tokens.setdefault(a, []).append(nt)
@@ -357,6 +367,9 @@ def calls_to_trace(
         ys = outputs[a]
         agents[a] = Agent(name=a, prefix_tokens=pre, expected_output_tokens=round(sum(ys) / len(ys), 3))
         prefix_info[a] = {"calls": len(toks), "common_prefix_tokens": lcp, "system_prompt_tokens": sys_tokens[a],
+                          # the same without normalisation: what a prefix cache would share if the
+                          # volatile values stayed in the prompt
+                          "raw_common_prefix_tokens": common_prefix_len(raw_tokens[a]) if len(toks) > 1 else None,
                           "actions": actions_by_agent[a]}
     agents = dict(sorted(agents.items()))
 
