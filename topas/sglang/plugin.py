@@ -222,15 +222,19 @@ class Controller:
         idx = [i for i, r in enumerate(rb.reqs) if r.rid in rids]
         if not idx:
             return
-        keep = [i for i in range(len(rb.reqs)) if i not in set(idx)]
-        reqs = [rb.reqs[i] for i in idx]
-        for i in idx:
-            rb.release_req(i, 0)  # 0: evict nothing beyond what it frees
-        rb.filter_batch(keep_indices=keep)
-        rb.batch_is_full = False
-        self.requeue = reqs
-        for r in reqs:
-            self.last_running.pop(r.rid, None)
+        reqs: list[Any] = []
+        try:
+            for i in idx:
+                rb.release_req(i, 0)  # 0: evict nothing beyond what it frees
+                reqs.append(rb.reqs[i])
+        finally:  # whatever was released leaves the batch and is re-queued after the step
+            if reqs:
+                released = {id(r) for r in reqs}
+                rb.filter_batch(keep_indices=[i for i, r in enumerate(rb.reqs) if id(r) not in released])
+                rb.batch_is_full = False
+                self.requeue = reqs
+                for r in reqs:
+                    self.last_running.pop(r.rid, None)
         self.log.write("preempt", {"run": self.adapter.run, "rids": [r.rid for r in reqs],
                                    "released_tokens": [len(r.origin_input_ids) + len(r.output_ids) for r in reqs]})
 
