@@ -195,3 +195,33 @@ def test_a_pinned_prefix_survives_memory_pressure(server):
           f"{without_pin} unpinned (FCFS)")
     assert with_pin >= l_a
     assert without_pin < l_a
+
+
+def test_topas_replay_command(server, tmp_path):
+    """`topas replay` writes the simulator's tables; against a dead server it exits 1 and writes nothing."""
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    from topas.sglang.launcher import free_port
+    from topas.workload.trace_io import write_trace
+
+    trace_file = write_trace(scaled_down("dag-4", 3), tmp_path / "dag-4-small.json.gz")
+    topas = [sys.executable, "-m", "topas.cli"]
+    out = tmp_path / "run"
+    p = subprocess.run([*topas, "replay", "--trace", str(trace_file), "--policy", "topas", "--rate", "2",
+                        "--seed", "1", "--server", server["url"], "--out", str(out),
+                        "--decision-log", str(server["log"]), "--timeout", "300"],
+                       capture_output=True, text=True, timeout=400)
+    assert p.returncode == 0, p.stderr
+    assert "JCT (s)" in p.stdout
+    tasks = pd.read_parquet(out / "tasks.parquet")
+    assert len(tasks) == 3 and tasks["jct"].notna().all()
+    assert pd.read_parquet(out / "summary.parquet")["policy"].tolist() == ["topas"]
+    dead = tmp_path / "dead"
+    p = subprocess.run([*topas, "replay", "--trace", str(trace_file), "--policy", "fcfs", "--server",
+                        f"http://127.0.0.1:{free_port()}", "--out", str(dead), "--timeout", "5"],
+                       capture_output=True, text=True, timeout=200)
+    assert p.returncode == 1 and "nothing written" in p.stderr
+    assert not dead.exists()

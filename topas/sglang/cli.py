@@ -96,7 +96,7 @@ def replay_cmd(trace_name, policy, params, rate, load, seed, n_tasks, server, ou
         _fail(f"error: {e}")
     try:
         result = run_replay(prepared, server, decision_log=decision_log, out=out, timeout_s=timeout_s,
-                            send_policy=not server_policy)
+                            send_policy=not server_policy, wait_healthy_s=min(60.0, timeout_s))
     except ReplayError as e:
         _fail(f"error: replay failed, nothing written: {e}")
     lines = simulate_summary_lines(prepared, result, out)
