@@ -97,3 +97,20 @@ def test_profile_gpu_script_without_a_gpu(tmp_path):
     assert prof.read_text() == "{}"
     with pytest.raises(SystemExit):
         mod["main"]([])  # --server and --out are needed
+
+
+def test_topas_serve_dry_run_sets_the_plugin_environment(tmp_path):
+    from click.testing import CliRunner
+
+    from topas.cli import main
+
+    r = CliRunner().invoke(main, ["serve", "--policy", "topas", "--param", "beta=0.5", "--decision-log",
+                                  str(tmp_path / "d.jsonl"), "--dry-run", "--", "--model-path", "m", "--port", "1"])
+    assert r.exit_code == 0, r.output
+    assert "SGLANG_PLUGINS=topas" in r.output and "TOPAS_POLICY=topas" in r.output
+    assert 'TOPAS_POLICY_PARAMS={"beta": "0.5"}' in r.output
+    assert r.output.strip().endswith("-m sglang.launch_server --model-path m --port 1")
+    r = CliRunner().invoke(main, ["serve", "--policy", "nope", "--dry-run"])
+    assert r.exit_code == 1 and "unknown policy 'nope'" in r.output
+    r = CliRunner().invoke(main, ["serve", "--policy", "topas", "--param", "no_such=1", "--dry-run"])
+    assert r.exit_code == 1 and "no_such" in r.output
