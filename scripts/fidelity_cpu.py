@@ -27,7 +27,7 @@ if str(REPO) not in sys.path:
 from topas.fidelity import compare as fc  # noqa: E402
 from topas.fidelity.run import (fidelity_points, replay_measure, run_fidelity, server_kv_settings,  # noqa: E402
                                 speed_probe, sim_engine)
-from topas.fidelity.workloads import TRACES_DIR, write_traces  # noqa: E402
+from topas.fidelity.workloads import CPU_WORKLOADS, TRACES_DIR, write_traces  # noqa: E402
 
 RESULTS = REPO / "data" / "results" / "fidelity"
 CPU_PROFILE = REPO / "data" / "profiles" / "cpu_tiny-llama.json"
@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default=str(CPU_PROFILE), help="the server's profile (default: %(default)s)")
     ap.add_argument("--reprofile", action="store_true", help="measure the profile first (topas profile-server)")
     ap.add_argument("--traces", default="chain-3-cpu,dag-4-cpu",
-                    help="trace names or files; *-cpu names are the CPU workloads (topas.fidelity.workloads)")
+                    help="trace names or files; the CPU workloads (topas.fidelity.workloads.CPU_WORKLOADS) by name")
     ap.add_argument("--policies", default="fcfs,lpm,topas")
     ap.add_argument("--rates", default="3,6", help="arrival rates, tasks/s")
     ap.add_argument("--tasks", type=int, default=20)
@@ -47,16 +47,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--no-calibrate", action="store_true", help="no speed probe around the runs")
     ap.add_argument("--engine-model", choices=("sglang", "base"), default="sglang")
-    ap.add_argument("--ci", action="store_true", help="the CI case: chain-3-cpu, rate 3, fcfs and topas, 2 repeats, CI bars")
+    ap.add_argument("--ci", action="store_true", help="the CI case: chain-3-ci, 16 tasks, rate 3, fcfs and topas, 2 repeats, CI bars")
     ap.add_argument("--decision-log", default=None,
                     help="with --server on this machine: the server's TOPAS_DECISION_LOG (fills queueing times)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
     if args.ci:
-        args.traces, args.policies, args.rates, args.repeats, args.tasks = "chain-3-cpu", "fcfs,topas", "3", 2, 12
+        args.traces, args.policies, args.rates, args.repeats, args.tasks = "chain-3-ci", "fcfs,topas", "3", 2, 16
     out = args.out or RESULTS / ("cpu-tiny-llama-ci" if args.ci else "cpu-tiny-llama")
     write_traces(TRACES_DIR)
-    traces = [str(TRACES_DIR / f"{t}.json.gz") if t.endswith("-cpu") else t for t in args.traces.split(",")]
+    traces = [str(TRACES_DIR / f"{t}.json.gz") if t in CPU_WORKLOADS else t for t in args.traces.split(",")]
 
     def run(server: str, started: bool) -> int:
         from topas.fidelity.profile_server import profile_server
@@ -82,7 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         return run(args.server, False)
     from topas.fidelity.cpu_server import cpu_server
 
-    with cpu_server(log_path=out.parent / f".{out.name}.server.log", decision_log=decision_log) as url:
+    pool = 32768 if args.ci else 4096  # the CI case: no eviction (see tests_sglang/test_fidelity_ci.py)
+    with cpu_server(log_path=out.parent / f".{out.name}.server.log", decision_log=decision_log,
+                    max_total_tokens=pool) as url:
         return run(url, True)
 
 

@@ -40,7 +40,7 @@ def raise_priority(niceness: int = -19) -> bool:
 @contextlib.contextmanager
 def cpu_server(port: int | None = None, policy: str = "fcfs", log_path: str | Path | None = None,
                decision_log: str | Path | None = None, niceness: int | None = -19,
-               startup_s: float = 180.0) -> Iterator[str]:
+               startup_s: float = 180.0, max_total_tokens: int = 4096) -> Iterator[str]:
     """Start the CPU test server with the plugin; yields its URL; stops it on exit."""
     import urllib.request
 
@@ -53,7 +53,7 @@ def cpu_server(port: int | None = None, policy: str = "fcfs", log_path: str | Pa
     env["OMP_NUM_THREADS"] = "1"
     if niceness is not None:
         raise_priority(niceness)
-    proc = launcher.start(cpu_server_args(port), env, log_path=log_path, python=str(VENV / "bin" / "python"))
+    proc = launcher.start(cpu_server_args(port, max_total_tokens), env, log_path=log_path, python=str(VENV / "bin" / "python"))
     url = f"http://127.0.0.1:{port}"
     try:
         t0 = time.time()

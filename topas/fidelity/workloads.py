@@ -22,6 +22,10 @@ TRACES_DIR = REPO_ROOT / "data" / "results" / "fidelity" / "traces"
 CPU_WORKLOADS: dict[str, tuple[str, int, int, int, float]] = {
     "chain-3-cpu": ("chain-3", 1024, 384, 32, 2.0),
     "dag-4-cpu": ("dag-4", 768, 384, 32, 2.0),
+    # the CI case: prefixes take 3/8 of the pool, so at its load prefixes are (almost) never
+    # evicted and the cached tokens do not hinge on eviction timing (CPU noise would make a
+    # 10% bar on a 12-task run flaky); the timing bar still tests the time model end to end
+    "chain-3-ci": ("chain-3", 512, 384, 32, 2.0),
 }
 
 
