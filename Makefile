@@ -70,7 +70,7 @@ traces: $(STAMP)  ## regenerate the workload traces in data/traces/
 # in no release). Its lancedb==0.4.0 pin is not on the registry, hence uv's --override.
 METAGPT_TL_COMMIT ?= 1dfce070d29041fbd10dc9deb4a2db48bd5aebc7
 METAGPT_TL_SRC    ?= git+https://github.com/FoundationAgents/MetaGPT@$(METAGPT_TL_COMMIT)
-METAGPT_N         ?= 70
+METAGPT_N         ?= 150
 METAGPT_JOBS      ?= 2
 UV                := .venvs/uv/bin/uv
 .PHONY: metagpt-env traces-metagpt

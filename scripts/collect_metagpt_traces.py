@@ -8,7 +8,7 @@ Runs with a MetaGPT venv's Python (``make metagpt-env`` builds them; never the p
     # MetaGPT-TL (MetaGPT main @ METAGPT_TL_COMMIT) against an OpenAI-compatible server (e.g. SGLang):
     .venvs/metagpt-tl/bin/python scripts/collect_metagpt_traces.py --workflow tl \\
         --base-url http://gpu-box:30000/v1 --model Qwen/Qwen2.5-32B-Instruct --n 150
-    # only re-convert the recorded calls into the trace:
+    # only re-convert the committed calls (data/traces/metagpt_W.calls.jsonl.xz) into the trace:
     .venvs/metagpt-sop/bin/python scripts/collect_metagpt_traces.py --workflow sop --convert-only
 
 Requirements run in child processes, ``--batch-size`` of them one after another per process
@@ -296,7 +296,8 @@ def main(argv=None) -> None:
     ap.add_argument("--keep-workdir", action="store_true", help="keep the generated repositories")
     ap.add_argument("--resume", action="store_true", help="skip requirements already recorded ok in runs.json")
     ap.add_argument("--tiktoken-cache", default=str(REPO / ".venvs" / "tiktoken_cache"))
-    ap.add_argument("--convert-only", action="store_true", help="only bundle + convert the recorded runs")
+    ap.add_argument("--convert-only", action="store_true",
+                    help="only convert data/traces/metagpt_W.calls.jsonl.xz (the committed calls) into the trace")
     ap.add_argument("--no-convert", action="store_true")
     ap.add_argument("--batch-size", type=int, default=12, help="requirements per MetaGPT process")
     ap.add_argument("--batch", default="", help=argparse.SUPPRESS)
@@ -308,8 +309,11 @@ def main(argv=None) -> None:
         sys.exit(run_batch(args))
     if not args.convert_only:
         collect(args)
+        calls = bundle(args)
+    else:  # the committed bundle: works on a fresh clone (the per-run records are not committed)
+        calls = args.out_dir / f"metagpt_{args.workflow}.calls.jsonl.xz"
     if not args.no_convert:
-        convert(args, bundle(args))
+        convert(args, calls)
 
 
 if __name__ == "__main__":

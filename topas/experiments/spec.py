@@ -76,14 +76,17 @@ class ExperimentError(ValueError):
 
 
 def available_traces() -> list[str]:
-    """Names of the traces in ``data/traces/`` (``<name>.json.gz`` or ``<name>.json``), sorted."""
+    """Names of the traces in ``data/traces/`` (``<name>.json.gz`` or ``<name>.json``), sorted.
+
+    A trace name has no dot: the provenance files beside the traces (e.g.
+    ``metagpt_sop.runs.json``, the MetaGPT runs a trace was converted from) are not traces."""
     d = traces_dir()
     if not d.is_dir():
         return []
     names = set()
     for p in d.iterdir():
         for suf in _TRACE_SUFFIXES:
-            if p.is_file() and p.name.endswith(suf):
+            if p.is_file() and p.name.endswith(suf) and "." not in p.name[: -len(suf)]:
                 names.add(p.name[: -len(suf)])
     return sorted(names)
 
