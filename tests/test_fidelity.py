@@ -266,3 +266,12 @@ def test_busy_calibration_recovers_the_speed_of_a_slower_server(tmp_path):
     s = c.table_static.set_index(["policy", "metric"])
     assert -0.25 < s.loc[("fcfs", "jct_mean"), "rel_err"] < -0.1
     assert c.meta["sim_engine"] == "sim-calibrated"
+
+
+def test_run_metrics_separates_sglang_retractions_from_plugin_preemptions():
+    r = _result([1.0, 2.0], retractions=3)
+    r.requests["preemptions"] = [2, 0]
+    assert fc.run_metrics(r)["retractions"] == 3 and fc.run_metrics(r)["preemptions"] == 2  # the simulator's
+    r.summary["engine"] = "sglang"  # SGLang's num_retractions includes the plugin's preemptions
+    m = fc.run_metrics(r)
+    assert m["retractions"] == 1 and m["preemptions"] == 2

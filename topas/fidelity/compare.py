@@ -61,7 +61,8 @@ METRICS: dict[str, str] = {
     "e2e_mean": "mean per-request end-to-end latency (ready -> finish)",
     "e2e_p99": "p99 per-request end-to-end latency",
     "cached_tokens": "prefix-cache hits: cached prompt tokens over all requests",
-    "retractions": "requests retracted on decode memory exhaustion",
+    "retractions": "requests retracted by the engine on decode memory exhaustion",
+    "preemptions": "running requests preempted by the policy",
 }
 
 #: The issue's benchmark bars (|relative error| at most): reported, not a timed test.
@@ -114,10 +115,16 @@ def run_metrics(result: "SimResult", prefix_tokens: Mapping[str, int] | None = N
         e2e = pd.Series([], dtype=float)
     queue = queue.dropna().to_numpy(dtype=float)
     e2e = e2e.dropna().to_numpy(dtype=float)
-    if len(req) and "retractions" in req.columns:
-        retr = float(pd.to_numeric(req["retractions"], errors="coerce").fillna(0).sum())
-    else:
-        retr = float(result.summary.get("retractions", float("nan")))
+    def total(col: str) -> float:
+        if len(req) and col in req.columns:
+            return float(pd.to_numeric(req[col], errors="coerce").fillna(0).sum())
+        return float(result.summary.get(col, float("nan")))
+
+    retr, preempt = total("retractions"), total("preemptions")
+    if result.summary.get("engine") == "sglang" and math.isfinite(preempt):
+        # SGLang counts a request the plugin preempted as retracted (it is re-queued with
+        # is_retracted=True): its num_retractions = engine retractions + policy preemptions
+        retr = max(retr - preempt, 0.0)
     makespan = float(tasks["finish"].max() - tasks["arrival"].min()) if len(tasks) else float("nan")
     return {
         "jct_mean": float(jct.mean()) if len(jct) else float("nan"),
@@ -128,6 +135,7 @@ def run_metrics(result: "SimResult", prefix_tokens: Mapping[str, int] | None = N
         "e2e_p99": _p(e2e, 99),
         "cached_tokens": sim_cached_tokens(req, prefix_tokens),
         "retractions": retr,
+        "preemptions": preempt,
         "n_tasks": float(len(tasks)),
         "n_requests": float(len(req)),
         "makespan": makespan,

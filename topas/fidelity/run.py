@@ -415,7 +415,7 @@ def resimulate(out_dir: str | Path, profile: "str | Path | CostModel | None" = N
                               {"host_tier": meta.get("engine_config", {}).get("host_tier", False)})
     tdir = Path(traces_dir or TRACES_DIR)
     meas = old.runs[old.runs["engine"] == "sglang"]
-    rows = [r for r in old.runs.to_dict("records") if r["engine"] == "sglang"]
+    rows: list[dict[str, Any]] = []
     pairs = []
     for (wl, load, pol, seed), g in meas.groupby(["workload", "load", "policy", "seed"], sort=False):
         first = g.iloc[0]
@@ -427,6 +427,17 @@ def resimulate(out_dir: str | Path, profile: "str | Path | CostModel | None" = N
         pt = prefix_tokens(trace)
         rows.append(_row(p, "sim", 0, run_metrics(sim, pt), 0.0))
         rows[-1]["workload"] = wl
+        tag = f"{wl}_{pol}_{float(load):g}_s{int(seed)}"
+        for rec in g.to_dict("records"):  # the measured runs' metrics, recomputed from raw/ when there
+            raw = d / "raw" / "sglang" / f"{tag}_r{int(rec['repeat'])}"
+            if (raw / "requests.parquet").exists() and (raw / "tasks.parquet").exists():
+                from topas.engine.metrics import SimResult
+
+                summ = pd.read_parquet(raw / "summary.parquet").iloc[0].to_dict() if (raw / "summary.parquet").exists() else {}
+                res = SimResult(pd.read_parquet(raw / "tasks.parquet"), pd.read_parquet(raw / "requests.parquet"),
+                                pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), summ)
+                rec = {**rec, **run_metrics(res, pt)}
+            rows.append(rec)
         calibrated = []
         for r in g.itertuples(index=False):
             f = getattr(r, "speed_factor", float("nan"))
@@ -439,7 +450,6 @@ def resimulate(out_dir: str | Path, profile: "str | Path | CostModel | None" = N
                 calibrated.append(csim)
                 rows.append({**_row(p, "sim-calibrated", int(r.repeat), run_metrics(csim, pt), 0.0),
                              "workload": wl, "speed_factor": f})
-        tag = f"{wl}_{pol}_{float(load):g}_s{int(seed)}"
         measured = [pd.read_parquet(d / "raw" / "sglang" / f"{tag}_r{int(k)}" / "tasks.parquet")
                     for k in sorted(g["repeat"]) if (d / "raw" / "sglang" / f"{tag}_r{int(k)}" / "tasks.parquet").exists()]
         if measured:
