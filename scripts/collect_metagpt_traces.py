@@ -59,8 +59,7 @@ WORKFLOWS = {
            "n_round": 30},
 }
 
-#: Nominal arrival rates (tasks/s) written into the traces' meta.rate (see data/traces/README.md).
-NOMINAL_RATE = {"sop": None, "tl": None}
+# Nominal arrival rates (meta.rate of the traces): topas.workload.metagpt.NOMINAL_RATES.
 
 
 def read_requirements(path: Path) -> list[str]:

@@ -16,7 +16,11 @@ files, 124.3 tokens per line of code); no per-role or per-call statistics. So:
   file of ~250 lines / 5.1 files ~ 50 lines ~ 450 tokens, a one-word review verdict with a short
   review), then scaled together by one factor (:data:`SCALE`) so that the recorded per-project
   total (prompt + completion tokens of every call, cl100k) of the offline MetaGPT-SOP runs lands
-  near 31,255 (data/traces/README.md gives the measured total).
+  near 31,255. Calibration: SCALE 0.45 gave 38,681 tokens/project over 150 SOP runs; 0.30 gives
+  31,425 (median 29,882; 5.23 files/project) for the committed trace (data/traces/README.md).
+  The token total is matched, not MetaGPT's 124.3 tokens per line of code: at this scale a code
+  answer is ~23 lines of ~7.5 tokens, because 0.8.2's prompts (design + tasks + code in every
+  review and test call) dominate the total.
 
 Every draw is a pure function of a string key (the run and call id): the same key gives the same
 length on every machine (``random.Random(int)`` is stable across CPython versions).
