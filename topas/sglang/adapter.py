@@ -23,9 +23,12 @@ How SGLang's state maps onto the view (choices where the engines differ, see als
 
 * ``kv_budget`` is the server's KV pool (``max_total_num_tokens``); ``request_tokens`` sums the
   running requests' own KV, ``x_v + generated``; ``prefix_tokens`` sums the resident prefixes.
-* A prefix is *resident* when it is pinned by the policy (``Decision.load``; the plugin locks it
-  in the radix tree, or as soon as the first request of the agent has computed it) or was found
-  fully cached in the radix tree at this decision. ``on_host`` is set only with a host tier.
+* A prefix is *resident* while a running request uses it, and otherwise: for a policy that
+  manages prefixes, while the policy keeps it pinned (``Decision.load``; the plugin locks it in
+  the radix tree, or as soon as the first request of the agent has computed it; ``evict``
+  unlocks it, leaving it to SGLang's LRU), as in the simulator, where such a policy owns the
+  resident set; for the other policies, while it is fully cached in the radix tree (probed at
+  each decision). ``on_host`` is set only with a host tier.
 * Requests without topas metadata (SGLang's warm-up, health checks) are not shown to the policy
   and are never held back.
 * Times are seconds since the replay run's start (``RequestMeta.t0``, the client's clock; the
@@ -440,8 +443,12 @@ class Adapter:
         refs: dict[str, int] = {}
         for r in running:
             refs[r.meta.agent] = refs.get(r.meta.agent, 0) + 1
-        cached = set(snap.cached)
-        if snap.probe is not None:
+        # A policy that manages prefixes owns the resident set (its pins; a cached but unpinned
+        # prefix is evictable, i.e. free memory, and a load of it just pins it); for the others
+        # SGLang's radix cache decides, so a prefix is resident while it is fully cached.
+        manages = self.policy.manages_prefixes
+        cached = set() if manages else set(snap.cached)
+        if snap.probe is not None and not manages:
             cached.update(a for a in self.probe_agents() if snap.probe(a))
         prefixes = {}
         prefix_tokens = 0
