@@ -18,6 +18,9 @@ keys, so notebooks plot either engine unchanged. What a server cannot tell is Na
 first admission times, queue times, preemptions and pin events are filled from it. Extra
 columns: ``requests.cached_tokens``, ``prompt_tokens``, ``e2e_latency`` (server-reported),
 ``decisions.fallback``; extra summary keys: ``engine``, ``cached_tokens``, ``fallbacks``.
+Caveat: ``requests.retractions`` is the server's ``num_retractions``, which also counts the
+plugin's preemptions (it re-queues them as retracted requests); engine retractions alone are
+``retractions - preemptions`` (``topas.fidelity.compare`` subtracts them).
 Times are seconds since the run's start (client clock); JCT = the client's receipt of the last
 stage's response - the task's scheduled arrival.
 
