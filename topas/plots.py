@@ -252,8 +252,19 @@ def text_overlaps(fig: matplotlib.figure.Figure) -> list[tuple[str, str]]:
     a readable figure returns ``[]``). Texts inside one legend are compared as well."""
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
+    # Tick labels of ticks outside an axis's view interval keep visible=True but are not drawn.
+    undrawn = set()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            tol = 1e-9 * max(abs(lo), abs(hi), 1.0)
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                if not lo - tol <= tick.get_loc() <= hi + tol:
+                    undrawn.update({id(tick.label1), id(tick.label2)})
     texts = []
     for t in fig.findobj(matplotlib.text.Text):
+        if id(t) in undrawn:
+            continue
         if t.get_visible() and t.get_text().strip() and t.figure is not None:
             bb = t.get_window_extent(renderer)
             if bb.width > 0 and bb.height > 0:
