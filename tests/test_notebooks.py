@@ -39,7 +39,8 @@ EXPECTED: dict[str, list[str]] = {
         "metagpt_status.csv", "metagpt_status.md", "metagpt_jct_vs_load.png", "metagpt_jct_vs_load.pdf",
         "metagpt_throughput.png", "metagpt_throughput.pdf", "metagpt_jct_table.csv", "metagpt_jct_table.md",
     ],
-    "04_ablations.ipynb": ["ablations_dag4.png", "ablations_dag4.pdf", "ablations_table.csv", "ablations_table.md"],
+    "04_ablations.ipynb": ["ablations_dag4.png", "ablations_dag4.pdf", "ablations_metagpttl.png", "ablations_metagpttl.pdf",
+                           "ablations_table.csv", "ablations_table.md"],
     "05_overhead.ipynb": [
         "overhead_decision_time.png", "overhead_decision_time.pdf", "overhead_table.csv", "overhead_table.md",
     ],
