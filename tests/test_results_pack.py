@@ -39,7 +39,8 @@ def load_pack_script():
 
 @pytest.fixture
 def packed(tmp_path, monkeypatch):
-    """A pack built by scripts/pack_results.py from a store of three runs, one loaded in full."""
+    """A pack built by scripts/pack_results.py from a store of three runs (seeds 0-2), seed 1
+    loaded in full."""
     work = tmp_path / "work"
     data = tmp_path / "data"  # the default store and packs live here; traces and profiles are ours
     data.mkdir()
@@ -49,7 +50,7 @@ def packed(tmp_path, monkeypatch):
     exps = [exp(0), exp(1), exp(2)]
     run_sweep(exps, ResultStore(work), jobs=1, progress=False)
     log = tmp_path / "log.txt"
-    log.write_text("".join(f"sweep {e.key()}\n" for e in exps) + f"load {exps[0].key()}\n")
+    log.write_text("".join(f"sweep {e.key()}\n" for e in exps) + f"load {exps[1].key()}\n")
     mod = load_pack_script()
     monkeypatch.setattr(mod, "ResultStore", lambda: ResultStore(work))
     dest = tmp_path / "data" / "results" / "sim"
@@ -58,13 +59,14 @@ def packed(tmp_path, monkeypatch):
     return exps, dest, manifest, work
 
 
-def test_pack_holds_tasks_and_requests_of_all_and_every_table_of_the_loaded(packed):
+def test_pack_holds_tasks_of_all_requests_of_seed_0_and_every_table_of_the_loaded(packed):
     exps, dest, manifest, _ = packed
     assert manifest["n_experiments"] == 3 and manifest["n_full_tables"] == 1
     assert json.loads((dest / MANIFEST).read_text()) == manifest
     tables = {e["key"]: e["tables"] for e in manifest["experiments"]}
-    assert tables[exps[0].key()] == list(TABLES)
-    assert tables[exps[1].key()] == ["tasks", "requests"]
+    assert tables[exps[0].key()] == ["tasks", "requests"]
+    assert tables[exps[1].key()] == list(TABLES)
+    assert tables[exps[2].key()] == ["tasks"]
 
 
 def test_default_store_reads_the_pack_after_the_working_store(packed, tmp_path):
@@ -73,12 +75,14 @@ def test_default_store_reads_the_pack_after_the_working_store(packed, tmp_path):
     assert store.packs == [dest] and store.root == tmp_path / "data" / "results" / "store"
     assert all(store.has(e) for e in exps) and store.keys() == sorted(e.key() for e in exps)
     assert store.keys(packs=False) == []
-    full = store.load(exps[0])
-    pd.testing.assert_frame_equal(full.requests, ResultStore(work).load(exps[0]).requests)
-    with pytest.raises(TrimmedResult, match=r"dag-4/fcfs@load=1.2,seed=1.*decisions, prefix_events, timeline"):
-        store.load(exps[1])
-    pd.testing.assert_frame_equal(store.load_table(exps[1], "requests"),
-                                  ResultStore(work).load(exps[1]).requests)
+    full = store.load(exps[1])
+    pd.testing.assert_frame_equal(full.requests, ResultStore(work).load(exps[1]).requests)
+    with pytest.raises(TrimmedResult, match=r"dag-4/fcfs@load=1.2,seed=0.*decisions, prefix_events, timeline"):
+        store.load(exps[0])
+    pd.testing.assert_frame_equal(store.load_table(exps[0], "requests"),
+                                  ResultStore(work).load(exps[0]).requests)
+    with pytest.raises(TrimmedResult, match=r"table 'requests' of dag-4/fcfs@load=1.2,seed=2"):
+        store.load_table(exps[2], "requests")
     # a sweep over packed results runs nothing and writes nothing
     df = run_sweep(exps, store, jobs=1, progress=False)
     assert list(df["key"]) == [e.key() for e in exps]
@@ -147,8 +151,9 @@ def test_committed_pack_is_not_stale(manifest):
         assert fresh.key() == e["key"], f"stale shipped result: {e['label']}"
 
 
-def test_committed_pack_covers_the_full_synthetic_grid(manifest):
+def test_committed_pack_covers_the_full_grid(manifest):
     keys = {e["key"] for e in manifest["experiments"]}
-    full = grid.jct_vs_load(grid.SYNTHETIC, quick=False) + grid.ablations(["dag-4"], 1.2, quick=False)
+    full = (grid.jct_vs_load(grid.SYNTHETIC + grid.METAGPT, quick=False)
+            + grid.ablations(["dag-4", "metagpt-tl"], 1.2, quick=False) + grid.sensitivity("dag-4"))
     missing = [e.label() for e in full if e.key() not in keys]
     assert not missing, f"{len(missing)} full-grid results not shipped, e.g. {missing[:3]}"

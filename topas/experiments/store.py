@@ -29,9 +29,9 @@ are committed), laid out like a store plus a ``manifest.json`` (``scripts/pack_r
 writes them). The default store (``ResultStore()``) looks in ``data/results/store`` first and then
 in the packs, so a fresh clone re-renders every figure without simulating; new results are always
 written to ``data/results/store``, never into a pack. To keep the repository small a pack holds
-every experiment's ``tasks`` and ``requests`` tables but the ``decisions``, ``prefix_events`` and
-``timeline`` tables only of the experiments whose full tables the notebooks read; loading a table
-a pack left out raises :class:`TrimmedResult`, naming it.
+every experiment's summary and ``tasks`` table, the ``requests`` table of arrival seed 0, and every
+table only of the experiments whose full tables the notebooks read (``scripts/pack_results.py``);
+loading a table a pack left out raises :class:`TrimmedResult`, naming it.
 
 **Store-only mode.** With ``$TOPAS_STORE_ONLY=1`` (``make figures`` sets it) :func:`run_sweep`
 runs nothing: a missing result raises :class:`MissingResults` naming the experiments.
