@@ -116,8 +116,8 @@ class Simulator:
                 # see that nothing changed and fall back) before waiting for the next arrival.
                 self._idle_retry = True
                 self._dirty = True
-            elif self._next_arrival < n_tasks:
-                self.now = max(self.now, self._arrivals[self._next_arrival].arrival)
+            elif (t_next := self._next_idle_event()) is not None:
+                self.now = max(self.now, t_next)
                 self._idle_retry = False
             elif self.waiting:
                 raise SimulationStuck(
@@ -130,7 +130,16 @@ class Simulator:
                 bar.update(self.finished_tasks - finished)
                 finished = self.finished_tasks
         bar.close()
+        self._before_result()
         return build_result(self, wall_seconds=_time.perf_counter() - wall0)
+
+    def _next_idle_event(self) -> float | None:
+        """When an idle engine next has something to do: the next task arrival (None: never).
+        Engine models with other sources of events (``topas.fidelity.engine``) extend it."""
+        return self._arrivals[self._next_arrival].arrival if self._next_arrival < len(self._arrivals) else None
+
+    def _before_result(self) -> None:
+        """Called once the run is over, before the result tables are built (a hook)."""
 
     # ------------------------------------------------------------------ arrivals and readiness
     def _admit_arrivals(self) -> None:

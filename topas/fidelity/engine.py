@@ -80,49 +80,18 @@ class SGLangSimulator(Simulator):
             t, _, r = heapq.heappop(self._delayed)
             Simulator._make_ready(self, r, t)
 
-    def _next_event_gap(self) -> float | None:
-        nxt = []
-        if self._next_arrival < len(self._arrivals):
-            nxt.append(self._arrivals[self._next_arrival].arrival)
-        if self._delayed:
-            nxt.append(self._delayed[0][0])
-        return (min(nxt) - self.now) if nxt else None
+    def _next_idle_event(self) -> float | None:
+        """The next arrival or delayed readiness, whichever is first."""
+        nxt = [t for t in (super()._next_idle_event(), self._delayed[0][0] if self._delayed else None)
+               if t is not None]
+        return min(nxt) if nxt else None
 
-    def run(self, progress: bool = False) -> SimResult:
+    def _before_result(self) -> None:
         if self._half <= 0:
-            return super().run(progress)
-        # the base loop, with delayed readiness as a second source of events
-        import time as _time
-
-        from topas.engine.metrics import build_result
-        from topas.engine.simulator import SimulationStuck
-
-        n_tasks = len(self._arrivals)
-        wall0 = _time.perf_counter()
-        while True:
-            self._admit_arrivals()
-            if self._dirty and self.waiting:
-                self._decide()
-            if self.prefill_queue or self._pending_prefix_prefill():
-                self._prefill_iteration()
-            elif self.decoding:
-                self._decode_until_event()
-            elif self.waiting and not self._idle_retry:
-                self._idle_retry = True
-                self._dirty = True
-            elif self._next_arrival < n_tasks or self._delayed:
-                gap = self._next_event_gap()
-                self.now = max(self.now, self.now + (gap or 0.0))
-                self._idle_retry = False
-            elif self.waiting:
-                raise SimulationStuck(f"policy {self.policy.name!r} admitted none of the {len(self.waiting)} "
-                                      f"waiting requests while the engine is idle at t={self.now:.6f}s")
-            else:
-                break
+            return
         for ts in self.tasks.values():
             if ts.finish_time is not None:
                 ts.finish_time += self._half
-        return build_result(self, wall_seconds=_time.perf_counter() - wall0)
 
     def _decode_until_event(self) -> None:
         if self._half <= 0 or not self._delayed:
