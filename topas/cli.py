@@ -22,6 +22,7 @@ from typing import NoReturn
 import click
 
 from topas import __version__
+from topas.cli_options import arrival_options
 
 
 def fail(message: str) -> NoReturn:
@@ -212,13 +213,7 @@ def simulate_summary_lines(prepared, result, out: Path | None = None) -> list[st
 @click.option("--policy", required=True, metavar="NAME", help="The scheduler (`topas policies` lists them).")
 @click.option("--param", "params", multiple=True, metavar="K=V",
               help="A policy parameter, e.g. --param beta=0.5 (repeatable).")
-@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None, metavar="R",
-              help="Re-time the tasks with Poisson arrivals of R tasks/s.")
-@click.option("--load", type=click.FloatRange(min=0, min_open=True), default=None, metavar="X",
-              help="Re-time the tasks with Poisson arrivals at X times the trace's nominal rate.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the Poisson arrivals.")
-@click.option("--tasks", "n_tasks", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Simulate only the first N tasks of the trace.")
+@arrival_options("Simulate")
 @click.option("--profile", default=None, metavar="NAME",
               help="Engine profile name under data/profiles/ or a profile file [default: a100-80gb_qwen2.5-32b].")
 @click.option("--kv-budget", type=click.IntRange(min=1), default=None, metavar="N",

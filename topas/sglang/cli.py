@@ -9,6 +9,8 @@ from pathlib import Path
 
 import click
 
+from topas.cli_options import arrival_options
+
 
 def _fail(message: str):
     click.echo(message, err=True)
@@ -57,13 +59,7 @@ def serve_cmd(policy, params, profile, decision_log, python, dry_run, sglang_arg
 @click.option("--policy", default="topas", show_default=True, metavar="NAME",
               help="The policy of this run (sent to the server's plugin in the request metadata).")
 @click.option("--param", "params", multiple=True, metavar="K=V", help="A policy parameter (repeatable).")
-@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None, metavar="R",
-              help="Poisson arrivals of R tasks/s.")
-@click.option("--load", type=click.FloatRange(min=0, min_open=True), default=None, metavar="X",
-              help="Poisson arrivals at X times the trace's nominal rate.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the Poisson arrivals.")
-@click.option("--tasks", "n_tasks", type=click.IntRange(min=1), default=None, metavar="N",
-              help="Replay only the first N tasks.")
+@arrival_options("Replay")
 @click.option("--server", required=True, metavar="URL", help="The SGLang server, e.g. http://127.0.0.1:30000.")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, metavar="DIR",
               help="Write the result tables (the simulator's format) to DIR/<table>.parquet.")
