@@ -89,19 +89,20 @@ class RequestMeta:
         """The request's id as the policy sees it (the simulator's ``task/stage``)."""
         return f"{self.task}/{self.stage}"
 
-    @property
-    def agent(self) -> str:
-        for sid, agent, _, _ in self.dag:
-            if sid == self.stage:
-                return agent
+    def _own_row(self) -> tuple[str, str, int, tuple[str, ...]]:
+        """This request's row of ``dag``: (stage, agent, x_v, parents)."""
+        for row in self.dag:
+            if row[0] == self.stage:
+                return row
         raise KeyError(self.stage)
 
     @property
+    def agent(self) -> str:
+        return self._own_row()[1]
+
+    @property
     def input_tokens(self) -> int:
-        for sid, _, x, _ in self.dag:
-            if sid == self.stage:
-                return x
-        raise KeyError(self.stage)
+        return self._own_row()[2]
 
     def to_json(self) -> str:
         return json.dumps({
