@@ -71,12 +71,10 @@ def run_many(
     :class:`ExperimentFailed` names the experiment (its cause is the original error). A bad spec
     (unknown workload, policy, parameter or profile) raises its own error before anything runs.
     """
-    from topas.experiments.ray_backend import map_experiments_ray, resolve_address
+    from topas.experiments.ray_backend import map_experiments_ray
 
     exps, jobs = check_sweep(experiments, jobs, "run_many")
-    if any(e.engine == "sglang" for e in exps):
-        jobs, ray_address = 1, ""  # one real server: replays run one at a time
-    address = resolve_address(ray_address)
+    jobs, address = workers(exps, jobs, ray_address)
     if address is not None and exps:
         return map_experiments_ray(run_row, exps, address, progress=progress, desc=desc)
     jobs = min(jobs, max(1, len(exps)))
@@ -96,6 +94,17 @@ def check_sweep(experiments: Iterable[Experiment], jobs: int | None, caller: str
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an integer >= 1 or None, got jobs={jobs!r}")
     return exps, jobs
+
+
+def workers(exps: Sequence[Experiment], jobs: int, ray_address: str | None) -> tuple[int, str | None]:
+    """Where a sweep of ``exps`` runs: ``(jobs, Ray address or None)``. Replays on the ``sglang``
+    engine share one real server, so they run one at a time in this process (concurrent replays
+    would measure each other)."""
+    from topas.experiments.ray_backend import resolve_address
+
+    if any(e.engine == "sglang" for e in exps):
+        return 1, None
+    return jobs, resolve_address(ray_address)
 
 
 def map_experiments(

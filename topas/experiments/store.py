@@ -162,7 +162,7 @@ class ResultStore:
         extra = f", packs={[str(p) for p in self.packs]!r}" if self.packs else ""
         return f"ResultStore({str(self.root)!r}{extra})"
 
-    def _find(self, key: str) -> Path | None:
+    def locate(self, key: str) -> Path | None:
         """The directory holding the complete result of ``key``: in ``root``, else in a pack."""
         for base in (self.root, *self.packs):
             d = base / key[:2] / key
@@ -182,7 +182,7 @@ class ResultStore:
     def has(self, key_or_exp: str | Experiment) -> bool:
         """Whether a complete result is stored (its directory holds ``meta.json``), here or in a
         pack."""
-        return self._find(self.path(key_or_exp).name) is not None
+        return self.locate(self.path(key_or_exp).name) is not None
 
     def keys(self, packs: bool = True) -> list[str]:
         """Keys of the complete results, sorted (those in the packs too unless ``packs=False``)."""
@@ -199,7 +199,7 @@ class ResultStore:
 
     def meta(self, key_or_exp: str | Experiment) -> dict[str, Any]:
         """The stored ``meta.json``; ``KeyError`` naming the experiment when not stored."""
-        d = self._find(self.path(key_or_exp).name)
+        d = self.locate(self.path(key_or_exp).name)
         if d is None:
             what = key_or_exp.label() if isinstance(key_or_exp, Experiment) else key_or_exp
             raise KeyError(f"no result for {what} in {self.root}")
@@ -211,7 +211,7 @@ class ResultStore:
         from topas.engine.metrics import SimResult
 
         meta = self.meta(key_or_exp)
-        d = self._find(meta["key"])
+        d = self.locate(meta["key"])
         missing = [name for name in TABLES if not (d / f"{name}.parquet").is_file()]
         if missing:
             raise TrimmedResult(
@@ -228,7 +228,7 @@ class ResultStore:
         if table not in TABLES:
             raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
         meta = self.meta(key_or_exp)
-        p = self._find(meta["key"]) / f"{table}.parquet"
+        p = self.locate(meta["key"]) / f"{table}.parquet"
         if not p.is_file():
             raise TrimmedResult(f"table {table!r} of {meta.get('label', meta['key'])} is not in {p.parent}")
         return pd.read_parquet(p)
@@ -375,8 +375,8 @@ def run_sweep(
     with :class:`topas.experiments.ExperimentFailed` naming it; results already stored are kept,
     so re-running the sweep resumes where it stopped.
     """
-    from topas.experiments.local import check_sweep, map_experiments
-    from topas.experiments.ray_backend import map_experiments_ray, resolve_address
+    from topas.experiments.local import check_sweep, map_experiments, workers
+    from topas.experiments.ray_backend import map_experiments_ray
 
     if not isinstance(store, ResultStore):
         store = ResultStore(store)
@@ -396,10 +396,7 @@ def run_sweep(
             f"them:\n  {names}\nRun `make reproduce` (or unset {STORE_ONLY_ENV}) to simulate them.")
     if todo:
         store.root.mkdir(parents=True, exist_ok=True)
-        if any(e.engine == "sglang" for e in todo):
-            # one real server: concurrent replays would share it and measure each other
-            jobs, ray_address = 1, ""
-        address = resolve_address(ray_address)
+        jobs, address = workers(todo, jobs, ray_address)
         if address is not None:
             map_experiments_ray(run_experiment, todo, address, progress=progress, desc=desc,
                                 on_result=store.put)
