@@ -93,7 +93,7 @@ def build_pack(keys: list[str], loaded: set[str], engine: str, dest: Path) -> di
         meta = store.meta(key)
         if meta.get("engine", "sim") != engine:
             continue
-        src = store._find(key)
+        src = store.locate(key)
         out = dest / key[:2] / key
         out.mkdir(parents=True)
         tables = shipped_tables(meta["experiment"]["seed"], key in loaded)
