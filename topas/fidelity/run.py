@@ -359,11 +359,17 @@ def server_kv_settings(server: str) -> dict[str, Any]:
 
 
 def replay_measure(server: str, decision_log: str | Path | None = None, timeout_s: float = 3600.0,
-                   pause_s: float = 1.0, warmup: bool = True) -> Callable[[Point, int], "SimResult"]:
+                   pause_s: float = 2.5, warmup: bool = True) -> Callable[[Point, int], "SimResult"]:
     """``measure(point, repeat)`` replaying the point's trace on ``server`` with
     :func:`topas.sglang.replay.run_replay` (radix cache flushed first; the policy and its parameters
     travel with the requests, so one server serves every policy). ``pause_s``: an idle gap
-    between runs, so one run's tail never overlaps the next one's start. ``warmup``: before the
+    before the run and after it, before each snapshot of the scheduler's stage seconds
+    (:func:`scheduler_seconds`): SGLang adds the time it accumulates to those counters at most
+    once a second (``_SCHEDULER_TIME_ACCOUNTING_INTERVAL_NS`` in its ``metrics_reporter``; an
+    idle scheduler wakes once a second), so a snapshot taken right after the run misses up to
+    the run's last second of busy time. With 1 s gaps the measured busy time fell 0-1 s short
+    (a run is busy 5-9 s), which biased the speed calibration 0-20% fast; > 2 s of idle before
+    each snapshot flushes it all. The gap also keeps one run's tail off the next one's start. ``warmup``: before the
     first measured run, replay its point once and discard it (a fresh CPU server runs its first
     batches of each shape slowly, which queued requests and evicted prefixes in the first run
     only: 20 prefix hits of 36 against 27 on a warm server)."""
@@ -388,6 +394,8 @@ def replay_measure(server: str, decision_log: str | Path | None = None, timeout_
             time.sleep(pause_s)
         before = scheduler_seconds(server)
         res = run_replay(prepared, server, decision_log=decision_log, timeout_s=timeout_s)
+        if pause_s:
+            time.sleep(pause_s)  # let the scheduler flush the run's last second into the counters
         after = scheduler_seconds(server)
         if before and after:
             stages = {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
