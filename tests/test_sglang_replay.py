@@ -114,3 +114,23 @@ def test_topas_serve_dry_run_sets_the_plugin_environment(tmp_path):
     assert r.exit_code == 1 and "unknown policy 'nope'" in r.output
     r = CliRunner().invoke(main, ["serve", "--policy", "topas", "--param", "no_such=1", "--dry-run"])
     assert r.exit_code == 1 and "no_such" in r.output
+
+
+def test_replay_keeps_the_servers_own_timestamps_in_run_time():
+    """With --enable-metrics the server reports when its tokenizer manager received and finished
+    each request (wall clock); the result has them as seconds since the run's start."""
+    trace = scaled_down("chain-3", 1)
+    t0 = 1_700_000_000.0
+    done = []
+    for i, s in enumerate(trace.tasks[0].stages):
+        mi = {"completion_tokens": s.output_tokens, "cached_tokens": 0, "prompt_tokens": 1}
+        if i == 0:
+            mi.update(request_received_ts=t0 + 0.25, request_finished_ts=t0 + 0.75)
+        done.append(_Done(f"{trace.tasks[0].id}/{s.id}", trace.tasks[0].id, s.id, s.agent, s.input_tokens,
+                          float(i), i + 1.0, mi))
+    rep = build_replay_result(trace, "fcfs", done, {trace.tasks[0].id: 3.0}, 3.0, None, "r", t0)
+    req = rep.requests.set_index("stage_id")
+    first = trace.tasks[0].stages[0].id
+    assert req.loc[first, "server_received"] == pytest.approx(0.25)
+    assert req.loc[first, "server_finished"] == pytest.approx(0.75)
+    assert req.drop(index=first)[["server_received", "server_finished"]].isna().all().all()

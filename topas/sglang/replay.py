@@ -17,7 +17,11 @@ keys, so notebooks plot either engine unchanged. What a server cannot tell is Na
 (``decision_log``, the server's ``TOPAS_DECISION_LOG`` on the same host) the decisions table,
 first admission times, queue times, preemptions and pin events are filled from it. Extra
 columns: ``requests.cached_tokens``, ``prompt_tokens``, ``e2e_latency`` (server-reported),
-``decisions.fallback``; extra summary keys: ``engine``, ``cached_tokens``, ``fallbacks``.
+``server_received`` and ``server_finished`` (when the server's tokenizer manager received the
+request and saw it finish, in run time: ``meta_info.request_received_ts`` /
+``request_finished_ts`` - the run's start, both wall clocks of this host; NaN unless the server
+runs with ``--enable-metrics``; they split a request's latency into the path to the server, the
+server's own time and the path back), ``decisions.fallback``; extra summary keys: ``engine``, ``cached_tokens``, ``fallbacks``.
 Caveat: ``requests.retractions`` is the server's ``num_retractions``, which also counts the
 plugin's preemptions (it re-queues them as retracted requests); engine retractions alone are
 ``retractions - preemptions`` (``topas.fidelity.compare`` subtracts them).
@@ -59,7 +63,7 @@ NAN_SUMMARY_KEYS = ("avg_decode_batch", "decode_steps", "busy_time", "prefix_loa
 REQUEST_COLUMNS = ["rid", "task_id", "stage_id", "agent", "input_tokens", "output_tokens", "ready",
                    "first_admit", "finish", "queue_time", "prefill_time", "decode_time", "preemptions",
                    "retractions", "recomputed_tokens", "prefix_hit", "cached_tokens", "prompt_tokens",
-                   "e2e_latency"]
+                   "e2e_latency", "server_received", "server_finished"]
 TASK_COLUMNS = ["task_id", "workflow", "arrival", "finish", "jct", "n_stages"]
 PREFIX_EVENT_COLUMNS = ["time", "agent", "event", "tokens", "bytes"]
 TIMELINE_COLUMNS = ["time", "prefix_tokens", "request_tokens", "decode_batch", "prefill_queue", "waiting"]
@@ -253,6 +257,11 @@ def _from_log(recs: list[dict], run_id: str, t0: float, t_end: float):
 # ----------------------------------------------------------------------------- results
 
 
+def _run_time(epoch: Any, t0: float) -> float:
+    """A server wall-clock timestamp (seconds since the epoch) as seconds since the run's start."""
+    return float(epoch) - t0 if isinstance(epoch, (int, float)) and epoch > 0 else float("nan")
+
+
 def build_replay_result(trace: Trace, policy_name: str, done: list[_Done], task_finish: dict[str, float],
                         wall_s: float, log: list[dict] | None, run_id: str, t0: float) -> SimResult:
     """The SimResult of a finished replay (see the module docstring for what is NaN)."""
@@ -284,6 +293,8 @@ def build_replay_result(trace: Trace, policy_name: str, done: list[_Done], task_
                 "cached_tokens": cached if cached is not None else nan,
                 "prompt_tokens": mi.get("prompt_tokens", nan),
                 "e2e_latency": mi.get("e2e_latency", nan),
+                "server_received": _run_time(mi.get("request_received_ts"), t0),
+                "server_finished": _run_time(mi.get("request_finished_ts"), t0),
             })
     requests = pd.DataFrame(rows, columns=REQUEST_COLUMNS)
     prefix_events = pd.DataFrame(sorted(pins), columns=PREFIX_EVENT_COLUMNS)
