@@ -218,7 +218,8 @@ def test_sglang_simulator_without_its_fixes_is_the_base_simulator():
         tr = point_trace(p)
         a = simulate(tr, make_policy(pol), cost, EngineConfig(host_tier=False))
         b = SGLangSimulator(tr, make_policy(pol), cost, EngineConfig(host_tier=False), gate=False,
-                            own_prefix_copy=False, request_latency_s=0.0).run()
+                            own_prefix_copy=False, request_latency_s=0.0, full_output_reserve=False,
+                            ignore_eos=False, cache_finished=False).run()
         assert a.deterministic_summary() == b.deterministic_summary(), pol
         pd.testing.assert_frame_equal(a.tasks, b.tasks)
 
@@ -275,3 +276,123 @@ def test_run_metrics_separates_sglang_retractions_from_plugin_preemptions():
     r.summary["engine"] = "sglang"  # SGLang's num_retractions includes the plugin's preemptions
     m = fc.run_metrics(r)
     assert m["retractions"] == 1 and m["preemptions"] == 2
+
+
+# ----------------------------------------------------------------------------- the server against itself
+def test_ci90_and_self_error():
+    assert fc.ci90_half_width([1.0, 1.0, 1.0]) == 0.0
+    # mean 2, sd 1, n 3: t(0.95, 2 dof) = 2.920 -> 2.920 / sqrt(3) / 2
+    assert fc.ci90_half_width([1.0, 2.0, 3.0]) == pytest.approx(2.920 / math.sqrt(3) / 2)
+    assert math.isnan(fc.ci90_half_width([1.0])) and math.isnan(fc.ci90_half_width([float("nan"), 1.0]))
+    # each run against the mean of the others: |1/2.5 - 1| = 0.6, |2/2 - 1| = 0, |3/1.5 - 1| = 1
+    assert fc.self_error([1.0, 2.0, 3.0]) == pytest.approx(0.6)
+    assert math.isnan(fc.self_error([2.0]))
+
+
+def test_a_miss_inside_the_measured_noise_is_told_apart_from_one_beyond_it():
+    # noisy: measured 1.2, 1.6, 2.0 (mean 1.6, 90% CI +-42%): sim 1.0 misses the 15% bar by noise
+    # tight: measured 1.6, 1.6, 1.61: the same sim misses it beyond noise
+    runs = _runs({"noisy": 1.0, "tight": 1.0}, {"noisy": [1.2, 1.6, 2.0], "tight": [1.6, 1.6, 1.61]})
+    t = fc.compare(runs).set_index(["policy", "metric"])
+    noisy, tight = t.loc[("noisy", "jct_mean")], t.loc[("tight", "jct_mean")]
+    assert noisy.ok == False and noisy.within_noise == True
+    assert noisy.measured_ci90 == pytest.approx(2.920 * 0.4 / math.sqrt(3) / 1.6)
+    assert tight.ok == False and tight.within_noise == False
+    s = fc.noise_summary(fc.compare(runs)).set_index("metric").loc["jct_mean"]
+    assert (s.points, s.met, s.missed_within_noise, s.missed_beyond_noise) == (2, 0, 1, 1)
+    assert s.self_err_over_bar == 1  # the noisy point's runs differ from each other by more than 15%
+
+
+# ----------------------------------------------------------------------------- SGLang engine model: memory
+def _sglang_sim(**kw):
+    from topas.engine.config import EngineConfig
+    from topas.fidelity.engine import SGLangSimulator
+    from topas.fidelity.run import point_trace
+    from topas.policies.base import make_policy
+
+    tr = point_trace(Point("chain-3", "fcfs", rate=0.01, seed=0, n_tasks=3))
+    cost = load_profile("a100-80gb_llama3-8b").with_budget(20000)
+    return SGLangSimulator(tr, make_policy(kw.pop("policy", "fcfs")), cost, EngineConfig(host_tier=False), **kw)
+
+
+def test_sglang_reserves_a_new_requests_whole_output_and_ignore_eos_requests_keep_it():
+    from topas.engine.entities import DECODE, WAITING
+
+    sim = _sglang_sim()
+    sim._admit_arrivals()  # the first task arrives at 0
+    r = next(iter(sim.requests.values()))
+    r.state, r.generated = WAITING, 0
+    assert sim._reserve(r) == r.y + 1  # add_one_req: max_new_tokens + one page
+    r.state, r.generated = DECODE, 3
+    assert sim._reserve(r) == r.y - 3  # ignore_eos: ratio 1 while running
+    sim.ignore_eos = False
+    assert sim._reserve(r) == int(sim.new_token_ratio * (r.y - 3))  # the early-EOS estimate
+    sim.full_output_reserve = False
+    r.state = WAITING
+    assert sim._reserve(r) == int(sim.new_token_ratio * (r.y - 3))  # the base simulator's rule
+
+
+def test_finished_kv_stays_cached_and_leaves_are_evicted_oldest_first():
+    """Radix-cache LRU over leaves: an unreferenced prefix older than another agent's finished
+    request is evicted first; a prefix with cached children is not a leaf."""
+    sim = _sglang_sim()
+    a, b, c = (sim.prefixes[x] for x in ("chain3.A", "chain3.B", "chain3.C"))
+    for p, t in ((a, 1.0), (b, 3.0), (c, 0.5)):
+        sim._load(p)
+        p.prefill_left, p.last_used = 0, t
+    sim.now = 2.0
+    # a finished request of C (time 2.0): C has a cached child, so C is not a leaf
+    heapq_push = __import__("heapq").heappush
+    heapq_push(sim._leaves, (2.0, 0, "chain3.C", 1000, 0, "t9/C"))
+    sim._cached_by_agent["chain3.C"] = sim.cached_request_tokens = 1000
+    # pool: 3 x 4096 prefixes + 1000 cached = 13288; shrink the budget to need 1 token back
+    sim.budget = 13287
+    sim._settle()
+    assert not a.resident and b.resident and c.resident  # A (1.0) is the oldest leaf; C is no leaf
+    assert sim.cached_request_tokens == 1000
+    sim.budget = 4096 + 1000 - 1  # now C's child (2.0) goes, then C (0.5) is a leaf and the oldest
+    sim._settle()
+    assert sim.cached_request_tokens == 0 and not c.resident and b.resident
+
+
+def test_sglang_simulator_keeps_the_pool_within_the_budget_with_finished_kv_cached():
+    from topas.engine.config import EngineConfig
+    from topas.fidelity.engine import SGLangSimulator
+    from topas.fidelity.run import point_trace
+    from topas.policies.base import make_policy
+
+    cost = load_profile("a100-80gb_llama3-8b").with_budget(12000)
+    tr = point_trace(Point("dag-4", "fcfs", rate=0.5, seed=0, n_tasks=20))
+    for pol in ("fcfs", "lpm", "topas"):
+        sim = SGLangSimulator(tr, make_policy(pol), cost, EngineConfig(host_tier=False))
+        worst = [0]
+        settle = sim._settle
+
+        def checked():
+            settle()
+            worst[0] = max(worst[0], sim.prefix_tokens + sim.request_tokens + sim.cached_request_tokens - sim.budget)
+
+        sim._settle = checked
+        r = sim.run()
+        assert r.tasks["finish"].notna().all() and len(r.tasks) == 20, pol
+        assert worst[0] <= 0, pol
+
+
+def test_request_path_splits_a_measured_request_into_its_parts():
+    req = pd.DataFrame({"ready": [0.0, 1.0], "server_received": [0.004, 1.002], "first_admit": [0.010, 1.102],
+                        "server_finished": [0.210, 1.302], "finish": [0.213, 1.305]})
+    p = fc.request_path(req)
+    assert p["path_in"] == pytest.approx(0.003) and p["scheduler_queue"] == pytest.approx(0.053)
+    assert p["server_time"] == pytest.approx(0.2) and p["path_out"] == pytest.approx(0.003)
+    # without the server's timestamps (no --enable-metrics) the parts are unknown, not zero
+    assert math.isnan(fc.request_path(req.drop(columns=["server_received", "server_finished"]))["path_in"])
+
+
+def test_rank_disagreement_is_flagged_when_the_measurement_cannot_order_the_pair():
+    # sim: lpm 20% better than fcfs; measured: a tie (1.50 vs 1.52) with repeats 1.2-1.9
+    runs = _runs({"fcfs": 1.5, "lpm": 1.2}, {"fcfs": [1.3, 1.5, 1.7], "lpm": [1.2, 1.5, 1.86]})
+    r = fc.rank_agreement(runs).iloc[0]
+    assert not r.agree and r.disagree == "fcfs/lpm" and r.disagree_within_noise == 1
+    # a clear measured reversal is not noise
+    runs = _runs({"fcfs": 1.5, "lpm": 1.2}, {"fcfs": [1.0, 1.01, 1.0], "lpm": [2.0, 2.01, 2.0]})
+    assert fc.rank_agreement(runs).iloc[0].disagree_within_noise == 0

@@ -24,35 +24,86 @@ the same trace on the CPU SGLang server and reading the plugin's decision log):
    after its parents finished (a root: after its task's arrival), split half before the
    scheduler sees it and half after the last stage finishes (added to the task's finish).
 
+4. **SGLang's output reservation.** ``PrefillAdder.add_one_req`` admits a request only if its new
+   tokens, its *whole* remaining output (``max_new_tokens``, clipped) and one page fit beside
+   what is already promised (``schedule_policy.py``; ``prefill_budget.PrefillBudget.reserve``);
+   only once running does a request reserve ``new_token_ratio`` of its remaining output. And a
+   request sent with ``ignore_eos`` (the replay client sends every request so, to get the
+   trace's exact output length) reserves its whole remaining output while running too:
+   ``_get_running_request_total_token_offset`` uses ratio 1 for it ("fixed-length requests
+   cannot benefit from the early-EOS estimate"). The base simulator reserved
+   ``new_token_ratio`` x the remaining output for both, a ratio that decays to 0.1 within a few
+   hundred decode steps, and so admitted requests SGLang would hold back. With
+   ``full_output_reserve`` (default) an admitted request reserves its whole remaining output
+   plus one token; with ``ignore_eos`` (default) running requests reserve theirs in full.
+
+5. **Finished requests' KV stays in the radix cache.** SGLang inserts a finished request's
+   whole sequence into the radix tree (``cache_finished_req``): its own tokens become a leaf
+   under its agent's prefix, evictable but occupying the pool. Allocation evicts leaves in LRU
+   order (``RadixCache.evict``, whole nodes, ``last_access_time``), and a prefix node is a leaf,
+   hence evictable, only once all its children are gone. So an unreferenced prefix whose last
+   use is older than other agents' finished requests is evicted while the base simulator, which
+   frees a request's KV at finish and evicts only prefixes (and only when the free pool runs
+   short), keeps it; the fidelity benchmark's cache-hit counts at 4,096 tokens (chain-3-cpu,
+   FCFS: about 30 of 57 possible hits measured, 52 simulated) come from this. With
+   ``cache_finished`` (default) a finished request's KV becomes such a leaf, and after every
+   decision and decode run, leaves (finished requests' KV, and unreferenced prefixes without
+   cached children) are evicted oldest first until the pool fits; the policy's view still
+   counts them as free (SGLang's ``available + evictable``). Prefixes that the policy manages
+   (TOPAS pins them through the radix tree's lock references) are never evicted this way.
+
 Everything else (costs, memory, retraction, LRU, policies) is the base simulator's. These fixes
 live here, not in ``topas.engine.simulator``, because folding them into the default engine
 changes every stored result (the experiment key covers the engine config) and the paper
 figures are regenerated from the store; with ``gate=False, own_prefix_copy=False,
-request_latency_s=0`` the class is the base simulator exactly (tested).
+request_latency_s=0, full_output_reserve=False, ignore_eos=False, cache_finished=False`` the
+class is the base simulator exactly (tested).
 """
 
 from __future__ import annotations
 
 import heapq
+from dataclasses import replace
 
 from topas.engine.config import EngineConfig
 from topas.engine.cost import CostModel
-from topas.engine.entities import DECODE, PREFILL, Request
+from topas.engine.entities import DECODE, PREFILL, WAITING, Request
 from topas.engine.metrics import SimResult
 from topas.engine.simulator import Simulator
 from topas.engine.view import Decision, InfeasibleDecision
 from topas.policies.base import Policy
 from topas.workload.model import Trace
 
-__all__ = ["SGLangSimulator", "simulate_sglang"]
+__all__ = ["MODEL_VERSION", "SGLangSimulator", "simulate_sglang"]
+
+_PENDING = object()
+
+#: Part of the experiment key of ``engine="sim-sglang"`` results: bump it with any change to
+#: this module that changes results, so stored results are not reused.
+MODEL_VERSION = "topas.sglang-model/3"  # 3: behaviours 4-7 (output reservation, the radix cache)
 
 
 class SGLangSimulator(Simulator):
     def __init__(self, trace: Trace, policy: Policy, cost: CostModel, config: EngineConfig | None = None,
-                 gate: bool = True, own_prefix_copy: bool = True, request_latency_s: float = 0.0) -> None:
+                 gate: bool = True, own_prefix_copy: bool = True, request_latency_s: float = 0.0,
+                 full_output_reserve: bool = True, ignore_eos: bool = True, cache_finished: bool = True) -> None:
         super().__init__(trace, policy, cost, config)
+        self.cache_finished = cache_finished
+        #: finished requests' KV (5.): a heap of (finish time, seq, agent, tokens, generation, rid)
+        self._leaves: list[tuple[float, int, str, int, int, str]] = []
+        #: 6. prefixes a managing policy evicted (unpinned) that are still cached
+        self._ghost: dict[str, bool] = {}
+        #: 7. per agent: the request whose radix node still holds the prefix (_PENDING: loaded,
+        #: its computing request not started yet; None: split, or not cached)
+        self._merged: dict[str, object] = {}
+        self._settling = False
+        self._cached_by_agent: dict[str, int] = {a: 0 for a in self.prefixes}
+        self._generation: dict[str, int] = {a: 0 for a in self.prefixes}
+        self.cached_request_tokens = 0
         self.gate = gate
         self.own_prefix_copy = own_prefix_copy
+        self.full_output_reserve = full_output_reserve
+        self.ignore_eos = ignore_eos
         self.request_latency_s = float(request_latency_s)
         self._batch_full = False
         self._delayed: list[tuple[float, int, Request]] = []
@@ -94,6 +145,10 @@ class SGLangSimulator(Simulator):
                 ts.finish_time += self._half
 
     def _decode_until_event(self) -> None:
+        self._decode_with_delays()
+        self._settle()
+
+    def _decode_with_delays(self) -> None:
         if self._half <= 0 or not self._delayed:
             super()._decode_until_event()
             return
@@ -118,6 +173,13 @@ class SGLangSimulator(Simulator):
         finally:
             self._arrivals, self._next_arrival = saved
 
+    # ------------------------------------------------------------------ 4. output reservation
+    def _reserve(self, r: Request) -> int:
+        remaining = max(min(r.y - r.generated, self.config.clip_max_new_tokens), 0)
+        if r.state == WAITING:  # being admitted: add_one_req's max_new_tokens + one page
+            return remaining + 1 if self.full_output_reserve else super()._reserve(r)
+        return remaining if self.ignore_eos else super()._reserve(r)
+
     # ------------------------------------------------------------------ 1. batch-full gate
     def _decide(self) -> None:
         if self.gate and self._batch_full and (self.prefill_queue or self.decoding):
@@ -127,36 +189,140 @@ class SGLangSimulator(Simulator):
         super()._decide()
 
     def _finish(self, r: Request) -> None:
+        kv = r.kv
         super()._finish(r)
         self._batch_full = False
+        if self.cache_finished and kv > 0 and self.prefixes[r.agent].resident:
+            self._seq += 1
+            heapq.heappush(self._leaves, (self.now, self._seq, r.agent, kv, self._generation[r.agent], r.rid))
+            self._cached_by_agent[r.agent] += kv
+            self.cached_request_tokens += kv
 
     def _stop(self, r: Request, by_engine: bool) -> None:
         super()._stop(r, by_engine)
         self._batch_full = False
 
-    # ------------------------------------------------------------------ 2. uncached prefixes
+    # ------------------------------------------------------------------ 5.-7. the radix cache
     def apply(self, d: Decision) -> int:
-        if self.policy.manages_prefixes or not self.own_prefix_copy:
+        admitted = self._apply(d)
+        self._settle()
+        return admitted
+
+    def _evict(self, p) -> None:
+        a = p.agent.name
+        if self.cache_finished and self.policy.manages_prefixes and not self._settling:
+            # 6. the plugin only unpins: the prefix stays cached, an LRU leaf like any other
+            super()._evict(p)
+            if not p.on_host:
+                self._ghost[a] = True
+                self.cached_request_tokens += p.tokens
+            return
+        super()._evict(p)
+        # its cached children went first (a radix node is evicted only as a leaf)
+        self.cached_request_tokens -= self._cached_by_agent[a]
+        self._cached_by_agent[a] = 0
+        self._generation[a] += 1
+        self._merged[a] = None
+
+    def _load(self, p) -> None:
+        a = p.agent.name
+        if self._ghost.get(a):  # 6. still cached: pinning it again costs nothing
+            self._ghost[a] = False
+            self.cached_request_tokens -= p.tokens
+            p.resident = True
+            p.last_used = self.now
+            p.loaded_at = -1.0  # cached before this decision: the next admission is a hit
+            self.prefix_tokens += p.tokens
+            self._record_prefix("load_cached", p, 0.0)
+            return
+        super()._load(p)
+        if self.cache_finished and not self.policy.manages_prefixes and p.prefill_left > 0:
+            self._merged[a] = _PENDING  # 7. the next request to start computes it in its own node
+
+    def _start(self, r: Request, p) -> None:
+        m = self._merged.get(r.agent)
+        if m is _PENDING:
+            self._merged[r.agent] = r.rid
+        elif m is not None and m != r.rid:
+            self._merged[r.agent] = None  # another request matched the prefix: the node splits
+        super()._start(r, p)
+
+    def _drop_ghost(self, p) -> None:
+        a = p.agent.name
+        self._ghost[a] = False
+        self.cached_request_tokens -= p.tokens
+        self._generation[a] += 1
+        if self.config.host_tier and not p.on_host:  # HiCache backs an evicted node up to host
+            self._pending_move_time += self.cost.swap_time(p.tokens)
+            p.on_host = True
+            self._record_prefix("evict_swap", p, p.tokens * self.cost.kv_bytes_per_token)
+
+    def _settle(self) -> None:
+        """Evict least-recently-used leaves until the prefixes, the running requests and the
+        cached KV (finished requests', unpinned prefixes') fit the pool."""
+        if not self.cache_finished:
+            return
+        self._settling = True
+        try:
+            deficit = self.prefix_tokens + self.request_tokens + self.cached_request_tokens - self.budget
+            while deficit > 0:
+                while self._leaves and self._leaves[0][4] != self._generation[self._leaves[0][2]]:
+                    heapq.heappop(self._leaves)  # dropped with its prefix
+                leaf = self._leaves[0] if self._leaves else None
+                if self.policy.manages_prefixes:  # pinned prefixes stay; unpinned ones are leaves
+                    cands = (p for p in self.prefixes.values() if self._ghost.get(p.agent.name))
+                else:
+                    cands = (p for p in self.prefixes.values() if p.resident and p.refcount == 0 and p.prefill_left == 0)
+                prefix = min((p for p in cands if not self._cached_by_agent[p.agent.name]),
+                             key=lambda p: (p.last_used, p.agent.name), default=None)
+                if prefix is not None and (leaf is None or prefix.last_used < leaf[0]):
+                    deficit -= prefix.tokens
+                    if self.policy.manages_prefixes:
+                        self._drop_ghost(prefix)
+                    else:
+                        self._evict(prefix)
+                elif leaf is not None:
+                    heapq.heappop(self._leaves)
+                    _, _, a, kv, _, rid = leaf
+                    self._cached_by_agent[a] -= kv
+                    self.cached_request_tokens -= kv
+                    deficit -= kv
+                    p = self.prefixes[a]
+                    if self._merged.get(a) == rid and p.resident and p.refcount == 0 and p.prefill_left == 0:
+                        deficit -= p.tokens  # 7. the prefix was part of this node
+                        self._evict(p)
+                else:
+                    break
+        finally:
+            self._settling = False
+
+    # ------------------------------------------------------------------ 2. uncached prefixes
+    def _apply(self, d: Decision) -> int:
+        if not self.own_prefix_copy:
             n_running = len(self.prefill_queue) + len(self.decoding)
             admitted = super().apply(d)
             if admitted < len(d.admit) and n_running + admitted < self.config.max_running_requests \
                     and (n_running + admitted) > 0:
                 self._batch_full = True
             return admitted
-        # a baseline: only an admit order (checked as the base does)
         pname = self.policy.name
-        if d.evict or d.load or d.preempt:
+        manages = self.policy.manages_prefixes
+        if len(set(d.admit)) != len(d.admit) or (not manages and (d.evict or d.load or d.preempt)):
             return super().apply(d)  # raises InfeasibleDecision with the base's message
-        if len(set(d.admit)) != len(d.admit):
-            return super().apply(d)
         for rid in d.admit:
             if rid not in self.waiting:
                 raise InfeasibleDecision(f"policy {pname!r} admits {rid}, which is not waiting")
+        # A policy that manages prefixes: its preemptions, evictions and loads as the base applies
+        # them; the first request admitted of an agent it loads computes the prefix, and the others
+        # of that batch match none of it (2.), as for a baseline's on-demand loads.
+        first = set(d.load) if manages else set()
+        if manages:
+            super().apply(replace(d, admit=()))
         admitted = 0
         reserved = self._reserved()
         loading: set[str] = set()  # agents whose prefix is computed in this batch
         for p in self.prefixes.values():
-            if p.resident and p.prefill_left > 0:
+            if p.resident and p.prefill_left > 0 and p.agent.name not in first:
                 loading.add(p.agent.name)
         stopped = False
         for rid in d.admit:
@@ -167,18 +333,21 @@ class SGLangSimulator(Simulator):
             need = r.x + r.generated + 1
             own_reserve = self._reserve(r)
             if not p.resident:
+                if manages:
+                    raise InfeasibleDecision(
+                        f"policy {pname!r} admits {rid} but its prefix {r.agent!r} is not resident or loaded")
                 if not self._make_room(p.tokens + need + own_reserve + reserved, exclude=p):
                     stopped = True
                     break
                 self._load(p)
-                if p.prefill_left > 0:
-                    loading.add(r.agent)
             else:
                 extra = p.tokens if r.agent in loading else 0  # its own copy of an uncached prefix
                 if self.budget - self.prefix_tokens - self.request_tokens - reserved < need + own_reserve + extra:
-                    if not self._make_room(need + own_reserve + extra + reserved, exclude=p):
+                    if manages or not self._make_room(need + own_reserve + extra + reserved, exclude=p):
                         stopped = True
                         break
+            if p.prefill_left > 0:
+                loading.add(r.agent)
             self._start(r, p)
             reserved += own_reserve
             admitted += 1
@@ -188,12 +357,12 @@ class SGLangSimulator(Simulator):
 
 
 def simulate_sglang(trace: Trace, policy: Policy, cost: CostModel, config: EngineConfig | None = None,
-                    request_latency_s: float | None = None, **kw) -> SimResult:
+                    request_latency_s: float | None = None, progress: bool = False, **kw) -> SimResult:
     """Run ``trace`` on :class:`SGLangSimulator`; ``request_latency_s`` defaults to the profile's
-    ``overhead.request_s`` (0 when the profile has none)."""
+    ``overhead.request_s`` (0 when the profile has none, as the GPU profiles)."""
     if request_latency_s is None:
         request_latency_s = float((cost.meta.get("overhead") or {}).get("request_s") or 0.0)
-    return SGLangSimulator(trace, policy, cost, config, request_latency_s=request_latency_s, **kw).run()
+    return SGLangSimulator(trace, policy, cost, config, request_latency_s=request_latency_s, **kw).run(progress=progress)
 
 
 # keep the import used (states are referenced by the base class's loop)
