@@ -18,7 +18,14 @@ Conventions:
   ``prefix_hit``), which is what SGLang's radix cache reports when requests of an agent share
   exactly the agent's prefix tokens;
 * rank agreement: for every pair of policies whose *simulated* mean JCTs differ by more than
-  ``rank_margin`` (10%), both engines must order the pair alike; closer pairs are ties.
+  ``rank_margin`` (10%), both engines must order the pair alike; closer pairs are ties;
+* the server against itself (how precisely the measured side is known): ``measured_ci90`` is the
+  half-width of the 90% confidence interval of the measured mean (Student's t over the repeats),
+  relative to the mean; ``self_err`` is the median, over repeats, of one measured run's relative
+  distance from the mean of the other runs of the same point; ``within_noise`` says whether the
+  simulated value lies inside that confidence interval (|rel. error| <= ``measured_ci90``). A
+  point that misses its bar but is within noise cannot be told apart from a hit with this many
+  repeats; one that misses beyond noise is a modelling error (or drift the repeats did not see).
 """
 
 from __future__ import annotations
@@ -43,8 +50,12 @@ __all__ = [
     "run_metrics",
     "sim_cached_tokens",
     "compare",
+    "ci90_half_width",
+    "self_error",
+    "noise_summary",
     "rank_agreement",
     "task_pairs",
+    "request_path",
     "Comparison",
     "build_comparison",
     "write_comparison",
@@ -152,6 +163,33 @@ def rel_error(sim: float, measured: float) -> float:
     return (sim - measured) / measured
 
 
+#: Student's t quantile t_{0.95, dof} (two-sided 90% interval) for 1..30 degrees of freedom.
+_T95 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796, 1.782, 1.771, 1.761,
+        1.753, 1.746, 1.740, 1.734, 1.729, 1.725, 1.721, 1.717, 1.714, 1.711, 1.708, 1.706, 1.703, 1.701,
+        1.699, 1.697)
+
+
+def ci90_half_width(values: Sequence[float]) -> float:
+    """Half-width of the 90% confidence interval of the mean of ``values``, relative to the mean
+    (Student's t; NaN with fewer than two finite values or a zero mean)."""
+    v = np.asarray([x for x in values if math.isfinite(x)], dtype=float)
+    if len(v) < 2 or v.mean() == 0:
+        return float("nan")
+    t = _T95[len(v) - 2] if len(v) - 1 <= len(_T95) else 1.645
+    return float(t * v.std(ddof=1) / math.sqrt(len(v)) / abs(v.mean()))
+
+
+def self_error(values: Sequence[float]) -> float:
+    """The median over runs of |run / mean(the other runs) - 1|: how far one measured run lies
+    from the others (NaN with fewer than two finite values)."""
+    v = np.asarray([x for x in values if math.isfinite(x)], dtype=float)
+    if len(v) < 2:
+        return float("nan")
+    errs = [abs(rel_error(v[i], float(np.delete(v, i).mean()))) for i in range(len(v))]
+    errs = [e for e in errs if math.isfinite(e)]
+    return float(np.median(errs)) if errs else float("nan")
+
+
 def _check_runs(runs: pd.DataFrame) -> None:
     missing = [c for c in (*POINT_KEYS, "engine", "repeat") if c not in runs.columns]
     if missing:
@@ -165,7 +203,9 @@ def compare(runs: pd.DataFrame, bars: Mapping[str, float] | None = None,
             metrics: Sequence[str] | None = None, sim_engine: str = "sim") -> pd.DataFrame:
     """One row per ``(workload, load, policy, metric)``: the simulated value, the measured mean,
     min, max and coefficient of variation over repeats, the relative error, the bar (NaN where
-    the metric has none) and whether it is met (``ok``: True, False, or None without a bar).
+    the metric has none) and whether it is met (``ok``: True, False, or None without a bar), and
+    how precisely the measured mean is known: ``measured_ci90``, ``self_err`` and ``within_noise``
+    (see the module docstring; ``within_noise`` is None without a bar).
 
     ``runs`` has one row per run: the :data:`POINT_KEYS`, ``engine`` (``sim`` | ``sglang``),
     ``repeat`` and the metric columns of :func:`run_metrics`. Points without both engines are
@@ -192,14 +232,17 @@ def compare(runs: pd.DataFrame, bars: Mapping[str, float] | None = None,
             err = rel_error(s_val, m_val)
             bar = bars.get(m, float("nan"))
             ok = None if not math.isfinite(bar) else (bool(abs(err) <= bar) if math.isfinite(err) else False)
+            ci = ci90_half_width(per_rep)
+            noise = None if not math.isfinite(bar) else bool(math.isfinite(err) and math.isfinite(ci) and abs(err) <= ci)
             rows.append({
                 **dict(zip(group, key)), "metric": m, "sim": s_val, "measured": m_val,
                 "measured_min": float(per_rep.min()) if len(per_rep) else float("nan"),
                 "measured_max": float(per_rep.max()) if len(per_rep) else float("nan"),
                 "measured_cv": cv, "n_measured": int(len(meas)), "rel_err": err, "bar": bar, "ok": ok,
+                "measured_ci90": ci, "self_err": self_error(per_rep), "within_noise": noise,
             })
     cols = [*group, "metric", "sim", "measured", "measured_min", "measured_max", "measured_cv",
-            "n_measured", "rel_err", "bar", "ok"]
+            "n_measured", "rel_err", "bar", "ok", "measured_ci90", "self_err", "within_noise"]
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -207,16 +250,20 @@ def rank_agreement(runs: pd.DataFrame, metric: str = "jct_mean", margin: float =
                    sim_engine: str = "sim") -> pd.DataFrame:
     """Per ``(workload, load)``: the policies ordered by ``metric`` (ascending, best first) in
     each engine, how many pairs differ by more than ``margin`` in the simulator, how many of those
-    both engines order alike, and ``agree`` (all of them)."""
+    both engines order alike, and ``agree`` (all of them). ``disagree_within_noise``: how many of
+    the disagreeing pairs the measurement cannot order either (their measured means differ by
+    less than the larger 90% confidence half-width of the two, see :func:`ci90_half_width`)."""
     _check_runs(runs)
     rows = []
     for (wl, load), g in runs.groupby(["workload", "load"], sort=True):
         sim = g[g["engine"] == sim_engine].groupby(["policy", "seed"])[metric].mean().groupby("policy").mean()
         meas = g[g["engine"] == "sglang"].groupby(["policy", "seed"])[metric].mean().groupby("policy").mean()
+        ci = {p: ci90_half_width(gp.groupby("repeat")[metric].mean().to_numpy(dtype=float))
+              for p, gp in g[g["engine"] == "sglang"].groupby("policy")}
         pols = sorted(set(sim.index) & set(meas.index))
         if not pols:
             continue
-        checked = agreed = 0
+        checked = agreed = noisy = 0
         disagree = []
         for i, a in enumerate(pols):
             for b in pols[i + 1:]:
@@ -228,15 +275,18 @@ def rank_agreement(runs: pd.DataFrame, metric: str = "jct_mean", margin: float =
                     agreed += 1
                 else:
                     disagree.append(f"{a}/{b}")
+                    ma, mb = float(meas[a]), float(meas[b])
+                    half = max(ci.get(a, float("nan")) * ma, ci.get(b, float("nan")) * mb)
+                    noisy += int(math.isfinite(half) and abs(ma - mb) < half)
         rows.append({
             "workload": wl, "load": load,
             "sim_order": " < ".join(sorted(pols, key=lambda p: (float(sim[p]), p))),
             "measured_order": " < ".join(sorted(pols, key=lambda p: (float(meas[p]), p))),
             "pairs_checked": checked, "pairs_agree": agreed, "disagree": ", ".join(disagree),
-            "agree": agreed == checked,
+            "agree": agreed == checked, "disagree_within_noise": noisy,
         })
     return pd.DataFrame(rows, columns=["workload", "load", "sim_order", "measured_order", "pairs_checked",
-                                       "pairs_agree", "disagree", "agree"])
+                                       "pairs_agree", "disagree", "agree", "disagree_within_noise"])
 
 
 def task_pairs(sim_tasks: "pd.DataFrame | Sequence[pd.DataFrame]", measured_tasks: Iterable[pd.DataFrame]) -> pd.DataFrame:
@@ -251,6 +301,31 @@ def task_pairs(sim_tasks: "pd.DataFrame | Sequence[pd.DataFrame]", measured_task
     m.columns = ["measured_jct", "measured_min", "measured_max"]
     s = pd.concat([t[["task_id", "jct"]] for t in sims]).groupby("task_id")["jct"].mean().rename("sim_jct").to_frame()
     return s.join(m, how="inner").reset_index()
+
+
+#: :func:`request_path`'s columns: where a measured request's time goes.
+PATH_PARTS = {
+    "path_in": "client sends -> server's tokenizer manager receives (HTTP)",
+    "scheduler_queue": "received -> first admitted by the scheduler (hand-off and queueing)",
+    "server_time": "first admitted -> the tokenizer manager sees it finish (prefill, decode, detokenize)",
+    "path_out": "the tokenizer manager sees it finish -> the client has the reply (HTTP)",
+}
+
+
+def request_path(requests: pd.DataFrame) -> dict[str, float]:
+    """Mean seconds per request of each part of :data:`PATH_PARTS`, from a replayed run's request
+    table (its ``ready``, ``first_admit``, ``finish`` and the server's ``server_received`` /
+    ``server_finished``; NaN where a column is missing, e.g. without ``--enable-metrics``)."""
+    def col(c: str) -> pd.Series:
+        return pd.to_numeric(requests[c], errors="coerce") if c in requests.columns else pd.Series(np.nan, index=requests.index)
+
+    parts = {
+        "path_in": col("server_received") - col("ready"),
+        "scheduler_queue": col("first_admit") - col("server_received"),
+        "server_time": col("server_finished") - col("first_admit"),
+        "path_out": col("finish") - col("server_finished"),
+    }
+    return {k: float(v.mean()) if v.notna().any() else float("nan") for k, v in parts.items()}
 
 
 # ----------------------------------------------------------------------------- files
@@ -317,10 +392,36 @@ def read_comparison(out_dir: str | Path) -> Comparison:
         if not p.is_file():
             raise FileNotFoundError(f"{p}: no comparison here (run `topas fidelity ... --out {d}` first)")
     runs, table, ranks, tasks = (pd.read_csv(p) for p in need[:4])
-    fix = lambda t: t.assign(ok=t["ok"].map(lambda v: None if pd.isna(v) else str(v) == "True"))  # noqa: E731
+    def fix(t: pd.DataFrame) -> pd.DataFrame:
+        flags = [c for c in ("ok", "within_noise") if c in t.columns]
+        return t.assign(**{c: t[c].map(lambda v: None if pd.isna(v) else str(v) == "True") for c in flags})
+
     static = pd.read_csv(d / "comparison_static.csv") if (d / "comparison_static.csv").is_file() else None
     return Comparison(runs, fix(table), ranks, tasks, json.loads(need[4].read_text()),
                       fix(static) if static is not None else None)
+
+
+def noise_summary(table: pd.DataFrame) -> pd.DataFrame:
+    """Per barred metric: the points, how many meet the bar, how many miss it within the measured
+    noise (inside the 90% interval of the measured mean) and beyond it, the median 90%
+    half-width, and the server against itself: the median ``self_err`` and at how many points it
+    exceeds the bar (one measured run is further than the bar from the others)."""
+    rows = []
+    t = table[table["ok"].notna()]
+    for m, g in t.groupby("metric", sort=False):
+        ok = g["ok"].astype(bool)
+        noise = g["within_noise"].map(lambda v: bool(v) if v is not None and not pd.isna(v) else False) \
+            if "within_noise" in g.columns else pd.Series(False, index=g.index)
+        bar = float(g["bar"].iloc[0])
+        self_err = g["self_err"] if "self_err" in g.columns else pd.Series(dtype=float)
+        rows.append({"metric": m, "bar": bar, "points": int(len(g)), "met": int(ok.sum()),
+                     "missed_within_noise": int((~ok & noise).sum()), "missed_beyond_noise": int((~ok & ~noise).sum()),
+                     "median_ci90": float(g["measured_ci90"].median()) if "measured_ci90" in g.columns else float("nan"),
+                     "median_abs_err": float(g["rel_err"].abs().median()),
+                     "median_self_err": float(self_err.median()) if len(self_err) else float("nan"),
+                     "self_err_over_bar": int((self_err > bar).sum()) if len(self_err) else 0})
+    return pd.DataFrame(rows, columns=["metric", "bar", "points", "met", "missed_within_noise", "missed_beyond_noise",
+                                       "median_ci90", "median_abs_err", "median_self_err", "self_err_over_bar"])
 
 
 def _pct(x: float) -> str:
@@ -329,20 +430,35 @@ def _pct(x: float) -> str:
 
 def verdict_lines(c: Comparison) -> list[str]:
     """A Markdown summary: the barred metrics per point, then the rank checks."""
-    lines = [f"Simulated side: `{c.meta.get('sim_engine', 'sim')}`.", "","| workload | load | policy | metric | sim | measured (min-max) | cv | rel. error | bar | ok |",
-             "|---|---:|---|---|---:|---:|---:|---:|---:|---|"]
+    lines = [f"Simulated side: `{c.meta.get('sim_engine', 'sim')}`.", ""]
+    ns = noise_summary(c.table) if "within_noise" in c.table.columns else None
+    if ns is not None and len(ns):
+        lines += ["| metric | bar | met | missed within noise | missed beyond noise | median abs. error | "
+                  "median 90% CI of the measured mean | one measured run vs the others: median, points over the bar |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r.metric} | {100 * r.bar:.0f}% | {r.met}/{r.points} | {r.missed_within_noise} | "
+                  f"{r.missed_beyond_noise} | {100 * r.median_abs_err:.1f}% | ±{100 * r.median_ci90:.0f}% | "
+                  f"{100 * r.median_self_err:.1f}%, {r.self_err_over_bar}/{r.points} |" for r in ns.itertuples(index=False)]
+        lines.append("")
+    lines += ["| workload | load | policy | metric | sim | measured (min-max) | cv | 90% CI | rel. error | bar | ok |",
+              "|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in c.table.itertuples(index=False):
         bar = "" if not math.isfinite(r.bar) else f"{100 * r.bar:.0f}%"
-        ok = "" if r.ok is None else ("yes" if r.ok else "**no**")
+        noise = getattr(r, "within_noise", None)
+        ok = "" if r.ok is None else ("yes" if r.ok else ("**no**" + (" (within noise)" if noise else "")))
         cv = "" if not math.isfinite(r.measured_cv) else f"{100 * r.measured_cv:.1f}%"
+        ci = getattr(r, "measured_ci90", float("nan"))
+        ci = "" if not math.isfinite(ci) else f"±{100 * ci:.0f}%"
         lines.append(f"| {r.workload} | {r.load:g} | {r.policy} | {r.metric} | {r.sim:.4g} | "
-                     f"{r.measured:.4g} ({r.measured_min:.4g}-{r.measured_max:.4g}) | {cv} | "
+                     f"{r.measured:.4g} ({r.measured_min:.4g}-{r.measured_max:.4g}) | {cv} | {ci} | "
                      f"{_pct(r.rel_err)} | {bar} | {ok} |")
     lines += ["", "| workload | load | simulator order | measured order | pairs agreeing | agree |",
               "|---|---:|---|---|---:|---|"]
     for r in c.ranks.itertuples(index=False):
+        noisy = getattr(r, "disagree_within_noise", 0)
+        noisy = f" ({int(noisy)} within the measured noise)" if isinstance(noisy, (int, float)) and noisy > 0 else ""
         lines.append(f"| {r.workload} | {r.load:g} | {r.sim_order} | {r.measured_order} | "
-                     f"{r.pairs_agree}/{r.pairs_checked} | {'yes' if r.agree else '**no**: ' + str(r.disagree)} |")
+                     f"{r.pairs_agree}/{r.pairs_checked} | {'yes' if r.agree else '**no**: ' + str(r.disagree) + noisy} |")
     if c.table_static is not None:
         s = c.table_static[c.table_static["metric"].isin(list(c.meta.get("bars", {})))]
         lines += ["", "With the profile as measured (no speed calibration):", "",

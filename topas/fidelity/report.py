@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 
 from topas import plots
-from topas.fidelity.compare import Comparison
+from topas.fidelity.compare import Comparison, noise_summary, request_path
 
-__all__ = ["plot_sim_vs_measured", "fidelity_table", "summary_line"]
+__all__ = ["plot_sim_vs_measured", "fidelity_table", "path_table", "noise_table", "summary_line"]
 
 _TABLE_METRICS = (("jct_mean", "mean JCT (s)"), ("jct_p99", "p99 JCT (s)"), ("queue_mean", "mean queueing (s)"),
                   ("e2e_mean", "mean request latency (s)"), ("cached_tokens", "cached tokens"),
@@ -98,3 +98,47 @@ def summary_line(c: Comparison) -> str:
     return (f"{int(ok.sum())}/{len(ok)} barred metrics within their bars "
             f"({', '.join(f'{k} {100 * v:.0f}%' for k, v in c.meta.get('bars', {}).items())}); "
             f"rank order agrees at {int(c.ranks['agree'].astype(bool).sum())}/{len(c.ranks)} points")
+
+
+def path_table(c: Comparison, comparison_dir) -> pd.DataFrame:
+    """Where a request's time goes, per (workload, load, policy): the measured parts of
+    :data:`topas.fidelity.compare.PATH_PARTS` (ms, mean over requests and repeats, from the
+    measured runs' request tables under ``comparison_dir/raw/sglang``), beside the simulated
+    queueing (ready -> first admission) and service (first admission -> finish), and the
+    measured queueing and service the same way (``queue`` = path in + scheduler queue)."""
+    from pathlib import Path
+
+    raw = Path(comparison_dir) / "raw" / "sglang"
+    rows = []
+    for (wl, load, pol), g in c.table.groupby(["workload", "load", "policy"], sort=True):
+        parts = []
+        for rep in sorted(set(c.runs[(c.runs.engine == "sglang") & (c.runs.workload == wl) & (c.runs.load == load)
+                                     & (c.runs.policy == pol)]["repeat"])):
+            for d in sorted(raw.glob(f"{wl}_{pol}_{load:g}_s*_r{int(rep)}")):
+                if (d / "requests.parquet").is_file():
+                    parts.append(request_path(pd.read_parquet(d / "requests.parquet")))
+        m = pd.DataFrame(parts).mean() if parts else pd.Series(dtype=float)
+        g = g.set_index("metric")
+        row = {"workload": wl, "load": load, "policy": pol}
+        for k in ("path_in", "scheduler_queue", "server_time", "path_out"):
+            row[f"measured {k} (ms)"] = 1e3 * float(m.get(k, float("nan")))
+        for side, col in (("measured", "measured"), ("sim", "sim")):
+            q = float(g.loc["queue_mean", col]) if "queue_mean" in g.index else float("nan")
+            e = float(g.loc["e2e_mean", col]) if "e2e_mean" in g.index else float("nan")
+            row[f"{side} queueing (ms)"] = 1e3 * q
+            row[f"{side} service (ms)"] = 1e3 * (e - q)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def noise_table(c: Comparison) -> pd.DataFrame:
+    """Per barred metric: met, missed within the measured noise, missed beyond it, and the
+    server against itself (:func:`topas.fidelity.compare.noise_summary`), in percent."""
+    ns = noise_summary(c.table)
+    out = ns[["metric", "points", "met", "missed_within_noise", "missed_beyond_noise"]].copy()
+    out.insert(1, "bar", [f"{100 * b:.0f}%" for b in ns["bar"]])
+    out["median |error|"] = [f"{100 * v:.1f}%" for v in ns["median_abs_err"]]
+    out["median 90% CI of the measured mean"] = [f"±{100 * v:.0f}%" for v in ns["median_ci90"]]
+    out["one measured run vs the others (median)"] = [f"{100 * v:.1f}%" for v in ns["median_self_err"]]
+    out["points where it exceeds the bar"] = ns["self_err_over_bar"]
+    return out
