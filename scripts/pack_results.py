@@ -84,6 +84,11 @@ def record_notebook_log(log: Path, engine: str) -> None:
                           executed_dir=Path(tmp) / "executed", progress=True)
 
 
+#: The engines whose results each pack holds: the simulated pack also holds the runs of the
+#: simulator with SGLang's behaviours (``sim-sglang``, notebook 11), which need no server either.
+PACKED_ENGINES = {"sim": ("sim", "sim-sglang"), "sglang": ("sglang",)}
+
+
 def build_pack(keys: list[str], loaded: set[str], engine: str, dest: Path) -> dict:
     """Copy the results into ``dest`` (a new folder) and return the manifest."""
     store = ResultStore()
@@ -91,7 +96,7 @@ def build_pack(keys: list[str], loaded: set[str], engine: str, dest: Path) -> di
     size = 0
     for key in sorted(keys):
         meta = store.meta(key)
-        if meta.get("engine", "sim") != engine:
+        if meta.get("engine", "sim") not in PACKED_ENGINES[engine]:
             continue
         src = store.locate(key)
         out = dest / key[:2] / key
@@ -103,7 +108,7 @@ def build_pack(keys: list[str], loaded: set[str], engine: str, dest: Path) -> di
             shutil.copyfile(src / f"{t}.parquet", out / f"{t}.parquet")
         shutil.copyfile(src / META, out / META)
         size += sum(f.stat().st_size for f in out.iterdir())
-        experiments.append({"key": key, "label": meta["label"], "engine": engine, "tables": tables,
+        experiments.append({"key": key, "label": meta["label"], "engine": meta.get("engine", "sim"), "tables": tables,
                             "git_commit": meta["git_commit"], "topas_version": meta["topas_version"]})
     if not experiments:
         raise SystemExit(f"error: no {engine!r} results to pack")

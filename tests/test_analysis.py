@@ -185,3 +185,23 @@ def test_sensitivity_table_fills_parameters_left_at_their_defaults():
     ])
     t = sensitivity_table(summaries, ["beta", "rho"])
     assert set(zip(t["beta"], t["rho"])) == {(d.beta, d.rho), (2.0, d.rho)}
+
+
+def test_engine_model_table_compares_topas_with_the_best_baseline_on_each_engine():
+    rows = []
+    for engine, jct in (("sim", {"topas": 90.0, "fcfs": 100.0, "lpm": 120.0}),
+                        ("sim-sglang", {"topas": 130.0, "fcfs": 150.0, "lpm": 110.0})):
+        for pol, v in jct.items():
+            for seed in (0, 1):
+                rows.append({"workload": "w", "engine": engine, "policy": pol, "seed": seed,
+                             "jct_mean": v, "jct_p99": 2 * v})
+    s = pd.DataFrame(rows)
+    t = analysis.engine_model_table(s, against=("fcfs", "lpm")).set_index("engine")
+    assert t.loc["sim", "best baseline"] == "fcfs" and t.loc["sim", "topas vs best: mean JCT %"] == pytest.approx(-10.0)
+    # on the other engine the best baseline changes; the fixed comparison keeps sim's best (fcfs)
+    assert t.loc["sim-sglang", "best baseline"] == "lpm"
+    assert t.loc["sim-sglang", "topas vs best: mean JCT %"] == pytest.approx(100 * (130 - 110) / 110)
+    assert t.loc["sim-sglang", "sim's best"] == "fcfs"
+    assert t.loc["sim-sglang", "topas vs sim's best: mean JCT %"] == pytest.approx(100 * (130 - 150) / 150)
+    shift = analysis.engine_model_shift(s).set_index("policy")
+    assert shift.loc["lpm", "mean JCT change %"] == pytest.approx(100 * (110 - 120) / 120)

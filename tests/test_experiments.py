@@ -304,3 +304,18 @@ def test_sglang_sweeps_run_one_at_a_time_in_this_process(tmp_path, monkeypatch):
     assert calls == [(os.getpid(), "http://127.0.0.1:1", s) for s in range(3)]
     assert list(df["engine"]) == ["sglang"] * 3
     assert ResultStore(tmp_path).meta(exps[0])["engine"] == "sglang"
+
+
+def test_sim_sglang_engine_runs_the_sglang_engine_model_under_its_own_key():
+    from topas.fidelity import engine as sglang_model
+    from topas.fidelity.engine import simulate_sglang
+    from topas.experiments.spec import prepare
+
+    e = Experiment("dag-4", "fcfs", load=1.2, seed=0, n_tasks=15, engine="sim-sglang")
+    base = Experiment("dag-4", "fcfs", load=1.2, seed=0, n_tasks=15)
+    assert e.key() != base.key() and e.canonical()["engine_model"] == sglang_model.MODEL_VERSION
+    assert "engine_model" not in base.canonical()  # the figures' keys do not move
+    p = prepare(e)
+    want = simulate_sglang(p.trace, p.policy, p.cost, p.config, ignore_eos=False)
+    got = run_experiment(e)
+    assert got.deterministic_summary() == want.deterministic_summary()

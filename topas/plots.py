@@ -852,6 +852,29 @@ def plot_paper_vs_ours(table: pd.DataFrame):
     return fig
 
 
+def plot_engine_model(table: pd.DataFrame, policy: str = "topas"):
+    """Notebook 11: ``policy``'s mean and p99 JCT change against the best baseline, per workload,
+    on the paper figures' simulator (hollow) and on the simulator with SGLang's behaviours
+    (filled); ``table`` from :func:`topas.experiments.analysis.engine_model_table`."""
+    workloads = list(dict.fromkeys(table["workload"]))
+    fig, axes = plt.subplots(1, 2, figsize=(8.0, 0.45 * len(workloads) + 1.6), sharey=True)
+    ys = np.arange(len(workloads))[::-1]
+    styles = {"sim": {"facecolors": "none", "edgecolors": "black", "label": "simulator (the figures)"},
+              "sim-sglang": {"color": policy_color(policy), "label": "simulator + SGLang behaviours"}}
+    for ax, (col, title) in zip(axes, ((f"{policy} vs best: mean JCT %", "mean JCT"),
+                                       (f"{policy} vs best: p99 JCT %", "p99 JCT"))):
+        ax.axvline(0, color="black", lw=1)
+        for engine, style in styles.items():
+            d = table[table["engine"] == engine].set_index("workload")
+            ax.scatter([d[col].get(w, np.nan) for w in workloads], ys, s=40, zorder=3, **style)
+        ax.set_xlabel(f"{policy_label(policy)} vs best baseline, {title} (%)")
+    axes[0].set_yticks(ys, [workload_label(w) for w in workloads])
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside upper center", ncol=2)
+    _hide_stale_ticklabels(fig)
+    return fig
+
+
 # notebook 09: the utility-weights explorer ------------------------------------------------------
 
 

@@ -298,3 +298,52 @@ def paper_vs_ours(summaries: pd.DataFrame, reported: pd.DataFrame | None = None,
                          "ours_value": v, "note": "paper: SGLang, MetaGPT-SOP at 0.15 task/s; ours: simulator, "
                          f"{overhead_setting}; wall time is machine-dependent"})
     return pd.DataFrame(rows)
+
+
+#: notebook 11's engine models: the paper figures' simulator, and it plus SGLang's behaviours
+ENGINE_MODEL_LABELS = {"sim": "simulator (figures)", "sim-sglang": "simulator + SGLang behaviours"}
+
+
+def engine_model_table(summaries: pd.DataFrame, policy: str = "topas",
+                       against: Sequence[str] = BASELINES) -> pd.DataFrame:
+    """Does a conclusion depend on the engine model? One row per (workload, engine) of
+    ``summaries`` (runs of :func:`topas.experiments.grid.engine_model`): the best of ``against``
+    by mean JCT, ``policy``'s mean and p99 JCT change against it (%, means over seeds; negative
+    = ``policy`` better), the same change against the baseline that was best on the ``sim``
+    engine (so a change of best baseline does not hide a change), and ``policy``'s mean JCT.
+    """
+    rows = []
+    best_sim: dict[str, str | None] = {}
+    for w in dict.fromkeys(summaries.workload):
+        for engine in ("sim", "sim-sglang"):
+            df = summaries[(summaries.workload == w) & (summaries.engine == engine)]
+            if df.empty:
+                continue
+            mean, best = change_vs(df, w, "jct_mean", policy, against)
+            p99, best_p99 = change_vs(df, w, "jct_p99", policy, against)
+            if engine == "sim":
+                best_sim[w] = best
+            ref = best_sim.get(w)
+            fixed = float("nan")
+            if ref is not None:
+                fixed, _ = change_vs(df, w, "jct_mean", policy, (ref,))
+            rows.append({"workload": w, "engine": engine, "best baseline": best,
+                         f"{policy} vs best: mean JCT %": mean,
+                         f"{policy} vs best: p99 JCT %": p99, "best baseline (p99)": best_p99,
+                         "sim's best": ref, f"{policy} vs sim's best: mean JCT %": fixed,
+                         f"{policy} mean JCT (s)": float(df[df.policy == policy].jct_mean.mean())})
+    return pd.DataFrame(rows)
+
+
+def engine_model_shift(summaries: pd.DataFrame) -> pd.DataFrame:
+    """Per workload and policy: mean and p99 JCT on each engine model (means over seeds) and the
+    change from ``sim`` to ``sim-sglang`` (%)."""
+    g = summaries.groupby(["workload", "policy", "engine"])[["jct_mean", "jct_p99"]].mean().unstack("engine")
+    out = pd.DataFrame(index=g.index)
+    for col, name in (("jct_mean", "mean JCT"), ("jct_p99", "p99 JCT")):
+        if ("sim" not in g[col]) or ("sim-sglang" not in g[col]):
+            continue
+        out[f"{name} (s), sim"] = g[col]["sim"]
+        out[f"{name} (s), sim-sglang"] = g[col]["sim-sglang"]
+        out[f"{name} change %"] = 100.0 * (g[col]["sim-sglang"] - g[col]["sim"]) / g[col]["sim"]
+    return out.reset_index()

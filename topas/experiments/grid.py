@@ -99,6 +99,26 @@ def ablations(
     return _grid(workloads, ABLATIONS + BASELINES, (load,), sz, params)
 
 
+def engine_model(
+    workloads: Sequence[str] = SYNTHETIC + METAGPT,
+    load: float = 1.2,
+    quick: bool = False,
+    params: Mapping[str, object] | None = None,
+) -> list[Experiment]:
+    """Every policy at one load on both simulated engines: the paper figures' simulator
+    (``sim``) and the simulator with the SGLang behaviours the fidelity runs found
+    (``sim-sglang``), for notebook 11's question whether the figures' conclusions depend on them.
+    The ``sim`` half is :func:`jct_vs_load`'s runs at that load (the same keys, so a store that
+    has the figures has it)."""
+    sz = size(quick)
+    return [
+        Experiment(w, p, dict(params or {}) if p.startswith("topas") else {}, load=load, seed=s, n_tasks=sz.n_tasks,
+                   engine=engine)
+        for engine in ("sim", "sim-sglang")
+        for w, p, s in itertools.product(workloads, POLICIES, sz.seeds)
+    ]
+
+
 def sensitivity(
     workload: str = "dag-4",
     axes: Mapping[str, Sequence[object]] | None = None,

@@ -15,7 +15,9 @@ the result depends on, so a results store can reuse a result exactly when it is 
   (from the CLI) and ``beta=0.5`` agree, and changing a default in code changes the key;
 * ``profile_hash``: :attr:`topas.engine.cost.CostModel.profile_hash` of the profile after the
   ``kv_budget`` override (the profile's numbers, not its name or path);
-* ``engine`` and ``engine_config``: the engine and every :class:`EngineConfig` field;
+* ``engine`` and ``engine_config``: the engine and every :class:`EngineConfig` field (and, for
+  the ``sim-sglang`` engine, :data:`topas.fidelity.engine.MODEL_VERSION`, the version of its
+  SGLang behaviours);
 * ``schema``: :data:`KEY_SCHEMA`, bumped when the meaning of a result changes in a way none of
   the above captures (e.g. a simulator fix that changes results).
 
@@ -63,8 +65,10 @@ __all__ = [
 
 #: Version of the key's canonical form (see the module docstring).
 KEY_SCHEMA = "topas.experiment/2"  # 2: TOPAS ties no longer depend on the string hash seed
-#: Engines an experiment may name: the simulator, or a replay on a real SGLang server.
-ENGINES = ("sim", "sglang")
+#: Engines an experiment may name: the simulator (the paper figures' engine), the simulator with
+#: the SGLang behaviours the fidelity runs found (:class:`topas.fidelity.engine.SGLangSimulator`,
+#: for the engine-model sensitivity of notebook 11), or a replay on a real SGLang server.
+ENGINES = ("sim", "sim-sglang", "sglang")
 _TRACE_SUFFIXES = (".json.gz", ".json")
 
 
@@ -302,6 +306,10 @@ class Experiment:
                 "params": dataclasses.asdict(policy.params),
                 "profile_hash": self.load_cost().profile_hash,
             }
+            if self.engine == "sim-sglang":
+                from topas.fidelity.engine import MODEL_VERSION
+
+                self._cache["canonical"]["engine_model"] = MODEL_VERSION
         return self._cache["canonical"]
 
     def key(self) -> str:
@@ -410,8 +418,12 @@ def sglang_url() -> str:
 
 def run_experiment(exp: Experiment, progress: bool = False) -> "SimResult":
     """Run one experiment and return its :class:`~topas.engine.metrics.SimResult`: on the
-    simulator (``engine="sim"``), or replayed on the SGLang server at ``$TOPAS_SGLANG_URL``
-    (``engine="sglang"``, :func:`topas.sglang.replay.run_replay`; same tables, same columns)."""
+    simulator (``engine="sim"``), on the simulator with SGLang's behaviours
+    (``engine="sim-sglang"``, :func:`topas.fidelity.engine.simulate_sglang` with
+    ``ignore_eos=False``: a real model's requests end at EOS, so running requests reserve
+    SGLang's decaying ``new_token_ratio`` of their remaining output), or replayed on the SGLang
+    server at ``$TOPAS_SGLANG_URL`` (``engine="sglang"``, :func:`topas.sglang.replay.run_replay`;
+    same tables, same columns)."""
     return run_prepared(prepare(exp), progress=progress)
 
 
@@ -422,6 +434,10 @@ def run_prepared(p: Prepared, progress: bool = False) -> "SimResult":
         from topas.sglang.replay import run_replay
 
         return run_replay(p, url, progress=progress)
+    if p.experiment.engine == "sim-sglang":
+        from topas.fidelity.engine import simulate_sglang
+
+        return simulate_sglang(p.trace, p.policy, p.cost, p.config, ignore_eos=False, progress=progress)
     from topas.engine.simulator import simulate
 
     return simulate(p.trace, p.policy, p.cost, p.config, progress=progress)
