@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rates", default="3,6", help="arrival rates, tasks/s")
     ap.add_argument("--tasks", type=int, default=20)
     ap.add_argument("--seeds", default="0")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-calibrate", action="store_true", help="no speed probe around the runs")
     ap.add_argument("--engine-model", choices=("sglang", "base"), default="sglang")
     ap.add_argument("--ci", action="store_true", help="the CI case: chain-3-ci, 16 tasks, rate 3, fcfs and topas, 2 repeats, CI bars")

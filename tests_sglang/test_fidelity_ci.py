@@ -28,11 +28,11 @@ from topas.paths import REPO_ROOT  # noqa: E402
 from topas.workload.trace_io import write_trace  # noqa: E402
 
 PROFILE = REPO_ROOT / "data" / "profiles" / "cpu_tiny-llama.json"
-#: A KV pool large enough that nothing is evicted in this case. With SGLang's radix cache a full
-#: pool evicts LRU leaves token by token, finished requests' KV included, which the simulator
-#: (whole prefixes, request KV freed at finish) does not model: on the 4,096-token pool that
-#: alone moved FCFS's prefix hits by 10-15% (see the benchmark). CI checks the time model and the
-#: prefix accounting; the benchmark checks memory pressure.
+#: A KV pool large enough that nothing is evicted in this case. On a full pool SGLang's radix
+#: cache evicts least-recently-used leaves (finished requests' KV, then prefixes), and which
+#: prefixes survive hinges on the timing of each eviction, which CPU noise moves from run to run
+#: (FCFS's prefix hits vary by 10-15% between repeats of the benchmark's 4,096-token points).
+#: CI checks the time model and the prefix accounting; the benchmark checks memory pressure.
 CI_POOL = 32768
 
 
