@@ -344,15 +344,15 @@ def test_finished_kv_stays_cached_and_leaves_are_evicted_oldest_first():
     # a finished request of C (time 2.0): C has a cached child, so C is not a leaf
     heapq_push = __import__("heapq").heappush
     heapq_push(sim._leaves, (2.0, 0, "chain3.C", 1000, 0, "t9/C"))
-    sim._cached_by_agent["chain3.C"] = sim.cached_request_tokens = 1000
+    sim._cached_by_agent["chain3.C"] = sim.evictable_tokens = 1000
     # pool: 3 x 4096 prefixes + 1000 cached = 13288; shrink the budget to need 1 token back
     sim.budget = 13287
     sim._settle()
     assert not a.resident and b.resident and c.resident  # A (1.0) is the oldest leaf; C is no leaf
-    assert sim.cached_request_tokens == 1000
+    assert sim.evictable_tokens == 1000
     sim.budget = 4096 + 1000 - 1  # now C's child (2.0) goes, then C (0.5) is a leaf and the oldest
     sim._settle()
-    assert sim.cached_request_tokens == 0 and not c.resident and b.resident
+    assert sim.evictable_tokens == 0 and not c.resident and b.resident
 
 
 def test_sglang_simulator_keeps_the_pool_within_the_budget_with_finished_kv_cached():
@@ -370,7 +370,7 @@ def test_sglang_simulator_keeps_the_pool_within_the_budget_with_finished_kv_cach
 
         def checked():
             settle()
-            worst[0] = max(worst[0], sim.prefix_tokens + sim.request_tokens + sim.cached_request_tokens - sim.budget)
+            worst[0] = max(worst[0], sim.prefix_tokens + sim.request_tokens + sim.evictable_tokens - sim.budget)
 
         sim._settle = checked
         r = sim.run()

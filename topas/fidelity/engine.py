@@ -1,4 +1,4 @@
-"""The simulator with three SGLang behaviours that the fidelity runs found it lacked.
+"""The simulator with the SGLang behaviours that the fidelity runs found it lacked.
 
 :class:`SGLangSimulator` is :class:`topas.engine.simulator.Simulator` plus (each found by replaying
 the same trace on the CPU SGLang server and reading the plugin's decision log):
@@ -16,7 +16,9 @@ the same trace on the CPU SGLang server and reading the plugin's decision log):
    share the prefix being loaded in the same decision. Here the second and later such requests
    must find room for their own copy of the prefix to be admitted (they then share it, as the
    radix tree dedups the copies after the prefill: the cost of the duplicate prefill is not
-   charged).
+   charged), whether the prefix was loaded on demand (a baseline) or by the policy (TOPAS: the
+   first request it admits of the agent computes the prefix; without this TOPAS's prefix hits on
+   the benchmark were 17-22% too few at 6 tasks/s, with it within 5%).
 3. **The request path.** A stage's request reaches the scheduler some milliseconds after its
    parent's reply left it (HTTP, the tokenizer manager, ZMQ; the replay client's reply handling),
    and the task's last reply reaches the client after the scheduler finished it. With
@@ -44,18 +46,32 @@ the same trace on the CPU SGLang server and reading the plugin's decision log):
    hence evictable, only once all its children are gone. So an unreferenced prefix whose last
    use is older than other agents' finished requests is evicted while the base simulator, which
    frees a request's KV at finish and evicts only prefixes (and only when the free pool runs
-   short), keeps it; the fidelity benchmark's cache-hit counts at 4,096 tokens (chain-3-cpu,
-   FCFS: about 30 of 57 possible hits measured, 52 simulated) come from this. With
+   short), keeps it (chain-3-cpu, FCFS at 3 tasks/s on 4,096 tokens: about 30 of 57 possible
+   prefix hits measured, 49-52 simulated without this). With
    ``cache_finished`` (default) a finished request's KV becomes such a leaf, and after every
    decision and decode run, leaves (finished requests' KV, and unreferenced prefixes without
    cached children) are evicted oldest first until the pool fits; the policy's view still
    counts them as free (SGLang's ``available + evictable``). Prefixes that the policy manages
    (TOPAS pins them through the radix tree's lock references) are never evicted this way.
+6. **A managing policy's eviction only unpins.** The plugin carries out TOPAS's ``evict`` by
+   releasing its lock on the prefix (``topas.sglang.plugin``): the prefix stays cached, an LRU
+   leaf like a finished request, until an allocation evicts it, and a ``load`` of it meanwhile
+   just pins it again, so the next request of the agent finds it cached. The base simulator
+   freed it at once and recomputed it on the next load. Here an
+   evicted prefix becomes such a leaf (not resident to the policy, occupying the pool) and a
+   load of it while cached costs nothing. Without a host tier only (with one, an evicted
+   prefix moves to host memory as in the base simulator).
+7. **A freshly computed prefix shares its radix node with the request that computed it.** The
+   request's prompt is inserted as one node; only when another request matches the prefix is
+   the node split at the prefix. Until then, evicting that request's (finished) KV evicts the
+   prefix with it. The base simulator kept the prefix (FCFS and LPM on chain-3-cpu at 3 tasks/s:
+   25-27% more prefix hits simulated than measured, within 10% with 5.-7.).
 
 Everything else (costs, memory, retraction, LRU, policies) is the base simulator's. These fixes
 live here, not in ``topas.engine.simulator``, because folding them into the default engine
 changes every stored result (the experiment key covers the engine config) and the paper
-figures are regenerated from the store; with ``gate=False, own_prefix_copy=False,
+figures are regenerated from the store; notebook 11 runs the figures' operating point on both
+(``engine="sim-sglang"`` runs this class with ``ignore_eos=False``). With ``gate=False, own_prefix_copy=False,
 request_latency_s=0, full_output_reserve=False, ignore_eos=False, cache_finished=False`` the
 class is the base simulator exactly (tested).
 """
@@ -99,7 +115,9 @@ class SGLangSimulator(Simulator):
         self._settling = False
         self._cached_by_agent: dict[str, int] = {a: 0 for a in self.prefixes}
         self._generation: dict[str, int] = {a: 0 for a in self.prefixes}
-        self.cached_request_tokens = 0
+        #: KV that is cached but evictable (finished requests', unpinned prefixes'): occupies
+        #: the pool, free to the policy's view
+        self.evictable_tokens = 0
         self.gate = gate
         self.own_prefix_copy = own_prefix_copy
         self.full_output_reserve = full_output_reserve
@@ -196,7 +214,7 @@ class SGLangSimulator(Simulator):
             self._seq += 1
             heapq.heappush(self._leaves, (self.now, self._seq, r.agent, kv, self._generation[r.agent], r.rid))
             self._cached_by_agent[r.agent] += kv
-            self.cached_request_tokens += kv
+            self.evictable_tokens += kv
 
     def _stop(self, r: Request, by_engine: bool) -> None:
         super()._stop(r, by_engine)
@@ -215,11 +233,11 @@ class SGLangSimulator(Simulator):
             super()._evict(p)
             if not p.on_host:
                 self._ghost[a] = True
-                self.cached_request_tokens += p.tokens
+                self.evictable_tokens += p.tokens
             return
         super()._evict(p)
         # its cached children went first (a radix node is evicted only as a leaf)
-        self.cached_request_tokens -= self._cached_by_agent[a]
+        self.evictable_tokens -= self._cached_by_agent[a]
         self._cached_by_agent[a] = 0
         self._generation[a] += 1
         self._merged[a] = None
@@ -228,7 +246,7 @@ class SGLangSimulator(Simulator):
         a = p.agent.name
         if self._ghost.get(a):  # 6. still cached: pinning it again costs nothing
             self._ghost[a] = False
-            self.cached_request_tokens -= p.tokens
+            self.evictable_tokens -= p.tokens
             p.resident = True
             p.last_used = self.now
             p.loaded_at = -1.0  # cached before this decision: the next admission is a hit
@@ -250,7 +268,7 @@ class SGLangSimulator(Simulator):
     def _drop_ghost(self, p) -> None:
         a = p.agent.name
         self._ghost[a] = False
-        self.cached_request_tokens -= p.tokens
+        self.evictable_tokens -= p.tokens
         self._generation[a] += 1
         if self.config.host_tier and not p.on_host:  # HiCache backs an evicted node up to host
             self._pending_move_time += self.cost.swap_time(p.tokens)
@@ -264,7 +282,7 @@ class SGLangSimulator(Simulator):
             return
         self._settling = True
         try:
-            deficit = self.prefix_tokens + self.request_tokens + self.cached_request_tokens - self.budget
+            deficit = self.prefix_tokens + self.request_tokens + self.evictable_tokens - self.budget
             while deficit > 0:
                 while self._leaves and self._leaves[0][4] != self._generation[self._leaves[0][2]]:
                     heapq.heappop(self._leaves)  # dropped with its prefix
@@ -285,7 +303,7 @@ class SGLangSimulator(Simulator):
                     heapq.heappop(self._leaves)
                     _, _, a, kv, _, rid = leaf
                     self._cached_by_agent[a] -= kv
-                    self.cached_request_tokens -= kv
+                    self.evictable_tokens -= kv
                     deficit -= kv
                     p = self.prefixes[a]
                     if self._merged.get(a) == rid and p.resident and p.refcount == 0 and p.prefill_left == 0:
