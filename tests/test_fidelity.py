@@ -396,3 +396,20 @@ def test_rank_disagreement_is_flagged_when_the_measurement_cannot_order_the_pair
     # a clear measured reversal is not noise
     runs = _runs({"fcfs": 1.5, "lpm": 1.2}, {"fcfs": [1.0, 1.01, 1.0], "lpm": [2.0, 2.01, 2.0]})
     assert fc.rank_agreement(runs).iloc[0].disagree_within_noise == 0
+
+
+def test_a_managing_policys_eviction_leaves_a_computed_prefix_cached_and_a_reload_free():
+    sim = _sglang_sim(policy="topas")
+    a, b = sim.prefixes["chain3.A"], sim.prefixes["chain3.B"]
+    for p in (a, b):
+        sim._load(p)
+    a.prefill_left = 0  # A computed; B still being prefilled
+    sim._evict(a)
+    sim._evict(b)
+    assert not a.resident and sim.evictable_tokens == a.tokens  # A: unpinned, still cached
+    assert not b.resident and not sim._ghost.get("chain3.B")  # B: never complete, dropped
+    sim.now = 5.0
+    sim._load(a)  # pinning it again: no prefill, and the next admission is a hit
+    assert a.resident and a.prefill_left == 0 and a.loaded_at != sim.now and sim.evictable_tokens == 0
+    sim._load(b)
+    assert b.prefill_left == b.tokens  # recomputed

@@ -96,7 +96,7 @@ _PENDING = object()
 
 #: Part of the experiment key of ``engine="sim-sglang"`` results: bump it with any change to
 #: this module that changes results, so stored results are not reused.
-MODEL_VERSION = "topas.sglang-model/3"  # 3: behaviours 4-7 (output reservation, the radix cache)
+MODEL_VERSION = "topas.sglang-model/4"  # 3: behaviours 4-7; 4: an uncomputed prefix is not kept on unpin
 
 
 class SGLangSimulator(Simulator):
@@ -230,8 +230,10 @@ class SGLangSimulator(Simulator):
         a = p.agent.name
         if self.cache_finished and self.policy.manages_prefixes and not self._settling:
             # 6. the plugin only unpins: the prefix stays cached, an LRU leaf like any other
+            # (once computed: a prefix whose first prefill has not finished is dropped)
+            computed = p.prefill_left == 0
             super()._evict(p)
-            if not p.on_host:
+            if computed and not p.on_host:
                 self._ghost[a] = True
                 self.evictable_tokens += p.tokens
             return
