@@ -300,10 +300,6 @@ def paper_vs_ours(summaries: pd.DataFrame, reported: pd.DataFrame | None = None,
     return pd.DataFrame(rows)
 
 
-#: notebook 11's engine models: the paper figures' simulator, and it plus SGLang's behaviours
-ENGINE_MODEL_LABELS = {"sim": "simulator (figures)", "sim-sglang": "simulator + SGLang behaviours"}
-
-
 def engine_model_table(summaries: pd.DataFrame, policy: str = "topas",
                        against: Sequence[str] = BASELINES) -> pd.DataFrame:
     """Does a conclusion depend on the engine model? One row per (workload, engine) of

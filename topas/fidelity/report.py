@@ -111,12 +111,8 @@ def path_table(c: Comparison, comparison_dir) -> pd.DataFrame:
     raw = Path(comparison_dir) / "raw" / "sglang"
     rows = []
     for (wl, load, pol), g in c.table.groupby(["workload", "load", "policy"], sort=True):
-        parts = []
-        for rep in sorted(set(c.runs[(c.runs.engine == "sglang") & (c.runs.workload == wl) & (c.runs.load == load)
-                                     & (c.runs.policy == pol)]["repeat"])):
-            for d in sorted(raw.glob(f"{wl}_{pol}_{load:g}_s*_r{int(rep)}")):
-                if (d / "requests.parquet").is_file():
-                    parts.append(request_path(pd.read_parquet(d / "requests.parquet")))
+        parts = [request_path(pd.read_parquet(d / "requests.parquet"))
+                 for d in sorted(raw.glob(f"{wl}_{pol}_{load:g}_s*_r*")) if (d / "requests.parquet").is_file()]
         m = pd.DataFrame(parts).mean() if parts else pd.Series(dtype=float)
         g = g.set_index("metric")
         row = {"workload": wl, "load": load, "policy": pol}
