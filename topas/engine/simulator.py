@@ -253,9 +253,16 @@ class Simulator:
                 )
             self._load(p)
         # 4. admissions, SGLang PrefillAdder style
+        return self._admit(d.admit)
+
+    def _admit(self, admit: tuple[str, ...]) -> int:
+        """Admit the (validated, waiting) requests of ``admit`` in order while they fit; stop at
+        the first that does not. Returns the number admitted."""
+        pname = self.policy.name
+        manages = self.policy.manages_prefixes
         admitted = 0
         reserved = self._reserved()
-        for rid in d.admit:
+        for rid in admit:
             r = self.waiting[rid]
             if len(self.prefill_queue) + len(self.decoding) >= self.config.max_running_requests:
                 break
@@ -270,13 +277,20 @@ class Simulator:
                 if not self._make_room(p.tokens + need + own_reserve + reserved, exclude=p):
                     break
                 self._load(p)
-            elif self.budget - self.prefix_tokens - self.request_tokens - reserved < need + own_reserve:
-                if manages or not self._make_room(need + own_reserve + reserved, exclude=p):
-                    break
+            else:
+                fit = need + own_reserve + self._prefix_copy(r, p)
+                if self.budget - self.prefix_tokens - self.request_tokens - reserved < fit:
+                    if manages or not self._make_room(fit + reserved, exclude=p):
+                        break
             self._start(r, p)
             reserved += own_reserve
             admitted += 1
         return admitted
+
+    def _prefix_copy(self, r: Request, p: Prefix) -> int:
+        """KV that admitting ``r`` needs for its resident prefix ``p`` beyond its own: 0 here (the
+        prefix is shared); :class:`topas.fidelity.engine.SGLangSimulator` charges SGLang's copy."""
+        return 0
 
     def _prefix(self, agent: str, pname: str) -> Prefix:
         p = self.prefixes.get(agent)

@@ -79,14 +79,13 @@ class is the base simulator exactly (tested).
 from __future__ import annotations
 
 import heapq
-from dataclasses import replace
 
 from topas.engine.config import EngineConfig
 from topas.engine.cost import CostModel
 from topas.engine.entities import DECODE, PREFILL, WAITING, Request
 from topas.engine.metrics import SimResult
 from topas.engine.simulator import Simulator
-from topas.engine.view import Decision, InfeasibleDecision
+from topas.engine.view import Decision
 from topas.policies.base import Policy
 from topas.workload.model import Trace
 
@@ -113,6 +112,7 @@ class SGLangSimulator(Simulator):
         #: its computing request not started yet; None: split, or not cached)
         self._merged: dict[str, object] = {}
         self._settling = False
+        self._loading: set[str] = set()
         self._cached_by_agent: dict[str, int] = {a: 0 for a in self.prefixes}
         self._generation: dict[str, int] = {a: 0 for a in self.prefixes}
         #: KV that is cached but evictable (finished requests', unpinned prefixes'): occupies
@@ -222,7 +222,14 @@ class SGLangSimulator(Simulator):
 
     # ------------------------------------------------------------------ 5.-7. the radix cache
     def apply(self, d: Decision) -> int:
-        admitted = self._apply(d)
+        # 2. agents whose prefix is computed in this batch, its first request excepted: what
+        # another decision started, not what this one loads (its first admission computes it)
+        loads = set(d.load) if self.policy.manages_prefixes else set()
+        self._loading = {a for a, p in self.prefixes.items() if p.resident and p.prefill_left > 0 and a not in loads}
+        admitted = super().apply(d)
+        running = len(self.prefill_queue) + len(self.decoding)
+        if admitted < len(d.admit) and 0 < running < self.config.max_running_requests:
+            self._batch_full = True  # 1. a request did not fit
         self._settle()
         return admitted
 
@@ -266,6 +273,8 @@ class SGLangSimulator(Simulator):
         elif m is not None and m != r.rid:
             self._merged[r.agent] = None  # another request matched the prefix: the node splits
         super()._start(r, p)
+        if p.prefill_left > 0:
+            self._loading.add(r.agent)  # 2. the rest of this batch matches none of it
 
     def _drop_ghost(self, p) -> None:
         a = p.agent.name
@@ -317,63 +326,9 @@ class SGLangSimulator(Simulator):
             self._settling = False
 
     # ------------------------------------------------------------------ 2. uncached prefixes
-    def _apply(self, d: Decision) -> int:
-        if not self.own_prefix_copy:
-            n_running = len(self.prefill_queue) + len(self.decoding)
-            admitted = super().apply(d)
-            if admitted < len(d.admit) and n_running + admitted < self.config.max_running_requests \
-                    and (n_running + admitted) > 0:
-                self._batch_full = True
-            return admitted
-        pname = self.policy.name
-        manages = self.policy.manages_prefixes
-        if len(set(d.admit)) != len(d.admit) or (not manages and (d.evict or d.load or d.preempt)):
-            return super().apply(d)  # raises InfeasibleDecision with the base's message
-        for rid in d.admit:
-            if rid not in self.waiting:
-                raise InfeasibleDecision(f"policy {pname!r} admits {rid}, which is not waiting")
-        # A policy that manages prefixes: its preemptions, evictions and loads as the base applies
-        # them; the first request admitted of an agent it loads computes the prefix, and the others
-        # of that batch match none of it (2.), as for a baseline's on-demand loads.
-        first = set(d.load) if manages else set()
-        if manages:
-            super().apply(replace(d, admit=()))
-        admitted = 0
-        reserved = self._reserved()
-        loading: set[str] = set()  # agents whose prefix is computed in this batch
-        for p in self.prefixes.values():
-            if p.resident and p.prefill_left > 0 and p.agent.name not in first:
-                loading.add(p.agent.name)
-        stopped = False
-        for rid in d.admit:
-            r = self.waiting[rid]
-            if len(self.prefill_queue) + len(self.decoding) >= self.config.max_running_requests:
-                break
-            p = self.prefixes[r.agent]
-            need = r.x + r.generated + 1
-            own_reserve = self._reserve(r)
-            if not p.resident:
-                if manages:
-                    raise InfeasibleDecision(
-                        f"policy {pname!r} admits {rid} but its prefix {r.agent!r} is not resident or loaded")
-                if not self._make_room(p.tokens + need + own_reserve + reserved, exclude=p):
-                    stopped = True
-                    break
-                self._load(p)
-            else:
-                extra = p.tokens if r.agent in loading else 0  # its own copy of an uncached prefix
-                if self.budget - self.prefix_tokens - self.request_tokens - reserved < need + own_reserve + extra:
-                    if manages or not self._make_room(need + own_reserve + extra + reserved, exclude=p):
-                        stopped = True
-                        break
-            if p.prefill_left > 0:
-                loading.add(r.agent)
-            self._start(r, p)
-            reserved += own_reserve
-            admitted += 1
-        if stopped and (self.prefill_queue or self.decoding):
-            self._batch_full = True
-        return admitted
+    def _prefix_copy(self, r: Request, p) -> int:
+        """2.: the whole prefix again while it is being computed (SGLang matched 0 tokens of it)."""
+        return p.tokens if self.own_prefix_copy and r.agent in self._loading else 0
 
 
 def simulate_sglang(trace: Trace, policy: Policy, cost: CostModel, config: EngineConfig | None = None,
