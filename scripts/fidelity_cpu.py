@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-calibrate", action="store_true", help="no speed probe around the runs")
-    ap.add_argument("--engine-model", choices=("sglang", "base"), default="sglang")
+    ap.add_argument("--engine-model", choices=("sglang", "legacy"), default="sglang")
     ap.add_argument("--ci", action="store_true", help="the CI case: chain-3-ci, 16 tasks, rate 3, fcfs and topas, 2 repeats, CI bars")
     ap.add_argument("--decision-log", default=None,
                     help="with --server on this machine: the server's TOPAS_DECISION_LOG (fills queueing times)")

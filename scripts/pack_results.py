@@ -84,9 +84,9 @@ def record_notebook_log(log: Path, engine: str) -> None:
                           executed_dir=Path(tmp) / "executed", progress=True)
 
 
-#: The engines whose results each pack holds: the simulated pack also holds the runs of the
-#: simulator with SGLang's behaviours (``sim-sglang``, notebook 11), which need no server either.
-PACKED_ENGINES = {"sim": ("sim", "sim-sglang"), "sglang": ("sglang",)}
+#: The engines whose results each pack holds (the simulated pack holds every engine model of the
+#: simulator, notebook 11's too).
+PACKED_ENGINES = {"sim": ("sim",), "sglang": ("sglang",)}
 
 
 def build_pack(keys: list[str], loaded: set[str], engine: str, dest: Path) -> dict:

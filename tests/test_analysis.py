@@ -189,19 +189,21 @@ def test_sensitivity_table_fills_parameters_left_at_their_defaults():
 
 def test_engine_model_table_compares_topas_with_the_best_baseline_on_each_engine():
     rows = []
-    for engine, jct in (("sim", {"topas": 90.0, "fcfs": 100.0, "lpm": 120.0}),
-                        ("sim-sglang", {"topas": 130.0, "fcfs": 150.0, "lpm": 110.0})):
+    for model, jct in (("legacy", {"topas": 130.0, "fcfs": 150.0, "lpm": 110.0}),
+                       ("stock", {"topas": 90.0, "fcfs": 100.0, "lpm": 120.0})):
         for pol, v in jct.items():
             for seed in (0, 1):
-                rows.append({"workload": "w", "engine": engine, "policy": pol, "seed": seed,
+                rows.append({"workload": "w", "engine": "sim", "engine_model": model, "policy": pol, "seed": seed,
                              "jct_mean": v, "jct_p99": 2 * v})
     s = pd.DataFrame(rows)
-    t = analysis.engine_model_table(s, against=("fcfs", "lpm")).set_index("engine")
-    assert t.loc["sim", "best baseline"] == "fcfs" and t.loc["sim", "topas vs best: mean JCT %"] == pytest.approx(-10.0)
-    # on the other engine the best baseline changes; the fixed comparison keeps sim's best (fcfs)
-    assert t.loc["sim-sglang", "best baseline"] == "lpm"
-    assert t.loc["sim-sglang", "topas vs best: mean JCT %"] == pytest.approx(100 * (130 - 110) / 110)
-    assert t.loc["sim-sglang", "sim's best"] == "fcfs"
-    assert t.loc["sim-sglang", "topas vs sim's best: mean JCT %"] == pytest.approx(100 * (130 - 150) / 150)
+    t = analysis.engine_model_table(s, against=("fcfs", "lpm"))
+    assert list(t["engine model"]) == ["stock", "legacy"]  # the reference first
+    t = t.set_index("engine model")
+    assert t.loc["stock", "best baseline"] == "fcfs" and t.loc["stock", "topas vs best: mean JCT %"] == pytest.approx(-10.0)
+    # on the other model the best baseline changes; the fixed comparison keeps stock's best (fcfs)
+    assert t.loc["legacy", "best baseline"] == "lpm"
+    assert t.loc["legacy", "topas vs best: mean JCT %"] == pytest.approx(100 * (130 - 110) / 110)
+    assert t.loc["legacy", "stock's best"] == "fcfs"
+    assert t.loc["legacy", "topas vs stock's best: mean JCT %"] == pytest.approx(100 * (130 - 150) / 150)
     shift = analysis.engine_model_shift(s).set_index("policy")
-    assert shift.loc["lpm", "mean JCT change %"] == pytest.approx(100 * (110 - 120) / 120)
+    assert shift.loc["lpm", "mean JCT change %, legacy"] == pytest.approx(100 * (110 - 120) / 120)

@@ -306,16 +306,26 @@ def test_sglang_sweeps_run_one_at_a_time_in_this_process(tmp_path, monkeypatch):
     assert ResultStore(tmp_path).meta(exps[0])["engine"] == "sglang"
 
 
-def test_sim_sglang_engine_runs_the_sglang_engine_model_under_its_own_key():
-    from topas.fidelity import engine as sglang_model
-    from topas.fidelity.engine import simulate_sglang
-    from topas.experiments.spec import prepare
+def test_engine_options_configure_the_simulator_under_their_own_key():
+    from dataclasses import replace
 
-    e = Experiment("dag-4", "fcfs", load=1.2, seed=0, n_tasks=15, engine="sim-sglang")
+    from topas.engine.config import LEGACY_ENGINE, EngineConfig
+    from topas.engine.simulator import simulate
+    from topas.experiments.spec import ExperimentError, prepare
+
+    e = Experiment("dag-4", "fcfs", load=1.2, seed=0, n_tasks=15, engine_options={"host_tier": "true"})
     base = Experiment("dag-4", "fcfs", load=1.2, seed=0, n_tasks=15)
-    assert e.key() != base.key() and e.canonical()["engine_model"] == sglang_model.MODEL_VERSION
-    assert "engine_model" not in base.canonical()  # the figures' keys do not move
+    assert e.key() != base.key() and e.engine_config() == replace(EngineConfig(), host_tier=True)
+    assert e.engine_options == (("host_tier", True),) and e.engine_model == "host_tier=True"
+    assert base.engine_model == "stock" and base.engine_config() == EngineConfig()
+    assert Experiment("dag-4", "fcfs", engine_options=LEGACY_ENGINE).engine_model == "legacy"
+    assert "engine[host_tier=True]" in e.label()
     p = prepare(e)
-    want = simulate_sglang(p.trace, p.policy, p.cost, p.config, ignore_eos=False)
-    got = run_experiment(e)
-    assert got.deterministic_summary() == want.deterministic_summary()
+    want = simulate(p.trace, p.policy, p.cost, replace(EngineConfig(), host_tier=True))
+    assert run_experiment(e).deterministic_summary() == want.deterministic_summary()
+    with pytest.raises(ExperimentError, match="unknown engine option 'host_teir'.*host_tier"):
+        Experiment("dag-4", "fcfs", engine_options={"host_teir": True})
+    with pytest.raises(ExperimentError, match="host_tier='maybe'"):
+        Experiment("dag-4", "fcfs", engine_options={"host_tier": "maybe"})
+    with pytest.raises(ExperimentError, match="simulator only"):
+        Experiment("dag-4", "fcfs", engine="sglang", engine_options={"host_tier": True})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
@@ -205,42 +206,22 @@ def test_optional_cached_term_keeps_old_profiles_and_hashes():
 
 
 # ----------------------------------------------------------------------------- the SGLang engine model
-def test_sglang_simulator_without_its_fixes_is_the_base_simulator():
+def test_request_latency_adds_the_request_path_and_the_gate_completes_every_task():
     from topas.engine.config import EngineConfig
-    from topas.engine.simulator import simulate
-    from topas.fidelity.engine import SGLangSimulator
-    from topas.policies.base import make_policy
-
-    cost = load_profile("a100-80gb_llama3-8b").with_budget(20000)
-    for pol in ("fcfs", "lpm", "topas"):
-        p = Point("dag-4", pol, rate=0.3, seed=1, n_tasks=15)
-        from topas.fidelity.run import point_trace
-        tr = point_trace(p)
-        a = simulate(tr, make_policy(pol), cost, EngineConfig(host_tier=False))
-        b = SGLangSimulator(tr, make_policy(pol), cost, EngineConfig(host_tier=False), gate=False,
-                            own_prefix_copy=False, request_latency_s=0.0, full_output_reserve=False,
-                            ignore_eos=False, cache_finished=False).run()
-        assert a.deterministic_summary() == b.deterministic_summary(), pol
-        pd.testing.assert_frame_equal(a.tasks, b.tasks)
-
-
-def test_sglang_simulator_request_latency_and_gate():
-    from topas.engine.config import EngineConfig
-    from topas.fidelity.engine import SGLangSimulator
+    from topas.engine.simulator import Simulator
     from topas.fidelity.run import point_trace
     from topas.policies.base import make_policy
 
     cost = load_profile("a100-80gb_llama3-8b").with_budget(20000)
     tr = point_trace(Point("chain-3", "fcfs", rate=0.01, seed=0, n_tasks=3))  # no overlap between tasks
-    base = SGLangSimulator(tr, make_policy("fcfs"), cost, EngineConfig(host_tier=False)).run()
-    lat = SGLangSimulator(tr, make_policy("fcfs"), cost, EngineConfig(host_tier=False), request_latency_s=0.01).run()
+    base = Simulator(tr, make_policy("fcfs"), cost, EngineConfig()).run()
+    lat = Simulator(tr, make_policy("fcfs"), cost, EngineConfig(request_latency_s=0.01)).run()
     # three stages in a chain: 3 request paths per task (half in, full between stages, half out)
     assert (lat.tasks["jct"] - base.tasks["jct"]).to_numpy() == pytest.approx([0.03] * 3, abs=1e-9)
     # heavier traffic still completes every task under every policy, with the gate on
     tr = point_trace(Point("dag-4", "fcfs", rate=0.5, seed=0, n_tasks=20))
     for pol in ("fcfs", "lpm", "topas"):
-        r = SGLangSimulator(tr, make_policy(pol), cost.with_budget(12000), EngineConfig(host_tier=False),
-                            request_latency_s=0.005).run()
+        r = Simulator(tr, make_policy(pol), cost.with_budget(12000), EngineConfig(request_latency_s=0.005)).run()
         assert r.tasks["finish"].notna().all() and len(r.tasks) == 20
 
 
@@ -306,13 +287,13 @@ def test_a_miss_inside_the_measured_noise_is_told_apart_from_one_beyond_it():
 # ----------------------------------------------------------------------------- SGLang engine model: memory
 def _sglang_sim(**kw):
     from topas.engine.config import EngineConfig
-    from topas.fidelity.engine import SGLangSimulator
+    from topas.engine.simulator import Simulator
     from topas.fidelity.run import point_trace
     from topas.policies.base import make_policy
 
     tr = point_trace(Point("chain-3", "fcfs", rate=0.01, seed=0, n_tasks=3))
     cost = load_profile("a100-80gb_llama3-8b").with_budget(20000)
-    return SGLangSimulator(tr, make_policy(kw.pop("policy", "fcfs")), cost, EngineConfig(host_tier=False), **kw)
+    return Simulator(tr, make_policy(kw.pop("policy", "fcfs")), cost, EngineConfig(ignore_eos=True, **kw))
 
 
 def test_sglang_reserves_a_new_requests_whole_output_and_ignore_eos_requests_keep_it():
@@ -322,14 +303,20 @@ def test_sglang_reserves_a_new_requests_whole_output_and_ignore_eos_requests_kee
     sim._admit_arrivals()  # the first task arrives at 0
     r = next(iter(sim.requests.values()))
     r.state, r.generated = WAITING, 0
-    assert sim._reserve(r) == r.y + 1  # add_one_req: max_new_tokens + one page
+    # add_one_req: max_new_tokens (with the first output token's slot, allocated at admission,
+    # this is its strict extend_input_len + max_new_tokens < rem_total_tokens)
+    assert sim._reserve(r) == r.y
     r.state, r.generated = DECODE, 3
     assert sim._reserve(r) == r.y - 3  # ignore_eos: ratio 1 while running
-    sim.ignore_eos = False
+    sim.config = replace(sim.config, ignore_eos=False)
     assert sim._reserve(r) == int(sim.new_token_ratio * (r.y - 3))  # the early-EOS estimate
-    sim.full_output_reserve = False
+    sim.config = replace(sim.config, full_output_reserve=False)
     r.state = WAITING
-    assert sim._reserve(r) == int(sim.new_token_ratio * (r.y - 3))  # the base simulator's rule
+    assert sim._reserve(r) == int(sim.new_token_ratio * (r.y - 3))  # the ratio for admissions too
+    # a stage's max_new_tokens, when the trace gives one, is what is reserved for
+    r.max_new = r.y + 100
+    sim.config = replace(sim.config, full_output_reserve=True)
+    assert sim._reserve(r) == r.y + 100 - 3
 
 
 def test_finished_kv_stays_cached_and_leaves_are_evicted_oldest_first():
@@ -355,16 +342,16 @@ def test_finished_kv_stays_cached_and_leaves_are_evicted_oldest_first():
     assert sim.evictable_tokens == 0 and not c.resident and b.resident
 
 
-def test_sglang_simulator_keeps_the_pool_within_the_budget_with_finished_kv_cached():
+def test_the_pool_stays_within_the_budget_with_finished_kv_cached():
     from topas.engine.config import EngineConfig
-    from topas.fidelity.engine import SGLangSimulator
+    from topas.engine.simulator import Simulator
     from topas.fidelity.run import point_trace
     from topas.policies.base import make_policy
 
     cost = load_profile("a100-80gb_llama3-8b").with_budget(12000)
     tr = point_trace(Point("dag-4", "fcfs", rate=0.5, seed=0, n_tasks=20))
     for pol in ("fcfs", "lpm", "topas"):
-        sim = SGLangSimulator(tr, make_policy(pol), cost, EngineConfig(host_tier=False))
+        sim = Simulator(tr, make_policy(pol), cost, EngineConfig(ignore_eos=True))
         worst = [0]
         settle = sim._settle
 
@@ -410,6 +397,7 @@ def test_a_managing_policys_eviction_leaves_a_computed_prefix_cached_and_a_reloa
     assert not b.resident and not sim._ghost.get("chain3.B")  # B: never complete, dropped
     sim.now = 5.0
     sim._load(a)  # pinning it again: no prefill, and the next admission is a hit
-    assert a.resident and a.prefill_left == 0 and a.loaded_at != sim.now and sim.evictable_tokens == 0
+    assert a.resident and a.prefill_left == 0 and sim.evictable_tokens == 0
+    assert sim.prefix_events[-1][1:3] == ("chain3.A", "load_cached")
     sim._load(b)
     assert b.prefill_left == b.tokens  # recomputed

@@ -27,12 +27,13 @@ def test_sensitivity_is_the_cartesian_product_of_its_axes():
     assert len(grid.sensitivity(quick=True)) == 2 * 2  # quick keeps two values per axis, one seed
 
 
-def test_engine_model_grid_pairs_the_figures_runs_with_the_sglang_engine_model():
+def test_engine_model_grid_pairs_the_figures_runs_with_each_other_engine_model():
     exps = grid.engine_model(["dag-4"], load=1.2, quick=True)
-    sim = [e for e in exps if e.engine == "sim"]
-    sgl = [e for e in exps if e.engine == "sim-sglang"]
-    assert len(sim) == len(sgl) == len(grid.POLICIES) * len(grid.QUICK.seeds)
-    assert {e.key() for e in sim}.isdisjoint({e.key() for e in sgl})
-    # full size: the sim half is the figures' jct_vs_load runs at 1.2x, the same keys (no re-run)
+    by_model = {m: [e for e in exps if e.engine_model == m] for m in grid.ENGINE_MODELS}
+    assert set(by_model) == {"stock", "host_tier=True", "legacy"}
+    assert all(len(v) == len(grid.POLICIES) * len(grid.QUICK.seeds) for v in by_model.values())
+    keys = [{e.key() for e in v} for v in by_model.values()]
+    assert len(set().union(*keys)) == sum(len(k) for k in keys)  # every model has its own keys
+    # full size: the stock third is the figures' jct_vs_load runs at 1.2x, the same keys (no re-run)
     figures = {e.key() for e in grid.jct_vs_load(["dag-4"]) if e.load == 1.2}
-    assert {e.key() for e in grid.engine_model(["dag-4"]) if e.engine == "sim"} == figures
+    assert {e.key() for e in grid.engine_model(["dag-4"]) if e.engine_model == "stock"} == figures

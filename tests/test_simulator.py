@@ -25,7 +25,7 @@ import pytest
 
 from conftest import ROUND_COST as C
 from conftest import chain3_task, dag4_task, stage, task, trace
-from topas.engine.config import EngineConfig
+from topas.engine.config import LEGACY_ENGINE, EngineConfig
 from topas.engine.metrics import WALL_CLOCK_KEYS, SimResult
 from topas.engine.simulator import SimulationStuck, Simulator, simulate
 from topas.engine.view import Decision, EngineView, InfeasibleDecision
@@ -238,7 +238,8 @@ def _busy_trace():
     return trace(agents, tasks)
 
 
-BUSY_CONFIG = EngineConfig(kv_budget=900, max_prefill_tokens=128)
+# host tier (swaps) and ratio reservations (retractions), so that every mechanism is exercised
+BUSY_CONFIG = EngineConfig(kv_budget=900, max_prefill_tokens=128, host_tier=True, full_output_reserve=False)
 
 
 def _write_tables(res: SimResult, directory: Path) -> dict[str, bytes]:
@@ -369,23 +370,24 @@ def _sequential(agents: str, spacing: float = 10.0, x: int = 50, y: int = 10):
     return [task(f"t{i}", spacing * i, stage("S", a, x, y)) for i, a in enumerate(agents)]
 
 
-def test_non_managing_policies_get_lru_eviction_of_unreferenced_prefixes():
+def test_without_the_radix_cache_unreferenced_prefixes_are_evicted_lru_as_a_request_needs_room():
     # Two 300-token prefixes + a request fit in 800 tokens, three prefixes do not.
     res = simulate(trace({"P": 300, "Q": 300, "R": 300}, _sequential("PQPRPQ")), FCFS(), C,
-                   EngineConfig(kv_budget=800))
+                   EngineConfig(kv_budget=800, **LEGACY_ENGINE))
     events = list(zip(res.prefix_events["agent"], res.prefix_events["event"]))
     assert events == [
         ("P", "load_prefill"), ("Q", "load_prefill"),  # t0, t1; t2 hits P
         ("Q", "evict_swap"), ("R", "load_prefill"),    # t3: Q was used less recently than P
         ("R", "evict_swap"), ("Q", "load_swap"),       # t5 (t4 hits P): R is now the LRU one
     ]
-    assert list(res.requests.sort_values("rid")["prefix_hit"]) == [False, False, True, False, True, False]
+    # a prefix swapped in from the host is not recomputed: its tokens count as cached (t5)
+    assert list(res.requests.sort_values("rid")["prefix_hit"]) == [False, False, True, False, True, True]
 
 
 def test_host_tier_first_eviction_writes_to_host_later_ones_are_free_and_reloads_are_swaps():
     l, x, y = 600, 100, 50  # one 600-token prefix + a request fit in 1000 tokens, two prefixes do not
     res = simulate(trace({"P": l, "Q": l}, _sequential("PQPQ", x=x, y=y)), FCFS(), C,
-                   EngineConfig(kv_budget=1000))
+                   EngineConfig(kv_budget=1000, **LEGACY_ENGINE))
     events = list(zip(res.prefix_events["agent"], res.prefix_events["event"], res.prefix_events["bytes"]))
     mu = C.kv_bytes_per_token
     assert events == [
@@ -407,7 +409,7 @@ def test_host_tier_first_eviction_writes_to_host_later_ones_are_free_and_reloads
 def test_without_a_host_tier_evictions_are_free_and_reloads_are_prefills():
     l, x, y = 600, 100, 50
     res = simulate(trace({"P": l, "Q": l}, _sequential("PQP", x=x, y=y)), FCFS(), C,
-                   EngineConfig(kv_budget=1000, host_tier=False))
+                   EngineConfig(kv_budget=1000, **{**LEGACY_ENGINE, "host_tier": False}))
     assert list(res.prefix_events["event"]) == ["load_prefill", "evict_free", "load_prefill",
                                                 "evict_free", "load_prefill"]
     assert jcts(res)["t2"] == pytest.approx(first_run(l, x, y), abs=US)
@@ -416,8 +418,10 @@ def test_without_a_host_tier_evictions_are_free_and_reloads_are_prefills():
 # ============================================================================ admission and retraction
 
 # A constant new_token_ratio (no decay) keeps the admission arithmetic simple.
+# The new_token_ratio also for admissions (not add_one_req's whole output) and KV freed at finish.
 def _ratio(r: float, **kw) -> EngineConfig:
-    return EngineConfig(init_new_token_ratio=r, min_new_token_ratio_factor=1.0, **kw)
+    return EngineConfig(init_new_token_ratio=r, min_new_token_ratio_factor=1.0, full_output_reserve=False,
+                        radix_cache=False, admission_gate=False, **kw)
 
 
 def test_admission_stops_at_the_first_request_that_does_not_fit():

@@ -3,11 +3,13 @@
 Workloads: 1-4 agents, 1-4 tasks of 1-5 stages each (random DAGs), random prefix, input and
 output lengths, random arrivals, a random KV budget from "the largest request just fits alone"
 (the trace validation's limit: prefix + input + output <= budget) upwards, and chunked prefill
-as small as 16 tokens, with or without a host tier, SGLang's decaying output reservation or a
-small constant one. Every run goes through ``CheckedSimulator``, which checks the engine's
+as small as 16 tokens, SGLang's decaying output reservation or a small constant one, and every
+engine behaviour switch (host tier, radix cache, prefix sharing in a prefill batch, admission
+gate, whole-output reservation, ignore_eos, a request path) on or off. Every run goes through ``CheckedSimulator``, which checks the engine's
 invariants after every iteration:
 
-* memory: resident prefixes + running requests' KV never exceed the budget, and the counters
+* memory: resident prefixes + running requests' KV + cached evictable KV never exceed the budget
+  after an iteration's allocation, and the counters
   match the entities (prefix tokens = sum of resident l_a, request tokens = sum of running KV,
   refcount = running requests of that agent);
 * no request runs (prefills a chunk or decodes) without its agent's prefix resident and fully
@@ -56,14 +58,14 @@ class CheckedSimulator(Simulator):
         assert self.now >= before
 
     # -- lifecycle
-    def _start(self, r, p) -> None:
+    def _start(self, r, p, copy) -> None:
         assert p.resident, f"{r.rid} admitted while its prefix {r.agent!r} is not resident"
         for q in r.stage.parents:
             parent = r.task.requests[q]
             assert parent.state == DONE and parent.finish_time <= self.now, \
                 f"{r.rid} admitted at {self.now} before its parent {q} finished"
         self.starts[r.rid] = self.starts.get(r.rid, 0) + 1
-        super()._start(r, p)
+        super()._start(r, p, copy)
 
     def _finish(self, r) -> None:
         assert r.generated == r.y, f"{r.rid} finishes with {r.generated} of {r.y} tokens"
@@ -80,7 +82,7 @@ class CheckedSimulator(Simulator):
         # complete in the same iteration, ahead of the request's chunk); the engine skips the others
         for rid, before in left.items():
             r = self.requests[rid]
-            if r.state != PREFILL or r.prefill_left != before:
+            if (r.state != PREFILL or r.prefill_left != before) and not r.own_prefix:
                 assert self.prefixes[r.agent].prefill_left == 0, \
                     f"{rid} prefilled while its prefix {r.agent!r} was still being computed"
         self._check_memory()
@@ -111,9 +113,10 @@ class CheckedSimulator(Simulator):
             assert p.refcount == sum(1 for r in running if r.agent == a), f"refcount of {a!r}"
         for r in running:
             assert r.state in (PREFILL, DECODE)
-        assert self.prefix_tokens + self.request_tokens <= self.budget, (
+        assert self.evictable_tokens >= 0
+        assert self.prefix_tokens + self.request_tokens + self.evictable_tokens <= self.budget, (
             f"KV over budget at t={self.now}: {self.prefix_tokens} prefix + {self.request_tokens} "
-            f"request tokens > {self.budget}")
+            f"request + {self.evictable_tokens} cached tokens > {self.budget}")
 
 
 # ------------------------------------------------------------------------------- workloads
@@ -143,8 +146,11 @@ def workloads(draw):
     chunk = draw(st.sampled_from([16, 64, 256, None]))  # None: the cost model's 4096
     # SGLang's decaying output reservation, or a small constant one (admits more, retracts more)
     ratio = draw(st.sampled_from([{}, {"init_new_token_ratio": 0.05, "min_new_token_ratio_factor": 1.0}]))
-    cfg = EngineConfig(kv_budget=budget, max_prefill_tokens=chunk, host_tier=draw(st.booleans()),
-                       recheck_steps=draw(st.sampled_from([1, 32])), **ratio)
+    switches = {k: draw(st.booleans()) for k in ("host_tier", "radix_cache", "prefill_prefix_sharing",
+                                                 "admission_gate", "full_output_reserve", "ignore_eos")}
+    latency = draw(st.sampled_from([0.0, 0.01]))
+    cfg = EngineConfig(kv_budget=budget, max_prefill_tokens=chunk, recheck_steps=draw(st.sampled_from([1, 32])),
+                       request_latency_s=latency, **switches, **ratio)
     policy = draw(st.sampled_from([FCFS, LPM]))
     return trace(agents, tasks), cfg, policy
 
@@ -193,16 +199,18 @@ def test_engine_invariants_on_random_dag_workloads(case):
         assert n == 1 + req.loc[rid, "retractions"] + req.loc[rid, "preemptions"]
     assert len(res.tasks) == len(tr.tasks) and res.tasks["finish"].notna().all()
 
-    # after its parents: ready exactly when the last parent finished (a root: at arrival),
-    # admitted no earlier, finished after admission
+    # after its parents: ready exactly when the last parent finished (a root: at arrival) plus
+    # the request path (a full one after a parent, half after arrival), admitted no earlier,
+    # finished after admission; a task ends half a request path after its last stage
+    half = cfg.request_latency_s / 2
     for t in tr.tasks:
         for s in t.stages:
             r = req.loc[f"{t.id}/{s.id}"]
-            ready = max((req.loc[f"{t.id}/{q}", "finish"] for q in s.parents), default=t.arrival)
-            assert r["ready"] == ready
-            assert ready <= r["first_admit"] < r["finish"]
-        assert res.tasks.set_index("task_id").loc[t.id, "finish"] == max(
-            req.loc[f"{t.id}/{s.id}", "finish"] for s in t.stages)
+            ready = max((req.loc[f"{t.id}/{q}", "finish"] + 2 * half for q in s.parents), default=t.arrival + half)
+            assert r["ready"] == pytest.approx(ready, abs=1e-12)
+            assert r["ready"] <= r["first_admit"] < r["finish"]
+        assert res.tasks.set_index("task_id").loc[t.id, "finish"] == pytest.approx(max(
+            req.loc[f"{t.id}/{s.id}", "finish"] for s in t.stages) + half, abs=1e-12)
 
     # the KV timeline never exceeds the budget
     used = res.timeline["prefix_tokens"] + res.timeline["request_tokens"]

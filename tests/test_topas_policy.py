@@ -27,6 +27,7 @@ import math
 import pytest
 
 from conftest import stage, task, trace
+from topas.engine.config import LEGACY_ENGINE, EngineConfig
 from topas.engine.cost import CostModel
 from topas.engine.simulator import SimulationStuck, simulate
 from topas.engine.view import EngineView, PrefixView, RequestView, StageView, TaskView
@@ -619,8 +620,11 @@ def _starvation_stream(batches=50, n=10, period=2.48):
 
 
 def _run_stream(name, **params):
+    # The bounds above are derived on the engine model with a host tier and ratio reservations
+    # (LEGACY_ENGINE): the swap of S's prefix is what J_move prices. The property is TOPAS's.
     tr = _starvation_stream()
-    res = simulate(tr, make_policy(name, H_age=10.0, **params), COST.with_budget(3000))
+    res = simulate(tr, make_policy(name, H_age=10.0, **params), COST.with_budget(3000),
+                   EngineConfig(**LEGACY_ENGINE))
     long = res.requests.set_index("rid").loc["long/A"]
     last_short = max(t.arrival for t in tr.tasks if t.workflow == "short")
     return res, long, last_short

@@ -184,6 +184,8 @@ def simulate_summary_lines(prepared, result, out: Path | None = None) -> list[st
         f"workload     {trace.name}  ({prepared.trace_path})",
         f"policy       {exp.policy}  {params}",
         f"profile      {prepared.cost.name}  (KV budget {budget:,} tokens{override})",
+        f"engine       simulator, {exp.engine_model} SGLang behaviours"
+        + ("" if prepared.config.host_tier else " (no host KV tier)"),
         f"arrivals     {arrivals}",
         f"tasks        {s['n_tasks']} tasks, {s['n_requests']} requests"
         + (f" (first {exp.n_tasks} of the trace)" if exp.n_tasks is not None else ""),
@@ -218,13 +220,20 @@ def simulate_summary_lines(prepared, result, out: Path | None = None) -> list[st
               help="Engine profile name under data/profiles/ or a profile file [default: a100-80gb_qwen2.5-32b].")
 @click.option("--kv-budget", type=click.IntRange(min=1), default=None, metavar="N",
               help="Override the profile's KV budget (tokens).")
+@click.option("--host-tier", is_flag=True, default=False,
+              help="Model a host (CPU) KV tier for every policy (SGLang HiCache): an evicted prefix is "
+                   "swapped out and back at the profile's bandwidth instead of recomputed. Off in stock SGLang.")
+@click.option("--engine-option", "engine_opts", multiple=True, metavar="K=V",
+              help="An engine behaviour switch, e.g. --engine-option admission_gate=false (repeatable; "
+                   "see topas.engine.config.EngineConfig).")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=None, metavar="DIR",
               help="Write the result tables to DIR/<table>.parquet.")
 @click.option("--progress/--no-progress", default=None,
               help="Show a progress bar on stderr [default: only when stderr is a terminal].")
 def simulate_cmd(trace_name: str, policy: str, params: tuple[str, ...], rate: float | None,
                  load: float | None, seed: int, n_tasks: int | None, profile: str | None,
-                 kv_budget: int | None, out: Path | None, progress: bool | None) -> None:
+                 kv_budget: int | None, host_tier: bool, engine_opts: tuple[str, ...], out: Path | None,
+                 progress: bool | None) -> None:
     """Simulate one trace under one policy and print a summary.
 
     Without --rate or --load the trace's own arrival times are used. Exit status 1 with a message
@@ -240,10 +249,13 @@ def simulate_cmd(trace_name: str, policy: str, params: tuple[str, ...], rate: fl
     from topas.workload.validate import TraceError
 
     try:
+        options = dict(parse_param_strings(engine_opts))
+        if host_tier:
+            options["host_tier"] = True
         exp = Experiment(
             workload=trace_name, policy=policy, params=parse_param_strings(params),
             profile=profile or DEFAULT_PROFILE, rate=rate, load=load, seed=seed, n_tasks=n_tasks,
-            kv_budget=kv_budget,
+            kv_budget=kv_budget, engine_options=options,
         )
         prepared = prepare(exp)
     except (ExperimentError, PolicyError, ProfileError, TraceError, FileNotFoundError) as e:
@@ -349,7 +361,7 @@ def profile_server_cmd(server: str, out: Path, name: str | None, repeats: int, q
               help="Where the comparison goes (runs/comparison/ranks/tasks .csv, meta.json, comparison.md, raw/).")
 @click.option("--calibrate/--no-calibrate", default=True, show_default=True,
               help="Probe the server's speed around every run and also simulate with the profile rescaled to it.")
-@click.option("--engine-model", type=click.Choice(["sglang", "base"]), default="sglang", show_default=True,
+@click.option("--engine-model", type=click.Choice(["sglang", "legacy"]), default="sglang", show_default=True,
               help="sglang: the simulator plus SGLang's admission gate, uncached-prefix rule and request path "
                    "(topas.fidelity.engine); base: the simulator of the paper figures.")
 @click.option("--decision-log", default=None, metavar="FILE",

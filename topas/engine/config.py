@@ -1,12 +1,17 @@
-"""Engine configuration: SGLang's scheduler knobs that the simulator models.
+"""Engine configuration: SGLang's scheduler knobs and behaviours that the simulator models.
 
-Defaults are SGLang's (v0.5.x ``global_config`` / ``server_args``) where SGLang has the knob;
-the rest are this simulator's own choices, documented here.
+Defaults are stock SGLang 0.5.x (``server_args`` / ``global_config``, no HiCache), the real server
+being the ground truth for the engine model (docs/design.md, "Engine model"). Every behaviour that
+an earlier version of this simulator modelled differently is a named switch, so that a
+sensitivity study (notebook 11) can turn the old reading back on: :data:`LEGACY_ENGINE` is the
+engine model of the figures before issue 12.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 
 @dataclass(frozen=True)
@@ -17,12 +22,12 @@ class EngineConfig:
     max_prefill_tokens: int | None = None
     #: SGLang ``max_running_requests`` (its default is derived from memory; large here).
     max_running_requests: int = 4096
-    #: SGLang admission reserves ``new_token_ratio * min(max_new - generated, clip)`` tokens for
-    #: each running request's future output. The ratio starts at ``init``, decays linearly to
-    #: ``init * min_factor`` over ``decay_steps`` decode steps and is reset to ``init`` on a
-    #: retraction (SGLang computes a data-dependent ratio there; resetting is our simplification).
-    #: ``max_new`` is the request's true output length, as when SGLang replays a trace with
-    #: ``max_new_tokens = y, ignore_eos``. This is engine-internal: policies never see it.
+    #: Running requests reserve ``new_token_ratio * min(max_new - generated, clip)`` tokens for
+    #: their future output. The ratio starts at ``init``, decays linearly to ``init * min_factor``
+    #: over ``decay_steps`` decode steps and is reset to ``init`` on a retraction (SGLang computes
+    #: a data-dependent ratio there; resetting is our simplification). ``max_new`` is the stage's
+    #: ``max_new_tokens`` (the trace's; its output length when absent, as the replay client sends
+    #: it). Engine-internal: policies never see it.
     init_new_token_ratio: float = 0.7
     min_new_token_ratio_factor: float = 0.14
     new_token_ratio_decay_steps: int = 600
@@ -30,13 +35,44 @@ class EngineConfig:
     #: On decode memory exhaustion SGLang retracts requests until this many further steps fit.
     retract_decode_steps: int = 20
     #: While requests wait, re-run the policy at least every this many decode steps (SGLang
-    #: re-checks the queue every iteration; we batch steps between events, see DESIGN.md).
+    #: re-checks the queue every iteration; we batch steps between events).
     recheck_steps: int = 32
-    #: Keep evicted prefixes in a host (CPU) tier so a later load is a swap, not a prefill.
-    #: Applies to every policy alike (SGLang HiCache).
-    host_tier: bool = True
     #: Record KV occupancy after every iteration (for the mechanism figures).
     record_timeline: bool = True
+
+    # ---- behaviours (stock SGLang 0.5.x by default; docs/design.md explains each)
+    #: A host (CPU) KV tier (SGLang HiCache, ``--enable-hierarchical-cache``): an evicted prefix is
+    #: written to host memory and a later load is a swap at the profile's bandwidth, not a
+    #: prefill. Off in stock SGLang: an evicted prefix is recomputed. Applies to every policy.
+    host_tier: bool = False
+    #: SGLang's radix cache: a finished request's KV stays cached as a least-recently-used leaf
+    #: under its agent's prefix; a fresh prefix shares its radix node with the request that
+    #: computed it until another request matches it; evictions happen when memory is allocated,
+    #: after the admission walk has locked every admitted request's prefix (``PrefillAdder``
+    #: counts evictable KV as available); a prefix-managing policy's ``evict`` unpins (the
+    #: prefix stays cached until the LRU takes it). Off: KV is freed at finish and unreferenced
+    #: prefixes are evicted (LRU) during the admission walk, as soon as a request needs room.
+    radix_cache: bool = True
+    #: Requests admitted in one prefill batch share a prefix that is still being computed. Off
+    #: (SGLang): each such request matches none of it, computes and holds its own copy during
+    #: its prefill (charged in compute and memory), and shares the prefix only once it is cached.
+    prefill_prefix_sharing: bool = False
+    #: SGLang's ``batch_is_full``: after an admission fails for lack of memory while requests
+    #: run, admission stays shut until a request leaves the running (decode) batch; a failure
+    #: while the decode batch is empty lasts until that prefill batch has run.
+    admission_gate: bool = True
+    #: ``PrefillAdder.add_one_req``: a request is admitted only if its whole remaining output
+    #: (``max_new_tokens``, clipped) + 1 fits beside what is promised; off: ``new_token_ratio``
+    #: of it.
+    full_output_reserve: bool = True
+    #: Requests are sent with ``ignore_eos`` (the replay client does, to get the trace's exact
+    #: output lengths): running requests reserve their whole remaining output (SGLang's ratio 1
+    #: for them). Off (a real model ends at EOS): the decaying ``new_token_ratio``.
+    ignore_eos: bool = False
+    #: The request path (HTTP, tokenizer manager, ZMQ, the client's reply handling), seconds per
+    #: request: a request reaches the scheduler this long after its parents finished (a root:
+    #: half of it after its task arrived) and a task ends half of it after its last stage.
+    request_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("max_running_requests", "new_token_ratio_decay_steps", "retract_decode_steps",
@@ -51,3 +87,55 @@ class EngineConfig:
             raise ValueError("EngineConfig.init_new_token_ratio must be in (0, 1]")
         if not 0 < self.min_new_token_ratio_factor <= 1:
             raise ValueError("EngineConfig.min_new_token_ratio_factor must be in (0, 1]")
+        if not self.request_latency_s >= 0:
+            raise ValueError(f"EngineConfig.request_latency_s must be >= 0, got {self.request_latency_s}")
+
+
+#: The engine model of the figures before issue 12 (host tier for every policy, prefixes shared
+#: inside a prefill batch, no admission gate, ratio reservations, KV freed at finish, eager LRU
+#: eviction during admission): notebook 11's sensitivity study.
+LEGACY_ENGINE: Mapping[str, Any] = {
+    "host_tier": True,
+    "radix_cache": False,
+    "prefill_prefix_sharing": True,
+    "admission_gate": False,
+    "full_output_reserve": False,
+}
+
+#: The behaviour switches (the fields an experiment's ``engine_options`` may set).
+BEHAVIOURS = ("host_tier", "radix_cache", "prefill_prefix_sharing", "admission_gate",
+              "full_output_reserve", "ignore_eos", "request_latency_s")
+
+
+def engine_config(options: Mapping[str, Any] | None = None, **base: Any) -> EngineConfig:
+    """An :class:`EngineConfig` from ``base`` fields and ``options`` (names checked, values
+    coerced from the strings a command line gives); a bad name or value raises ``ValueError``
+    naming it and listing the valid ones."""
+    fields = {f.name: f for f in dataclasses.fields(EngineConfig)}
+    kw = dict(base)
+    for name, value in (options or {}).items():
+        if name not in fields:
+            raise ValueError(f"unknown engine option {name!r}; valid options: {', '.join(sorted(fields))}")
+        default = getattr(EngineConfig(), name)
+        kw[name] = _coerce(name, value, int if default is None else type(default))
+    return EngineConfig(**kw)
+
+
+def _coerce(name: str, value: Any, kind: type) -> Any:
+    if isinstance(value, str):
+        s = value.strip().lower()
+        if kind is bool:
+            if s in ("1", "true", "yes", "on"):
+                return True
+            if s in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(f"engine option {name}={value!r}: expected true/false")
+        try:
+            return kind(s) if kind in (int, float) else value
+        except ValueError:
+            raise ValueError(f"engine option {name}={value!r}: expected a {kind.__name__}") from None
+    if kind is bool and not isinstance(value, bool):
+        raise ValueError(f"engine option {name}={value!r}: expected true/false")
+    if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise ValueError(f"engine option {name}={value!r}: expected a number")
+    return kind(value) if kind in (int, float) and value is not None else value

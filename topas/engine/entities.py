@@ -25,6 +25,7 @@ class Request:
     agent: str
     x: int  # suffix input tokens x_v
     y: int  # true output tokens y_v (engine only)
+    max_new: int  # output cap reserved for at admission (stage max_new_tokens, else y; engine only)
     state: str = PENDING
     ready_time: float = float("nan")
     generated: int = 0  # y_r(t)
@@ -41,7 +42,12 @@ class Request:
     preemptions: int = 0  # by the policy
     retractions: int = 0  # by the engine (decode out of memory)
     recomputed_tokens: int = 0
-    prefix_hit: bool | None = None  # prefix resident when first admitted
+    #: SGLang's ``cached_tokens``: prompt tokens found cached when a prefill was scheduled,
+    #: summed over the request's admissions (its agent's prefix, or 0)
+    cached_tokens: int = 0
+    #: prefix tokens this request computes in its own prefill (a prefix not yet cached when it
+    #: was admitted beside another request computing it: SGLang matched none of it)
+    own_prefix: int = 0
     _waiting_view: RequestView | None = None  # a waiting request's view does not change
 
     @property

@@ -80,14 +80,17 @@ def build_result(sim: "Simulator", wall_seconds: float) -> SimResult:
                 "preemptions": r.preemptions,
                 "retractions": r.retractions,
                 "recomputed_tokens": r.recomputed_tokens,
-                "prefix_hit": bool(r.prefix_hit),
+                # as the replay defines it from the server's cached_tokens
+                "prefix_hit": r.cached_tokens >= sim.prefixes[r.agent].tokens,
+                "cached_tokens": r.cached_tokens,
             }
             for r in sim.requests.values()
         ]
     )
     prefix_events = pd.DataFrame(sim.prefix_events, columns=["time", "agent", "event", "tokens", "bytes"])
     timeline = pd.DataFrame(
-        sim.timeline, columns=["time", "prefix_tokens", "request_tokens", "decode_batch", "prefill_queue", "waiting"]
+        sim.timeline, columns=["time", "prefix_tokens", "request_tokens", "decode_batch", "prefill_queue", "waiting",
+                               "evictable_tokens"]
     )
     decisions = pd.DataFrame(
         [d[:9] for d in sim.decisions],

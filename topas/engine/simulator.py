@@ -1,27 +1,31 @@
-"""An event-driven, SGLang-like single-GPU serving simulator (DESIGN.md "Engine model").
+"""An event-driven single-GPU serving simulator, faithful to stock SGLang 0.5.x (docs/design.md).
 
 Time advances by engine iterations, as in SGLang's scheduler loop: if requests are admitted and
 not yet prefilled, one (chunked) prefill iteration runs; otherwise one decode step runs for the
-whole running batch. Between events (an arrival, a completion, memory exhaustion, a periodic
-re-check while requests wait) the decode batch is fixed and each request's context grows by one
-token per step, so runs of decode steps are advanced in closed form
+whole running batch. Between events (an arrival, a request reaching the scheduler, a completion,
+memory exhaustion, a periodic re-check while requests wait) the decode batch is fixed and each
+request's context grows by one token per step, so runs of decode steps are advanced in closed form
 (``CostModel.decode_steps_time``): cost grows with the number of events, not tokens.
 
-Memory (tokens): the KV budget B holds the resident agent prefixes (each paid once, shared by all
-running requests of that agent) and every running request's own KV (suffix input + generated
-tokens; admission also allocates the slot of the token its prefill will produce, so finishing a
-prefill never overshoots the budget). A request runs only while its agent's prefix is resident.
-Prefix moves: a load from the host tier costs ``swap_time(l_a)``; a first-ever load (or with no
-host copy) is a prefill of l_a tokens; an eviction writes the prefix to the host tier
-(``swap_time``) unless a host copy already exists, which is then free. Move times are serialised
-with the next iteration's compute.
+Memory (tokens): the KV pool B holds the resident agent prefixes (each paid once, shared by all
+running requests of that agent), every running request's own KV (suffix input + generated tokens,
+plus, during its prefill, its own copy of a prefix it could not match) and, with the radix cache,
+cached KV that is evictable (finished requests' KV, prefixes nobody uses). A request runs only
+while its agent's prefix is resident.
 
 Admission follows SGLang's ``PrefillAdder``: the policy's admission list is walked in order and
-stops at the first request that does not fit after reserving ``new_token_ratio`` of every
-running request's remaining output; on decode memory exhaustion requests are retracted
-(fewest generated tokens first), their KV freed and their generated tokens recomputed on
-readmission. Policies that do not manage prefixes get SGLang's radix-cache behaviour (load on
-demand, LRU eviction of unreferenced prefixes); policies that do (TOPAS) pin their prefix set.
+stops at the first request that does not fit beside what is promised: every running request's
+reserved future output and the admitted requests' whole remaining output. With the radix cache,
+evictable KV counts as available and is evicted (LRU leaves) only when memory is allocated, after
+the walk has locked each admitted request's prefix. On decode memory exhaustion requests are
+retracted (fewest generated tokens first), their KV freed and their generated tokens recomputed on
+readmission. Policies that do not manage prefixes get SGLang's radix-cache behaviour (a prefix is
+computed by the request that needs it and evicted by the LRU); policies that do (TOPAS) pin their
+prefix set and ``load``/``evict`` it: without a host tier a load is a prefill of the prefix (free
+if it is still cached) and an evict unpins it (it stays cached until the LRU takes it).
+
+Each behaviour that differs between readings of SGLang is an :class:`EngineConfig` switch whose
+default is stock SGLang's; the switches' docstrings cite the SGLang code they model.
 
 Deterministic: no randomness, no iteration over hash-ordered sets.
 """
@@ -43,6 +47,9 @@ from topas.policies.base import Policy
 from topas.workload.model import Trace
 from topas.workload.validate import validate_trace
 
+#: ``Simulator._merged`` value: a prefix loaded whose computing request has not started yet
+_PENDING = "\0pending"
+
 
 class SimulationStuck(RuntimeError):
     """The engine is idle with requests waiting and the policy admits none of them."""
@@ -56,21 +63,25 @@ class Simulator:
         cost: CostModel,
         config: EngineConfig | None = None,
     ) -> None:
-        self.config = config or EngineConfig()
-        if self.config.kv_budget is not None:
-            cost = cost.with_budget(self.config.kv_budget)
+        self.config = cfg = config or EngineConfig()
+        if cfg.kv_budget is not None:
+            cost = cost.with_budget(cfg.kv_budget)
         self.cost = cost
         self.budget = cost.kv_budget_tokens
-        self.chunk = self.config.max_prefill_tokens or cost.max_prefill_tokens
+        self.chunk = cfg.max_prefill_tokens or cost.max_prefill_tokens
         validate_trace(trace, kv_budget=self.budget)
         self.trace = trace
         self.policy = policy
+        self.manages = policy.manages_prefixes
         policy.reset()
 
         self.now = 0.0
         self.prefixes: dict[str, Prefix] = {name: Prefix(agent=a) for name, a in trace.agents.items()}
-        self.prefix_tokens = 0
-        self.request_tokens = 0
+        self.prefix_tokens = 0  # resident prefixes
+        self.request_tokens = 0  # running requests' own KV
+        #: radix cache: cached KV that occupies the pool but is evictable and free to the
+        #: policy's view (finished requests' leaves, prefixes a managing policy unpinned)
+        self.evictable_tokens = 0
         self.tasks: dict[str, TaskState] = {}
         self.active_tasks: dict[str, TaskState] = {}  # arrived, not finished
         self.finished_tasks = 0
@@ -83,12 +94,26 @@ class Simulator:
         self._pending_move_time = 0.0
         self._dirty = False
         self._idle_retry = False
-        cfg = self.config
         self._ratio_init = cfg.init_new_token_ratio
         self._ratio_min = cfg.init_new_token_ratio * cfg.min_new_token_ratio_factor
         self._ratio_decay = (self._ratio_init - self._ratio_min) / cfg.new_token_ratio_decay_steps
         self.new_token_ratio = self._ratio_init
         self._steps_since_check = 0
+        self._seq = 0
+        # the request path: requests reach the scheduler later (heap of (time, seq, request))
+        self._half_latency = 0.5 * cfg.request_latency_s
+        self._delayed: list[tuple[float, int, Request]] = []
+        # the admission gate (SGLang's running_batch.batch_is_full)
+        self._batch_full = False
+        self._gate_until_prefill = False  # set while the decode batch was empty: lifts after the prefill
+        # the radix cache
+        self._leaves: list[tuple[float, int, str, int, int, str]] = []  # (finish, seq, agent, kv, gen, rid)
+        self._cached_by_agent: dict[str, int] = {a: 0 for a in self.prefixes}
+        self._generation: dict[str, int] = {a: 0 for a in self.prefixes}  # bumped when a prefix goes
+        self._ghost: dict[str, bool] = {}  # prefixes a managing policy unpinned, still cached
+        self._merged: dict[str, str | None] = {}  # agent -> rid whose radix node holds the prefix
+        self._computing: set[str] = set()  # agents whose prefix a running request is computing
+        self._settling = False
         # records
         self.prefix_events: list[tuple] = []
         self.timeline: list[tuple] = []
@@ -116,7 +141,7 @@ class Simulator:
                 # see that nothing changed and fall back) before waiting for the next arrival.
                 self._idle_retry = True
                 self._dirty = True
-            elif (t_next := self._next_idle_event()) is not None:
+            elif (t_next := self._next_event()) is not None:
                 self.now = max(self.now, t_next)
                 self._idle_retry = False
             elif self.waiting:
@@ -130,16 +155,19 @@ class Simulator:
                 bar.update(self.finished_tasks - finished)
                 finished = self.finished_tasks
         bar.close()
-        self._before_result()
+        if self._half_latency > 0:  # the last reply's way back to the client
+            for ts in self.tasks.values():
+                if ts.finish_time is not None:
+                    ts.finish_time += self._half_latency
         return build_result(self, wall_seconds=_time.perf_counter() - wall0)
 
-    def _next_idle_event(self) -> float | None:
-        """When an idle engine next has something to do: the next task arrival (None: never).
-        Engine models with other sources of events (``topas.fidelity.engine``) extend it."""
-        return self._arrivals[self._next_arrival].arrival if self._next_arrival < len(self._arrivals) else None
-
-    def _before_result(self) -> None:
-        """Called once the run is over, before the result tables are built (a hook)."""
+    def _next_event(self) -> float | None:
+        """When something next reaches the engine from outside: a task arrival or a request at the
+        end of its request path (None: never)."""
+        t = self._arrivals[self._next_arrival].arrival if self._next_arrival < len(self._arrivals) else None
+        if self._delayed and (t is None or self._delayed[0][0] < t):
+            t = self._delayed[0][0]
+        return t
 
     # ------------------------------------------------------------------ arrivals and readiness
     def _admit_arrivals(self) -> None:
@@ -151,14 +179,28 @@ class Simulator:
             self.active_tasks[task.id] = ts
             for s in task.stages:
                 rid = f"{task.id}/{s.id}"
-                r = Request(rid=rid, task=ts, stage=s, agent=s.agent, x=s.input_tokens, y=s.output_tokens)
+                r = Request(rid=rid, task=ts, stage=s, agent=s.agent, x=s.input_tokens, y=s.output_tokens,
+                            max_new=s.max_new)
                 ts.requests[s.id] = r
                 self.requests[rid] = r
             for s in task.stages:
                 if not s.parents:
                     self._make_ready(ts.requests[s.id], task.arrival)
+        while self._delayed and self._delayed[0][0] <= self.now:
+            t, _, r = heapq.heappop(self._delayed)
+            self._enqueue(r, t)
 
     def _make_ready(self, r: Request, t: float) -> None:
+        """``r``'s parents finished (a root: its task arrived) at ``t``; it reaches the scheduler a
+        request path later (half of it for a root: the way in only)."""
+        delay = self._half_latency if not r.stage.parents else 2 * self._half_latency
+        if delay <= 0:
+            self._enqueue(r, t)
+        else:
+            self._seq += 1
+            heapq.heappush(self._delayed, (t + delay, self._seq, r))
+
+    def _enqueue(self, r: Request, t: float) -> None:
         r.ready_time = t
         r.state_since = t
         r.state = WAITING
@@ -194,12 +236,22 @@ class Simulator:
 
     def _decide(self) -> None:
         self._dirty = False
+        if self.config.admission_gate and self._batch_full and (self.prefill_queue or self.decoding):
+            return  # SGLang skips get_new_batch_prefill while batch_is_full
+        self._batch_full = False
         self._steps_since_check = 0
+        decode_empty = not self.decoding
         view = self.view()
         t0 = _time.perf_counter()
         decision = self.policy.decide(view)
         wall = _time.perf_counter() - t0
         admitted = self.apply(decision)
+        running = len(self.prefill_queue) + len(self.decoding)
+        if admitted < len(decision.admit) and 0 < running < self.config.max_running_requests:
+            # add_one_req answered NO_TOKEN while something can run. Set on an empty running batch,
+            # the flag goes with it once the prefill batch replaces it (get_next_batch_to_run).
+            self._batch_full = True
+            self._gate_until_prefill = decode_empty
         self.decisions.append(
             (self.now, wall, len(view.waiting), len(view.running), len(decision.admit), admitted,
              len(decision.preempt), len(decision.evict), len(decision.load), dict(decision.info))
@@ -208,8 +260,7 @@ class Simulator:
     def apply(self, d: Decision) -> int:
         """Apply a Decision (validating it); returns the number of requests admitted."""
         pname = self.policy.name
-        manages = self.policy.manages_prefixes
-        if not manages and (d.evict or d.load or d.preempt):
+        if not self.manages and (d.evict or d.load or d.preempt):
             moves = "; ".join(f"{k} {tuple(v)!r}" for k, v in
                               (("evict", d.evict), ("load", d.load), ("preempt", d.preempt)) if v)
             raise InfeasibleDecision(
@@ -252,14 +303,15 @@ class Simulator:
                     f"{self.budget - self.prefix_tokens - self.request_tokens} of {self.budget} KV tokens are free"
                 )
             self._load(p)
-        # 4. admissions, SGLang PrefillAdder style
-        return self._admit(d.admit)
+        # 4. admissions, SGLang PrefillAdder style; then the allocation's evictions
+        admitted = self._admit(d.admit)
+        self._settle()
+        return admitted
 
     def _admit(self, admit: tuple[str, ...]) -> int:
         """Admit the (validated, waiting) requests of ``admit`` in order while they fit; stop at
-        the first that does not. Returns the number admitted."""
+        the first that does not (``PrefillAdder.add_one_req``). Returns the number admitted."""
         pname = self.policy.name
-        manages = self.policy.manages_prefixes
         admitted = 0
         reserved = self._reserved()
         for rid in admit:
@@ -267,30 +319,61 @@ class Simulator:
             if len(self.prefill_queue) + len(self.decoding) >= self.config.max_running_requests:
                 break
             p = self.prefixes[r.agent]
-            need = r.x + r.generated + 1  # the KV that _start allocates
             own_reserve = self._reserve(r)
+            if self.config.full_output_reserve and not admitted and not self.prefill_queue and not self.decoding:
+                # Our one departure from add_one_req's strict inequality: an idle engine admits a
+                # request that exactly fills the pool (the trace validator accepts l_a + x + y = B;
+                # SGLang would refuse it forever).
+                own_reserve = max(own_reserve - 1, 0)
             if not p.resident:
-                if manages:
+                if self.manages:
                     raise InfeasibleDecision(
                         f"policy {pname!r} admits {rid} but its prefix {r.agent!r} is not resident or loaded"
                     )
-                if not self._make_room(p.tokens + need + own_reserve + reserved, exclude=p):
+                # it computes the prefix itself: prefix + its prompt (+ the slot of its first token)
+                if not self._fits(p.tokens + r.x + r.generated + 1 + own_reserve + reserved, exclude=p):
                     break
                 self._load(p)
+                copy = 0
             else:
-                fit = need + own_reserve + self._prefix_copy(r, p)
-                if self.budget - self.prefix_tokens - self.request_tokens - reserved < fit:
-                    if manages or not self._make_room(fit + reserved, exclude=p):
-                        break
-            self._start(r, p)
+                copy = self._prefix_copy(r, p)
+                # locking a cached prefix takes it out of the evictable KV (add_one_req checks again
+                # after _lock_node)
+                lock = p.tokens if self.config.radix_cache and not self._locked(p) else 0
+                if not self._fits(lock + copy + r.x + r.generated + 1 + own_reserve + reserved, exclude=p):
+                    break
+            self._start(r, p, copy)
             reserved += own_reserve
             admitted += 1
         return admitted
 
     def _prefix_copy(self, r: Request, p: Prefix) -> int:
-        """KV that admitting ``r`` needs for its resident prefix ``p`` beyond its own: 0 here (the
-        prefix is shared); :class:`topas.fidelity.engine.SGLangSimulator` charges SGLang's copy."""
-        return 0
+        """Prefix tokens ``r`` must compute in its own prefill: the whole prefix while another
+        request is computing it (SGLang matched none of it), unless ``prefill_prefix_sharing``."""
+        if self.config.prefill_prefix_sharing or r.agent not in self._computing:
+            return 0
+        return p.tokens
+
+    def _fits(self, tokens: int, exclude: Prefix) -> bool:
+        """Whether ``tokens`` more fit in the pool. With the radix cache: beside everything locked
+        (running requests' KV, prefixes in use, pinned or being computed), evictable KV counting as
+        available, as ``PrefillAdder`` counts it. Without: in the free pool, after evicting
+        unreferenced prefixes (LRU) at once for a policy that does not manage them."""
+        if self.config.radix_cache:
+            return self.budget - self.request_tokens - self._locked_prefix_tokens() >= tokens
+        if self.budget - self.prefix_tokens - self.request_tokens >= tokens:
+            return True
+        return not self.manages and self._make_room(tokens, exclude=exclude)
+
+    def _locked_prefix_tokens(self) -> int:
+        if self.manages:
+            return self.prefix_tokens  # pinned
+        return sum(p.tokens for p in self.prefixes.values() if self._locked(p))
+
+    def _locked(self, p: Prefix) -> bool:
+        """A resident prefix that cannot be evicted: pinned by a managing policy, used by a running
+        request, or being computed."""
+        return p.resident and (self.manages or bool(p.refcount or p.prefill_left) or p.agent.name in self._computing)
 
     def _prefix(self, agent: str, pname: str) -> Prefix:
         p = self.prefixes.get(agent)
@@ -300,9 +383,17 @@ class Simulator:
 
     # ------------------------------------------------------------------ memory
     def _reserve(self, r: Request) -> int:
-        """SGLang's reservation for r's future output: ratio * min(y - generated, clip)."""
-        remaining = min(r.y - r.generated, self.config.clip_max_new_tokens)
-        return int(self.new_token_ratio * max(remaining, 0))
+        """SGLang's reservation for r's future output, ``min(max_new - generated, clip)`` scaled:
+        in full for a request being admitted (``full_output_reserve``; with the slot of its first
+        output token, allocated at admission, this is ``add_one_req``'s strict
+        ``extend_input_len + max_new_tokens < rem_total_tokens``), in full for a running
+        ``ignore_eos`` request, else by ``new_token_ratio``."""
+        remaining = max(min(r.max_new - r.generated, self.config.clip_max_new_tokens), 0)
+        if r.state == WAITING and self.config.full_output_reserve:
+            return remaining
+        if r.state != WAITING and self.config.ignore_eos:
+            return remaining
+        return int(self.new_token_ratio * remaining)
 
     def _reserved(self) -> int:
         return sum(self._reserve(r) for r in self._running())
@@ -326,26 +417,51 @@ class Simulator:
         return True
 
     def _evict(self, p: Prefix) -> None:
+        a = p.agent.name
+        if self.config.radix_cache and self.manages and not self._settling and not self.config.host_tier:
+            # the plugin only unpins: a computed prefix stays cached, an LRU leaf like any other
+            computed = p.prefill_left == 0
+            self._drop(p, "evict_unpin" if computed else "evict_free")
+            if computed:
+                self._ghost[a] = True
+                self.evictable_tokens += p.tokens
+            return
         tokens = p.tokens
-        # A prefix whose first-ever prefill has not finished has no complete KV to save: it is
+        # A prefix whose first prefill has not finished has no complete KV to save: it is
         # dropped (free), and a later load prefills it again.
         if self.config.host_tier and not p.on_host and p.prefill_left == 0:
             self._pending_move_time += self.cost.swap_time(tokens)
             p.on_host = True
-            self._record_prefix("evict_swap", p, tokens * self.cost.kv_bytes_per_token)
+            self._drop(p, "evict_swap", tokens * self.cost.kv_bytes_per_token)
         else:
-            self._record_prefix("evict_free", p, 0.0)
+            self._drop(p, "evict_free")
+        # its cached children went first (a radix node is evicted only as a leaf)
+        self.evictable_tokens -= self._cached_by_agent[a]
+        self._cached_by_agent[a] = 0
+        self._generation[a] += 1
+        self._merged[a] = None
+
+    def _drop(self, p: Prefix, event: str, nbytes: float = 0.0) -> None:
+        self._record_prefix(event, p, nbytes)
         p.resident = False
         p.prefill_left = 0
-        self.prefix_tokens -= tokens
+        self._computing.discard(p.agent.name)
+        self.prefix_tokens -= p.tokens
 
     def _load(self, p: Prefix) -> None:
-        if p.on_host:
+        a = p.agent.name
+        if self._ghost.get(a):  # unpinned but still cached: pinning it again costs nothing
+            self._ghost[a] = False
+            self.evictable_tokens -= p.tokens
+            self._record_prefix("load_cached", p, 0.0)
+        elif p.on_host:
             self._pending_move_time += self.cost.swap_time(p.tokens)
             self._record_prefix("load_swap", p, p.tokens * self.cost.kv_bytes_per_token)
         else:
             p.prefill_left = p.tokens
             self._record_prefix("load_prefill", p, 0.0)
+            if self.config.radix_cache and not self.manages:
+                self._merged[a] = _PENDING  # the request that computes it holds it in its own node
         p.resident = True
         p.last_used = self.now
         p.loaded_at = self.now
@@ -354,15 +470,74 @@ class Simulator:
     def _record_prefix(self, kind: str, p: Prefix, nbytes: float) -> None:
         self.prefix_events.append((self.now, p.agent.name, kind, p.tokens, nbytes))
 
+    def _settle(self) -> None:
+        """The radix cache's allocation: evict least-recently-used leaves (finished requests' KV;
+        prefixes nobody uses and whose children are gone) until everything fits the pool."""
+        if not self.config.radix_cache:
+            return
+        self._settling = True
+        try:
+            deficit = self.prefix_tokens + self.request_tokens + self.evictable_tokens - self.budget
+            while deficit > 0:
+                while self._leaves and self._leaves[0][4] != self._generation[self._leaves[0][2]]:
+                    heapq.heappop(self._leaves)  # dropped with its prefix
+                leaf = self._leaves[0] if self._leaves else None
+                if self.manages:  # pinned prefixes stay; unpinned ones are leaves
+                    cands = (p for p in self.prefixes.values() if self._ghost.get(p.agent.name))
+                else:
+                    cands = (p for p in self.prefixes.values()
+                             if p.resident and p.refcount == 0 and p.prefill_left == 0
+                             and p.agent.name not in self._computing)
+                prefix = min((p for p in cands if not self._cached_by_agent[p.agent.name]),
+                             key=lambda p: (p.last_used, p.agent.name), default=None)
+                if prefix is not None and (leaf is None or prefix.last_used < leaf[0]):
+                    deficit -= prefix.tokens
+                    if self.manages:
+                        self._drop_ghost(prefix)
+                    else:
+                        self._evict(prefix)
+                elif leaf is not None:
+                    heapq.heappop(self._leaves)
+                    _, _, a, kv, _, rid = leaf
+                    self._cached_by_agent[a] -= kv
+                    self.evictable_tokens -= kv
+                    deficit -= kv
+                    p = self.prefixes[a]
+                    if self._merged.get(a) == rid and p.resident and p.refcount == 0 and p.prefill_left == 0:
+                        deficit -= p.tokens  # the prefix was part of this node
+                        self._evict(p)
+                else:
+                    break
+        finally:
+            self._settling = False
+
+    def _drop_ghost(self, p: Prefix) -> None:
+        a = p.agent.name
+        self._ghost[a] = False
+        self.evictable_tokens -= p.tokens
+        self._generation[a] += 1
+        self._record_prefix("lru_drop", p, 0.0)  # an unpinned prefix leaves the cache
+
     # ------------------------------------------------------------------ request lifecycle
-    def _start(self, r: Request, p: Prefix) -> None:
+    def _start(self, r: Request, p: Prefix, copy: int) -> None:
         del self.waiting[r.rid]
+        computes = p.prefill_left > 0 and r.agent not in self._computing
+        if not copy and p.prefill_left == 0:
+            r.cached_tokens += p.tokens  # its prefix matched in the cache
         if r.first_admit_time is None:
             r.first_admit_time = self.now
-            r.prefix_hit = p.loaded_at != self.now  # resident before this decision
+        if self.config.radix_cache:
+            m = self._merged.get(r.agent)
+            if m == _PENDING:
+                self._merged[r.agent] = r.rid
+            elif m is not None and m != r.rid:
+                self._merged[r.agent] = None  # another request matched the prefix: the node splits
+        if computes:
+            self._computing.add(r.agent)
         r.recomputed_tokens += r.generated
         r.admitted_time = self.now
-        r.prefill_total = r.prefill_left = r.x + r.generated
+        r.own_prefix = copy
+        r.prefill_total = r.prefill_left = copy + r.x + r.generated
         # KV for the tokens to prefill and for the output token the prefill produces (allocated now,
         # so that admission decisions taken before this request's prefill ends see it)
         r.kv = r.prefill_total + 1
@@ -382,6 +557,7 @@ class Simulator:
         self.request_tokens -= r.kv
         r.kv = 0
         r.prefill_left = 0
+        r.own_prefix = 0
         p = self.prefixes[r.agent]
         p.refcount -= 1
         p.last_used = self.now
@@ -393,10 +569,12 @@ class Simulator:
         r.enter(WAITING, self.now)
         self.waiting[r.rid] = r
         self._dirty = True
+        self._batch_full = False  # a request left the running batch
         self.policy.on_preempt(view, self.now, by_engine)
 
     def _finish(self, r: Request) -> None:
         view = r.view(self.now)
+        kv = r.kv
         del self.decoding[r.rid]
         r.enter(DONE, self.now)
         r.finish_time = self.now
@@ -405,6 +583,13 @@ class Simulator:
         p = self.prefixes[r.agent]
         p.refcount -= 1
         p.last_used = self.now
+        self._batch_full = False
+        if self.config.radix_cache and kv > 0 and p.resident:
+            # SGLang's cache_finished_req: its KV stays cached, a leaf under the prefix
+            self._seq += 1
+            heapq.heappush(self._leaves, (self.now, self._seq, r.agent, kv, self._generation[r.agent], r.rid))
+            self._cached_by_agent[r.agent] += kv
+            self.evictable_tokens += kv
         ts = r.task
         ts.done.add(r.stage.id)
         ts.invalidate()
@@ -426,7 +611,7 @@ class Simulator:
     def _prefill_iteration(self) -> None:
         budget = self.chunk
         chunks: list[tuple[int, int]] = []
-        for p in self.prefixes.values():  # first-ever loads: prefill the prefix itself
+        for p in self.prefixes.values():  # loads: prefill the prefix itself
             if p.prefill_left > 0 and budget > 0:
                 take = min(p.prefill_left, budget)
                 chunks.append((take, p.tokens - p.prefill_left))
@@ -436,25 +621,37 @@ class Simulator:
         for r in self.prefill_queue:
             if budget <= 0:
                 break
-            if self.prefixes[r.agent].prefill_left > 0:
+            p = self.prefixes[r.agent]
+            if not r.own_prefix and p.prefill_left > 0:
                 continue  # its prefix is still being computed
             take = min(r.prefill_left, budget)
-            cached = self.prefixes[r.agent].tokens + (r.prefill_total - r.prefill_left)
-            chunks.append((take, cached))
+            done = r.prefill_total - r.prefill_left
+            chunks.append((take, done + (0 if r.own_prefix else p.tokens)))
             r.prefill_left -= take
             budget -= take
             progressed.append(r)
         dt = self._pending_move_time + self.cost.prefill_time(chunks)
         self._pending_move_time = 0.0
         self._advance(dt)
+        for a in [a for a in self._computing if self.prefixes[a].prefill_left == 0]:
+            self._computing.discard(a)  # cached now: later requests match it
         for r in progressed:
             if r.prefill_left == 0:
                 self.prefill_queue.remove(r)
+                if r.own_prefix:  # the radix tree keeps one copy of the prefix: free this one
+                    self.request_tokens -= r.own_prefix
+                    r.kv -= r.own_prefix
+                    r.own_prefix = 0
                 r.generated += 1  # the prefill produces the first (next) output token (KV held since _start)
                 r.enter(DECODE, self.now)
                 self.decoding[r.rid] = r
                 if r.generated >= r.y:
                     self._finish(r)
+        if self._gate_until_prefill:  # the prefill batch became the running batch: try again
+            self._gate_until_prefill = False
+            self._batch_full = False
+            self._dirty = True
+        self._settle()
         self._record_timeline()
 
     def _decode_until_event(self) -> None:
@@ -468,12 +665,10 @@ class Simulator:
         if self.waiting:
             n = min(n, max(1, self.config.recheck_steps - self._steps_since_check))
         kv0 = sum(self.prefixes[r.agent].tokens + r.kv for r in self.decoding.values())
-        if self._next_arrival < len(self._arrivals):
-            gap = self._arrivals[self._next_arrival].arrival - self.now - self._pending_move_time
-            if gap > 0:
-                n = min(n, self.cost.steps_until(b, kv0, gap))
-            else:
-                n = 1
+        t_next = self._next_event()
+        if t_next is not None:
+            gap = t_next - self.now - self._pending_move_time
+            n = min(n, self.cost.steps_until(b, kv0, gap)) if gap > 0 else 1
         dt = self._pending_move_time + self.cost.decode_steps_time(b, kv0, n)
         self._pending_move_time = 0.0
         self._advance(dt)
@@ -493,11 +688,12 @@ class Simulator:
             self._steps_since_check += n
             if self._steps_since_check >= self.config.recheck_steps:
                 self._dirty = True
+        self._settle()
         self._record_timeline()
 
     def _out_of_memory(self, b: int) -> None:
         """Decode cannot take one more step: evict unreferenced prefixes, then retract requests."""
-        if not self.policy.manages_prefixes:
+        if not self.manages:
             self._make_room(b)
         free = self.budget - self.prefix_tokens - self.request_tokens
         if free >= b:
@@ -523,7 +719,7 @@ class Simulator:
         if self.config.record_timeline:
             self.timeline.append(
                 (self.now, self.prefix_tokens, self.request_tokens, len(self.decoding),
-                 len(self.prefill_queue), len(self.waiting))
+                 len(self.prefill_queue), len(self.waiting), self.evictable_tokens)
             )
 
 

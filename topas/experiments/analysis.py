@@ -301,45 +301,56 @@ def paper_vs_ours(summaries: pd.DataFrame, reported: pd.DataFrame | None = None,
 
 
 def engine_model_table(summaries: pd.DataFrame, policy: str = "topas",
-                       against: Sequence[str] = BASELINES) -> pd.DataFrame:
-    """Does a conclusion depend on the engine model? One row per (workload, engine) of
-    ``summaries`` (runs of :func:`topas.experiments.grid.engine_model`): the best of ``against``
-    by mean JCT, ``policy``'s mean and p99 JCT change against it (%, means over seeds; negative
-    = ``policy`` better), the same change against the baseline that was best on the ``sim``
-    engine (so a change of best baseline does not hide a change), and ``policy``'s mean JCT.
+                       against: Sequence[str] = BASELINES, reference: str = "stock") -> pd.DataFrame:
+    """Does a conclusion depend on the engine model? One row per (workload, engine model) of
+    ``summaries`` (runs of :func:`topas.experiments.grid.engine_model`; the ``engine_model``
+    column, ``reference`` first): the best of ``against`` by mean JCT, ``policy``'s mean and p99
+    JCT change against it (%, means over seeds; negative = ``policy`` better), the same change
+    against the baseline that was best on the ``reference`` model (so a change of best baseline
+    does not hide a change), and ``policy``'s mean JCT.
     """
     rows = []
-    best_sim: dict[str, str | None] = {}
+    models = _engine_models(summaries, reference)
+    best_ref: dict[str, str | None] = {}
     for w in dict.fromkeys(summaries.workload):
-        for engine in ("sim", "sim-sglang"):
-            df = summaries[(summaries.workload == w) & (summaries.engine == engine)]
+        for model in models:
+            df = summaries[(summaries.workload == w) & (summaries.engine_model == model)]
             if df.empty:
                 continue
             mean, best = change_vs(df, w, "jct_mean", policy, against)
             p99, best_p99 = change_vs(df, w, "jct_p99", policy, against)
-            if engine == "sim":
-                best_sim[w] = best
-            ref = best_sim.get(w)
+            if model == reference:
+                best_ref[w] = best
+            ref = best_ref.get(w)
             fixed = float("nan")
             if ref is not None:
                 fixed, _ = change_vs(df, w, "jct_mean", policy, (ref,))
-            rows.append({"workload": w, "engine": engine, "best baseline": best,
+            rows.append({"workload": w, "engine model": model, "best baseline": best,
                          f"{policy} vs best: mean JCT %": mean,
                          f"{policy} vs best: p99 JCT %": p99, "best baseline (p99)": best_p99,
-                         "sim's best": ref, f"{policy} vs sim's best: mean JCT %": fixed,
+                         f"{reference}'s best": ref, f"{policy} vs {reference}'s best: mean JCT %": fixed,
                          f"{policy} mean JCT (s)": float(df[df.policy == policy].jct_mean.mean())})
     return pd.DataFrame(rows)
 
 
-def engine_model_shift(summaries: pd.DataFrame) -> pd.DataFrame:
-    """Per workload and policy: mean and p99 JCT on each engine model (means over seeds) and the
-    change from ``sim`` to ``sim-sglang`` (%)."""
-    g = summaries.groupby(["workload", "policy", "engine"])[["jct_mean", "jct_p99"]].mean().unstack("engine")
+def _engine_models(summaries: pd.DataFrame, reference: str) -> list[str]:
+    col = summaries["engine_model"] if "engine_model" in summaries else pd.Series(["stock"] * len(summaries))
+    return [reference] + [m for m in dict.fromkeys(col) if m != reference]
+
+
+def engine_model_shift(summaries: pd.DataFrame, reference: str = "stock") -> pd.DataFrame:
+    """Per workload and policy: mean and p99 JCT on each engine model (means over seeds) and each
+    other model's change from ``reference`` (%)."""
+    g = summaries.groupby(["workload", "policy", "engine_model"])[["jct_mean", "jct_p99"]].mean().unstack("engine_model")
     out = pd.DataFrame(index=g.index)
+    models = _engine_models(summaries, reference)
     for col, name in (("jct_mean", "mean JCT"), ("jct_p99", "p99 JCT")):
-        if ("sim" not in g[col]) or ("sim-sglang" not in g[col]):
+        if reference not in g[col]:
             continue
-        out[f"{name} (s), sim"] = g[col]["sim"]
-        out[f"{name} (s), sim-sglang"] = g[col]["sim-sglang"]
-        out[f"{name} change %"] = 100.0 * (g[col]["sim-sglang"] - g[col]["sim"]) / g[col]["sim"]
+        for m in models:
+            if m in g[col]:
+                out[f"{name} (s), {m}"] = g[col][m]
+        for m in models[1:]:
+            if m in g[col]:
+                out[f"{name} change %, {m}"] = 100.0 * (g[col][m] - g[col][reference]) / g[col][reference]
     return out.reset_index()

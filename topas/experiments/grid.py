@@ -26,6 +26,7 @@ from typing import Iterable, Mapping, Sequence
 
 import os
 
+from topas.engine.config import LEGACY_ENGINE
 from topas.experiments.spec import ENGINES, Experiment, ExperimentError
 
 ENGINE_ENV = "TOPAS_ENGINE"
@@ -99,22 +100,31 @@ def ablations(
     return _grid(workloads, ABLATIONS + BASELINES, (load,), sz, params)
 
 
+#: Notebook 11's engine models: label -> the simulator's engine options.
+ENGINE_MODELS: dict[str, dict[str, object]] = {
+    "stock": {},
+    "host_tier=True": {"host_tier": True},
+    "legacy": dict(LEGACY_ENGINE),
+}
+
+
 def engine_model(
     workloads: Sequence[str] = SYNTHETIC + METAGPT,
     load: float = 1.2,
     quick: bool = False,
     params: Mapping[str, object] | None = None,
 ) -> list[Experiment]:
-    """Every policy at one load on both simulated engines: the paper figures' simulator
-    (``sim``) and the simulator with the SGLang behaviours the fidelity runs found
-    (``sim-sglang``), for notebook 11's question whether the figures' conclusions depend on them.
-    The ``sim`` half is :func:`jct_vs_load`'s runs at that load (the same keys, so a store that
-    has the figures has it)."""
+    """Every policy at one load on each engine model of :data:`ENGINE_MODELS`: the figures'
+    simulator (stock SGLang's behaviours), the same with a host tier for every policy (SGLang
+    HiCache), and the engine model of the figures before issue 12 (``legacy``), for notebook
+    11's question whether the figures' conclusions depend on the engine model. The ``stock`` third
+    is :func:`jct_vs_load`'s runs at that load (the same keys, so a store that has the figures
+    has it)."""
     sz = size(quick)
     return [
         Experiment(w, p, dict(params or {}) if p.startswith("topas") else {}, load=load, seed=s, n_tasks=sz.n_tasks,
-                   engine=engine)
-        for engine in ("sim", "sim-sglang")
+                   engine_options=opts)
+        for opts in ENGINE_MODELS.values()
         for w, p, s in itertools.product(workloads, POLICIES, sz.seeds)
     ]
 

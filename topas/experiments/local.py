@@ -44,6 +44,7 @@ def run_row(exp: Experiment) -> dict[str, Any]:
     row: dict[str, Any] = {"key": exp.key()}
     for k in ("workload", "policy", "params", "profile", "engine", "kv_budget", "load"):
         row[k] = spec[k]
+    row["engine_model"] = spec.get("engine_model", "stock")
     row["rate_given"] = spec["rate"]
     row["rate"] = p.rate
     row["seed"] = spec["seed"]

@@ -15,9 +15,8 @@ the result depends on, so a results store can reuse a result exactly when it is 
   (from the CLI) and ``beta=0.5`` agree, and changing a default in code changes the key;
 * ``profile_hash``: :attr:`topas.engine.cost.CostModel.profile_hash` of the profile after the
   ``kv_budget`` override (the profile's numbers, not its name or path);
-* ``engine`` and ``engine_config``: the engine and every :class:`EngineConfig` field (and, for
-  the ``sim-sglang`` engine, :data:`topas.fidelity.engine.MODEL_VERSION`, the version of its
-  SGLang behaviours);
+* ``engine`` and ``engine_config``: the engine and every :class:`EngineConfig` field after the
+  experiment's ``engine_options`` (e.g. ``host_tier``) are applied;
 * ``schema``: :data:`KEY_SCHEMA`, bumped when the meaning of a result changes in a way none of
   the above captures (e.g. a simulator fix that changes results).
 
@@ -64,11 +63,11 @@ __all__ = [
 ]
 
 #: Version of the key's canonical form (see the module docstring).
-KEY_SCHEMA = "topas.experiment/2"  # 2: TOPAS ties no longer depend on the string hash seed
-#: Engines an experiment may name: the simulator (the paper figures' engine), the simulator with
-#: the SGLang behaviours the fidelity runs found (:class:`topas.fidelity.engine.SGLangSimulator`,
-#: for the engine-model sensitivity of notebook 11), or a replay on a real SGLang server.
-ENGINES = ("sim", "sim-sglang", "sglang")
+KEY_SCHEMA = "topas.experiment/3"  # 3: one SGLang-faithful engine model (issue 12); 2: TOPAS ties
+#: Engines an experiment may name: the simulator (stock SGLang's behaviours by default; its
+#: ``engine_options`` switch them, see :class:`topas.engine.config.EngineConfig`), or a replay on a
+#: real SGLang server.
+ENGINES = ("sim", "sglang")
 _TRACE_SUFFIXES = (".json.gz", ".json")
 
 
@@ -202,7 +201,9 @@ class Experiment:
     (a multiple of the trace's nominal ``meta["rate"]``) re-time the tasks with Poisson arrivals
     from ``seed``; give at most one of them; with neither the trace's own arrival times are used.
     ``n_tasks`` takes the first tasks of the trace (``None``: all). ``kv_budget`` overrides the
-    profile's KV budget (tokens).
+    profile's KV budget (tokens). ``engine_options`` sets :class:`~topas.engine.config.EngineConfig`
+    fields of the simulator (e.g. ``{"host_tier": True}`` models SGLang HiCache; a mapping or
+    pairs, stored sorted; checked by name and type).
     """
 
     workload: str
@@ -215,6 +216,7 @@ class Experiment:
     n_tasks: int | None = None
     engine: str = "sim"
     kv_budget: int | None = None
+    engine_options: tuple[tuple[str, Any], ...] = ()
     #: per-instance cache of the resolved, file-dependent parts (not part of equality or hash)
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
@@ -243,6 +245,18 @@ class Experiment:
                 object.__setattr__(self, name, int(v))
         if self.engine not in ENGINES:
             raise ExperimentError(f"unknown engine {self.engine!r}; valid engines: {', '.join(ENGINES)}")
+        opts = _norm_params(self.engine_options)
+        object.__setattr__(self, "engine_options", opts)
+        if opts:
+            if self.engine != "sim":
+                raise ExperimentError(f"engine_options {dict(opts)} apply to the simulator only, not engine "
+                                      f"{self.engine!r}; configure the server instead")
+            try:
+                cfg = self.engine_config()
+            except ValueError as e:
+                raise ExperimentError(str(e)) from None
+            # stored coerced ("true" from the CLI and True agree)
+            object.__setattr__(self, "engine_options", tuple((k, getattr(cfg, k)) for k, _ in opts))
 
     # ------------------------------------------------------------------ resolution
     @property
@@ -279,9 +293,23 @@ class Experiment:
         return cost.with_budget(self.kv_budget) if self.kv_budget is not None else cost
 
     def engine_config(self) -> "EngineConfig":
-        from topas.engine.config import EngineConfig
+        """The simulator's configuration: stock SGLang's, with ``engine_options`` applied."""
+        from topas.engine.config import engine_config
 
-        return EngineConfig()
+        return engine_config(dict(self.engine_options))
+
+    @property
+    def engine_model(self) -> str:
+        """A label of the engine options: ``stock`` (none), ``legacy``
+        (:data:`topas.engine.config.LEGACY_ENGINE`), else ``name=value,...``."""
+        from topas.engine.config import LEGACY_ENGINE
+
+        opts = dict(self.engine_options)
+        if not opts:
+            return "stock"
+        if opts == dict(sorted(LEGACY_ENGINE.items())):
+            return "legacy"
+        return ",".join(f"{k}={v}" for k, v in sorted(opts.items()))
 
     def make_policy(self) -> "Policy":
         from topas.policies.base import make_policy
@@ -306,10 +334,6 @@ class Experiment:
                 "params": dataclasses.asdict(policy.params),
                 "profile_hash": self.load_cost().profile_hash,
             }
-            if self.engine == "sim-sglang":
-                from topas.fidelity.engine import MODEL_VERSION
-
-                self._cache["canonical"]["engine_model"] = MODEL_VERSION
         return self._cache["canonical"]
 
     def key(self) -> str:
@@ -328,7 +352,8 @@ class Experiment:
         at = (f"rate={self.rate:g}" if self.rate is not None
               else f"load={self.load:g}" if self.load is not None else "trace-arrivals")
         n = f",tasks={self.n_tasks}" if self.n_tasks is not None else ""
-        return f"{self.workload}/{self.policy}{f'[{p}]' if p else ''}@{at},seed={self.seed}{n}"
+        eng = f",engine[{self.engine_model}]" if self.engine_options else ""
+        return f"{self.workload}/{self.policy}{f'[{p}]' if p else ''}@{at},seed={self.seed}{n}{eng}"
 
     def fields(self) -> dict[str, Any]:
         """The spec as a flat row (``params`` as canonical JSON text, for tables and Parquet)."""
@@ -343,6 +368,7 @@ class Experiment:
             "n_tasks": self.n_tasks,
             "engine": self.engine,
             "kv_budget": self.kv_budget,
+            "engine_model": self.engine_model,
         }
 
     def __getstate__(self) -> dict[str, Any]:  # do not ship the cache to worker processes
@@ -418,12 +444,10 @@ def sglang_url() -> str:
 
 def run_experiment(exp: Experiment, progress: bool = False) -> "SimResult":
     """Run one experiment and return its :class:`~topas.engine.metrics.SimResult`: on the
-    simulator (``engine="sim"``), on the simulator with SGLang's behaviours
-    (``engine="sim-sglang"``, :func:`topas.fidelity.engine.simulate_sglang` with
-    ``ignore_eos=False``: a real model's requests end at EOS, so running requests reserve
-    SGLang's decaying ``new_token_ratio`` of their remaining output), or replayed on the SGLang
-    server at ``$TOPAS_SGLANG_URL`` (``engine="sglang"``, :func:`topas.sglang.replay.run_replay`;
-    same tables, same columns)."""
+    simulator (``engine="sim"``; requests end at EOS as a real model's do, so running requests
+    reserve SGLang's decaying ``new_token_ratio`` of their remaining output), or replayed on the
+    SGLang server at ``$TOPAS_SGLANG_URL`` (``engine="sglang"``,
+    :func:`topas.sglang.replay.run_replay`; same tables, same columns)."""
     return run_prepared(prepare(exp), progress=progress)
 
 
@@ -434,10 +458,6 @@ def run_prepared(p: Prepared, progress: bool = False) -> "SimResult":
         from topas.sglang.replay import run_replay
 
         return run_replay(p, url, progress=progress)
-    if p.experiment.engine == "sim-sglang":
-        from topas.fidelity.engine import simulate_sglang
-
-        return simulate_sglang(p.trace, p.policy, p.cost, p.config, ignore_eos=False, progress=progress)
     from topas.engine.simulator import simulate
 
     return simulate(p.trace, p.policy, p.cost, p.config, progress=progress)

@@ -133,6 +133,7 @@ def _row(meta: dict[str, Any]) -> dict[str, Any]:
     row: dict[str, Any] = {"key": meta["key"]}
     for k in ("workload", "policy", "params", "profile", "engine", "kv_budget", "load"):
         row[k] = spec[k]
+    row["engine_model"] = spec.get("engine_model", "stock")
     row["rate_given"] = spec["rate"]
     row["rate"] = meta["canonical"]["rate"]
     row["seed"] = spec["seed"]

@@ -60,7 +60,9 @@ def sim_engine(profile: "str | Path | CostModel", kv_budget: int | None = None,
                settings: Mapping[str, Any] | None = None) -> tuple["CostModel", "EngineConfig"]:
     """The simulator's cost model and config for a server: the profile with the server's KV budget
     (``kv_budget``, else the profile's), its chunked-prefill size and ``max_running_requests``,
-    and no host tier unless the server has one (``settings["host_tier"]``)."""
+    no host tier unless the server has one (``settings["host_tier"]``), ``ignore_eos`` requests (the
+    replay client sends every request so) and the profile's request path
+    (``overhead.request_s``, 0 when absent, as in the GPU profiles)."""
     from topas.engine.config import EngineConfig
     from topas.engine.cost import CostModel, load_profile
 
@@ -68,7 +70,8 @@ def sim_engine(profile: "str | Path | CostModel", kv_budget: int | None = None,
     settings = dict(settings or cost.meta.get("server_settings") or {})
     budget = kv_budget or settings.get("kv_budget_tokens") or cost.kv_budget_tokens
     cost = cost.with_budget(int(budget)) if int(budget) != cost.kv_budget_tokens else cost
-    kw: dict[str, Any] = {"host_tier": bool(settings.get("host_tier", False))}
+    kw: dict[str, Any] = {"host_tier": bool(settings.get("host_tier", False)), "ignore_eos": True,
+                          "request_latency_s": float((cost.meta.get("overhead") or {}).get("request_s") or 0.0)}
     mrr = settings.get("max_running_requests")
     if isinstance(mrr, int) and mrr > 0:
         kw["max_running_requests"] = mrr
@@ -94,25 +97,27 @@ def prefix_tokens(trace: "Trace") -> dict[str, int]:
     return {name: int(a.prefix_tokens) for name, a in trace.agents.items()}
 
 
-#: The engine model of the simulated side: ``sglang`` = :class:`topas.fidelity.engine.SGLangSimulator`
-#: (the base simulator plus the SGLang behaviours the fidelity runs found), ``base`` = the
-#: simulator that produces the paper figures.
-ENGINE_MODELS = ("sglang", "base")
+#: The engine model of the simulated side: ``sglang`` = the simulator as configured for the server
+#: (stock SGLang's behaviours, the default), ``legacy`` = the same with
+#: :data:`topas.engine.config.LEGACY_ENGINE` (the engine model of the figures before issue 12).
+ENGINE_MODELS = ("sglang", "legacy")
 
 
 def simulate_point(p: Point, cost: "CostModel", config: "EngineConfig",
                    engine_model: str = "sglang") -> tuple["SimResult", "Trace"]:
+    from dataclasses import replace
+
+    from topas.engine.config import LEGACY_ENGINE
     from topas.engine.simulator import simulate
-    from topas.fidelity.engine import simulate_sglang
     from topas.policies.base import make_policy
 
     if engine_model not in ENGINE_MODELS:
         raise ValueError(f"unknown engine model {engine_model!r}; valid: {', '.join(ENGINE_MODELS)}")
     trace = point_trace(p, cost.kv_budget_tokens)
     policy = make_policy(p.policy, dict(p.params))
-    if engine_model == "base":
-        return simulate(trace, policy, cost, config), trace
-    return simulate_sglang(trace, policy, cost, config), trace
+    if engine_model == "legacy":
+        config = replace(config, **LEGACY_ENGINE)
+    return simulate(trace, policy, cost, config), trace
 
 
 def scale_cost(cost: "CostModel", factor: float) -> "CostModel":

@@ -66,7 +66,8 @@ REQUEST_COLUMNS = ["rid", "task_id", "stage_id", "agent", "input_tokens", "outpu
                    "e2e_latency", "server_received", "server_finished"]
 TASK_COLUMNS = ["task_id", "workflow", "arrival", "finish", "jct", "n_stages"]
 PREFIX_EVENT_COLUMNS = ["time", "agent", "event", "tokens", "bytes"]
-TIMELINE_COLUMNS = ["time", "prefix_tokens", "request_tokens", "decode_batch", "prefill_queue", "waiting"]
+TIMELINE_COLUMNS = ["time", "prefix_tokens", "request_tokens", "decode_batch", "prefill_queue", "waiting",
+                    "evictable_tokens"]
 
 
 class ReplayError(RuntimeError):

@@ -35,13 +35,23 @@ class Agent:
 
 @dataclass(frozen=True, slots=True)
 class Stage:
-    """One LLM call of a task: agent ``a(v)``, suffix input ``x_v``, true output ``y_v``."""
+    """One LLM call of a task: agent ``a(v)``, suffix input ``x_v``, true output ``y_v``.
+
+    ``max_new_tokens`` is the request's output cap as the client sends it (SGLang reserves KV for
+    it at admission); ``None`` means the output length ``y_v`` (what the replay client sends).
+    Engine-internal, like ``output_tokens``: policies see neither."""
 
     id: str
     agent: str
     input_tokens: int
     output_tokens: int
     parents: tuple[str, ...] = ()
+    max_new_tokens: int | None = None
+
+    @property
+    def max_new(self) -> int:
+        """The output cap the engine reserves for: ``max_new_tokens``, else ``output_tokens``."""
+        return self.output_tokens if self.max_new_tokens is None else self.max_new_tokens
 
 
 @dataclass(frozen=True)

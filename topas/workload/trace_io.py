@@ -53,6 +53,7 @@ def trace_from_dict(d: Mapping[str, Any], kv_budget: int | None = None, source: 
                 input_tokens=int(s["input_tokens"]),
                 output_tokens=int(s["output_tokens"]),
                 parents=tuple(s["parents"]),
+                max_new_tokens=None if s.get("max_new_tokens") is None else int(s["max_new_tokens"]),
             )
             for s in t["stages"]
         }
@@ -89,19 +90,26 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
                 "arrival": float(t.arrival),
                 "workflow": t.workflow,
                 "stages": [
-                    {
-                        "id": s.id,
-                        "agent": s.agent,
-                        "input_tokens": _int(s.input_tokens),
-                        "output_tokens": _int(s.output_tokens),
-                        "parents": list(s.parents),
-                    }
+                    _stage_dict(s)
                     for s in t.stages
                 ],
             }
             for t in trace.tasks
         ],
     }
+
+
+def _stage_dict(s: Stage) -> dict[str, Any]:
+    d = {
+        "id": s.id,
+        "agent": s.agent,
+        "input_tokens": _int(s.input_tokens),
+        "output_tokens": _int(s.output_tokens),
+        "parents": list(s.parents),
+    }
+    if s.max_new_tokens is not None:  # optional: absent means output_tokens
+        d["max_new_tokens"] = _int(s.max_new_tokens)
+    return d
 
 
 def _int(v: Any) -> Any:

@@ -22,7 +22,8 @@ JSON types) is checked first, then the rules below, item by item in file order. 
   non-empty and free of ``/`` (the request id is ``f"{task_id}/{stage_id}"``);
 - every stage's agent exists; every parent exists in the task, is not listed twice; no cycles
   (the stages on the cycle are named);
-- token lengths (``prefix_tokens``, ``input_tokens``, ``output_tokens``) are integers >= 1:
+- token lengths (``prefix_tokens``, ``input_tokens``, ``output_tokens`` and the optional
+  ``max_new_tokens``, which must be >= ``output_tokens``) are integers >= 1:
   zero, negative, non-integer values, floats such as ``3.0`` and booleans are rejected;
 - ``arrival`` finite and >= 0, tasks in non-decreasing arrival order;
 - ``expected_output_tokens`` a finite number > 0;
@@ -46,6 +47,8 @@ TOP_FIELDS = ("schema", "name", "meta", "agents", "tasks")
 AGENT_FIELDS = ("name", "prefix_tokens", "expected_output_tokens")
 TASK_FIELDS = ("id", "arrival", "workflow", "stages")
 STAGE_FIELDS = ("id", "agent", "input_tokens", "output_tokens", "parents")
+#: Optional stage fields: ``max_new_tokens`` (the client's output cap; default: ``output_tokens``).
+STAGE_OPTIONAL = ("max_new_tokens",)
 
 
 class TraceError(ValueError):
@@ -146,16 +149,18 @@ def _loc(obj: Any, key: str, fallback: str, kind: str) -> dict[str, str]:
     return {"where": fallback}
 
 
-def _fields(obj: Any, required: Sequence[str], source: str, *, what: str, **loc: str) -> None:
-    """``obj`` is an object holding exactly the ``required`` fields."""
+def _fields(obj: Any, required: Sequence[str], source: str, *, what: str, optional: Sequence[str] = (),
+            **loc: str) -> None:
+    """``obj`` is an object holding the ``required`` fields and no others but ``optional`` ones."""
     if not isinstance(obj, Mapping):
         raise TraceError(source, f"{what} must be an object, got {_type_name(obj)}", **loc)
     for f in required:
         if f not in obj:
             raise TraceError(source, f"missing field '{f}'", **loc)
-    extra = sorted(str(k) for k in obj if k not in required)
+    extra = sorted(str(k) for k in obj if k not in required and k not in optional)
     if extra:
-        raise TraceError(source, f"unknown field '{extra[0]}' (allowed: {', '.join(required)})", **loc)
+        allowed = ", ".join(list(required) + [f"{o} (optional)" for o in optional])
+        raise TraceError(source, f"unknown field '{extra[0]}' (allowed: {allowed})", **loc)
 
 
 # ----------------------------------------------------------------------------- structure
@@ -206,7 +211,7 @@ def validate_dict(d: Any, source: str = "<dict>", kv_budget: int | None = None) 
         for j, s in enumerate(t["stages"]):
             sloc = _loc(s, "id", f"task {t['id']} stages[{j}]", "stage")
             sloc["task"] = t["id"]
-            _fields(s, STAGE_FIELDS, source, **sloc, what="a stage")
+            _fields(s, STAGE_FIELDS, source, **sloc, what="a stage", optional=STAGE_OPTIONAL)
             p = _id_problem("id", s["id"]) or _id_problem("agent", s["agent"])
             if p:
                 raise TraceError(source, p, **sloc)
@@ -224,7 +229,8 @@ def validate_dict(d: Any, source: str = "<dict>", kv_budget: int | None = None) 
                 t["id"],
                 t["arrival"],
                 [
-                    (s["id"], s["agent"], s["input_tokens"], s["output_tokens"], tuple(s["parents"]))
+                    (s["id"], s["agent"], s["input_tokens"], s["output_tokens"], tuple(s["parents"]),
+                     s.get("max_new_tokens"))
                     for s in t["stages"]
                 ],
             )
@@ -258,7 +264,8 @@ def validate_trace(trace: "Trace", kv_budget: int | None = None, source: str | N
     agents = {a.name: a.prefix_tokens for a in trace.agents.values()}
     _check_tasks(
         (
-            (t.id, t.arrival, [(s.id, s.agent, s.input_tokens, s.output_tokens, tuple(s.parents)) for s in t.stages])
+            (t.id, t.arrival, [(s.id, s.agent, s.input_tokens, s.output_tokens, tuple(s.parents), s.max_new_tokens)
+                          for s in t.stages])
             for t in trace.tasks
         ),
         agents,
@@ -327,7 +334,7 @@ def _check_tasks(
         if not stages:
             raise TraceError(source, "a task must have at least one stage", task=tid)
         ids: set[str] = set()
-        for sid, agent, x, y, parents in stages:
+        for sid, agent, x, y, parents, _m in stages:
             if "/" in sid:
                 raise TraceError(
                     source, "stage id must not contain '/' (request ids are 'task/stage')", task=tid, stage=sid
@@ -335,13 +342,20 @@ def _check_tasks(
             if sid in ids:
                 raise TraceError(source, "duplicate stage id within the task", task=tid, stage=sid)
             ids.add(sid)
-        for sid, agent, x, y, parents in stages:
+        for sid, agent, x, y, parents, _m in stages:
             if agent not in agents:
                 raise TraceError(source, f"unknown agent '{agent}' (not in the agents table)", task=tid, stage=sid)
             for field, v in (("input_tokens", x), ("output_tokens", y)):
                 p = _length_problem(field, v)
                 if p:
                     raise TraceError(source, p, task=tid, stage=sid)
+            if _m is not None:
+                p = _length_problem("max_new_tokens", _m)
+                if p:
+                    raise TraceError(source, p, task=tid, stage=sid)
+                if _m < y:
+                    raise TraceError(source, f"max_new_tokens {_m} is smaller than output_tokens {y} (the "
+                                     "server would stop the request early)", task=tid, stage=sid)
             seen_parents: set[str] = set()
             for q in parents:
                 if q not in ids:
@@ -349,7 +363,7 @@ def _check_tasks(
                 if q in seen_parents:
                     raise TraceError(source, f"parent '{q}' is listed twice", task=tid, stage=sid)
                 seen_parents.add(q)
-        cycle = find_cycle([(sid, parents) for sid, _a, _x, _y, parents in stages])
+        cycle = find_cycle([(sid, parents) for sid, _a, _x, _y, parents, _m in stages])
         if cycle:
             raise TraceError(
                 source,
@@ -358,13 +372,14 @@ def _check_tasks(
                 stage=cycle[0],
             )
         if kv_budget is not None:
-            for sid, agent, x, y, parents in stages:
-                need = agents[agent] + x + y
+            for sid, agent, x, y, parents, _m in stages:
+                out, what = (y, "output") if _m is None else (_m, "max_new_tokens")
+                need = agents[agent] + x + out
                 if need > kv_budget:
                     raise TraceError(
                         source,
                         f"request does not fit in the KV budget: prefix {agents[agent]} + input {x} "
-                        f"+ output {y} = {need} tokens > budget {kv_budget} tokens",
+                        f"+ {what} {out} = {need} tokens > budget {kv_budget} tokens",
                         task=tid,
                         stage=sid,
                     )
