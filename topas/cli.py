@@ -362,8 +362,9 @@ def profile_server_cmd(server: str, out: Path, name: str | None, repeats: int, q
 @click.option("--calibrate/--no-calibrate", default=True, show_default=True,
               help="Probe the server's speed around every run and also simulate with the profile rescaled to it.")
 @click.option("--engine-model", type=click.Choice(["sglang", "legacy"]), default="sglang", show_default=True,
-              help="sglang: the simulator plus SGLang's admission gate, uncached-prefix rule and request path "
-                   "(topas.fidelity.engine); base: the simulator of the paper figures.")
+              help="sglang: the simulator as configured for the server (stock SGLang's behaviours, ignore_eos "
+                   "requests, the profile's request path); legacy: the same with the engine model of the figures "
+                   "before issue 12 (topas.engine.config.LEGACY_ENGINE).")
 @click.option("--decision-log", default=None, metavar="FILE",
               help="The server's TOPAS_DECISION_LOG when readable here (fills per-request queueing).")
 @click.option("--check/--no-check", default=False, help="Exit 3 if a bar or a rank check fails.")

@@ -854,23 +854,28 @@ def plot_paper_vs_ours(table: pd.DataFrame):
 
 def plot_engine_model(table: pd.DataFrame, policy: str = "topas"):
     """Notebook 11: ``policy``'s mean and p99 JCT change against the best baseline, per workload,
-    on the paper figures' simulator (hollow) and on the simulator with SGLang's behaviours
-    (filled); ``table`` from :func:`topas.experiments.analysis.engine_model_table`."""
+    on each engine model of ``table`` (from :func:`topas.experiments.analysis.engine_model_table`):
+    the figures' simulator (stock SGLang, filled) and the other readings (hollow)."""
     workloads = list(dict.fromkeys(table["workload"]))
+    models = list(dict.fromkeys(table["engine model"]))
     fig, axes = plt.subplots(1, 2, figsize=(8.0, 0.45 * len(workloads) + 1.6), sharey=True)
     ys = np.arange(len(workloads))[::-1]
-    styles = {"sim": {"facecolors": "none", "edgecolors": "black", "label": "simulator (the figures)"},
-              "sim-sglang": {"color": policy_color(policy), "label": "simulator + SGLang behaviours"}}
+    hollow = ["black", "grey", "tab:brown", "tab:olive"]
+    labels = {"stock": "stock SGLang (the figures)", "legacy": "legacy engine model (before issue 12)",
+              "host_tier=True": "+ host KV tier for every policy"}
+    styles = {m: ({"color": policy_color(policy)} if m == "stock" else
+                  {"facecolors": "none", "edgecolors": hollow[(i - 1) % len(hollow)]}) | {"label": labels.get(m, m)}
+              for i, m in enumerate(models)}
     for ax, (col, title) in zip(axes, ((f"{policy} vs best: mean JCT %", "mean JCT"),
                                        (f"{policy} vs best: p99 JCT %", "p99 JCT"))):
         ax.axvline(0, color="black", lw=1)
-        for engine, style in styles.items():
-            d = table[table["engine"] == engine].set_index("workload")
+        for model, style in styles.items():
+            d = table[table["engine model"] == model].set_index("workload")
             ax.scatter([d[col].get(w, np.nan) for w in workloads], ys, s=40, zorder=3, **style)
         ax.set_xlabel(f"{policy_label(policy)} vs best baseline, {title} (%)")
     axes[0].set_yticks(ys, [workload_label(w) for w in workloads])
-    handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside upper center", ncol=2)
+    handles, labels_ = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels_, loc="outside upper center", ncol=min(3, len(models)))
     _hide_stale_ticklabels(fig)
     return fig
 
