@@ -127,3 +127,13 @@ def test_nan_in_file_is_rejected(tmp_path):
     p.write_text(text)
     with pytest.raises(TraceError, match=r"nan.json: task t00001: arrival must be a finite number"):
         read_trace(p)
+
+
+def test_max_new_tokens_round_trips_and_is_written_only_when_set(tmp_path):
+    d = good()
+    d["tasks"][0]["stages"][0]["max_new_tokens"] = d["tasks"][0]["stages"][0]["output_tokens"] + 7
+    t = trace_from_dict(d)
+    back = read_trace(write_trace(t, tmp_path / "m.json.gz"))
+    assert back == t and trace_to_dict(back) == d
+    plain = trace_to_dict(trace_from_dict(good()))
+    assert all("max_new_tokens" not in s for task in plain["tasks"] for s in task["stages"])

@@ -334,3 +334,27 @@ def test_nothing_is_half_loaded():
     reject(d, "task t00001 stage D")
     stage(d, 1, "D")["output_tokens"] = 5
     assert d == before  # validation does not modify its input
+
+
+def test_max_new_tokens_is_optional_and_at_least_the_output():
+    d = good()
+    s = stage(d, 0, "D")
+    s["max_new_tokens"] = s["output_tokens"] + 100
+    t = trace_from_dict(d, source=SRC)
+    assert next(x for x in t.tasks[0].stages if x.id == "D").max_new == s["output_tokens"] + 100
+    assert next(x for x in t.tasks[0].stages if x.id == "A").max_new_tokens is None  # absent: y
+    s["max_new_tokens"] = s["output_tokens"] - 1
+    reject(d, "task t00000 stage D", f"max_new_tokens {s['output_tokens'] - 1} is smaller than output_tokens")
+    for bad in (0, 2.0, True, "8"):
+        s["max_new_tokens"] = bad
+        reject(d, "task t00000 stage D", "max_new_tokens")
+
+
+def test_max_new_tokens_counts_in_the_budget_rule():
+    d = good()
+    s = stage(d, 0, "D")
+    prefix = next(a for a in d["agents"] if a["name"] == s["agent"])["prefix_tokens"]
+    fits = prefix + s["input_tokens"] + s["output_tokens"]
+    trace_from_dict(d, kv_budget=fits + 50)
+    s["max_new_tokens"] = s["output_tokens"] + 100
+    reject(d, "task t00000 stage D", "max_new_tokens", kv_budget=fits + 50)
