@@ -354,7 +354,8 @@ def test_max_new_tokens_counts_in_the_budget_rule():
     d = good()
     s = stage(d, 0, "D")
     prefix = next(a for a in d["agents"] if a["name"] == s["agent"])["prefix_tokens"]
-    fits = prefix + s["input_tokens"] + s["output_tokens"]
-    trace_from_dict(d, kv_budget=fits + 50)
-    s["max_new_tokens"] = s["output_tokens"] + 100
-    reject(d, "task t00000 stage D", "max_new_tokens", kv_budget=fits + 50)
+    budget = max(a["prefix_tokens"] for a in d["agents"]) + max(
+        x["input_tokens"] + x["output_tokens"] for t in d["tasks"] for x in t["stages"])
+    trace_from_dict(d, kv_budget=budget)  # every prefix and request fits
+    s["max_new_tokens"] = budget - prefix - s["input_tokens"] + 1
+    reject(d, "task t00000 stage D", f"+ max_new_tokens {s['max_new_tokens']}", f"> budget {budget}", kv_budget=budget)
