@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import pickle
+import os
 import subprocess
 import sys
 
@@ -166,8 +167,8 @@ def _deterministic(row: dict) -> dict:
 def test_run_many_parallel_equals_serial():
     exps = [exp(policy=p, params={}, seed=s, n_tasks=8) for p in ("fcfs", "parrot-fcfs", "topas") for s in (0, 1)]
     exps.append(exp(workload="chain-3", n_tasks=8))
-    serial = run_many(exps, jobs=1, progress=False)
-    parallel = run_many(exps, jobs=2, progress=False)
+    serial = run_many(exps, jobs=1, progress=False, store=False)
+    parallel = run_many(exps, jobs=2, progress=False, store=False)
     assert [_deterministic(r) for r in serial] == [_deterministic(r) for r in parallel]
     assert [r["key"] for r in serial] == [e.key() for e in exps]
     assert [(r["policy"], r["seed"]) for r in serial] == [(e.policy, e.seed) for e in exps]
@@ -187,15 +188,16 @@ def test_run_many_checks_specs_before_running():
         run_many([exp()], jobs=0, progress=False)
 
 
-def test_run_many_names_a_failing_experiment(monkeypatch):
+def test_run_many_names_a_failing_experiment(monkeypatch, tmp_path):
     import topas.experiments.local as local
 
     def boom(p, *a, **k):
         raise RuntimeError("kaput")
 
     monkeypatch.setattr("topas.engine.simulator.simulate", boom)
-    with pytest.raises(ExperimentFailed, match=r"dag-4/topas\[beta=0.5\]@load=1.2,seed=0,tasks=10.*kaput"):
-        local.run_many([exp()], jobs=1, progress=False)
+    for store in (False, tmp_path / "store"):
+        with pytest.raises(ExperimentFailed, match=r"dag-4/topas\[beta=0.5\]@load=1.2,seed=0,tasks=10.*kaput"):
+            local.run_many([exp()], jobs=1, progress=False, store=store)
 
 
 # ----------------------------------------------------------------------------- reproduce.py
@@ -203,16 +205,18 @@ def test_run_many_names_a_failing_experiment(monkeypatch):
 SCRIPT = REPO_ROOT / "scripts" / "reproduce.py"
 
 
-def reproduce(*args, **kw):
+def reproduce(*args, store=None, **kw):
+    """Run scripts/reproduce.py; ``store``: the working results store (``$TOPAS_STORE``)."""
+    env = {**os.environ, **({"TOPAS_STORE": str(store)} if store is not None else {})}
     return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True,
-                          cwd=REPO_ROOT, **kw)
+                          cwd=REPO_ROOT, env=env, **kw)
 
 
 def test_reproduce_quick_end_to_end(tmp_path):
     out = tmp_path / "figs"
     # the notebooks are executed by tests/test_notebooks.py (each against a temporary store)
     r = reproduce("--quick", "--tasks", 20, "--seeds", 1, "--jobs", 2, "--out-dir", out, "--no-progress",
-                  "--no-notebooks", timeout=240)
+                  "--no-notebooks", store=tmp_path / "store", timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
     for w in ("chain-3", "dag-4", "dag-10-wide"):
         assert f"] {w}:" in r.stdout  # progress lines

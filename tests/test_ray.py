@@ -53,8 +53,8 @@ def test_ray_sweep_stores_the_same_results_as_local_processes(tmp_path, local_ra
 
 def test_ray_run_many_matches_local(local_ray):
     exps = [exp(0), exp(1, policy="lpm")]
-    on_ray = pd.DataFrame(run_many(exps, ray_address="local", progress=False))
-    local = pd.DataFrame(run_many(exps, jobs=1, progress=False))
+    on_ray = pd.DataFrame(run_many(exps, ray_address="local", progress=False, store=False))
+    local = pd.DataFrame(run_many(exps, jobs=1, progress=False, store=False))
     pd.testing.assert_frame_equal(_deterministic(on_ray), _deterministic(local))
 
 

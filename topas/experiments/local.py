@@ -1,10 +1,11 @@
 """Run many experiments on local processes.
 
 :func:`run_many` checks every spec first (its key resolves the trace, profile, policy and
-parameters, so a typo fails before any simulation starts), then runs the experiments on a
-``concurrent.futures.ProcessPoolExecutor`` (``jobs=None``: one process per CPU core; ``jobs=1``:
-in this process, no pool), with a tqdm bar, and returns one flat row per experiment in the input
-order: the experiment's fields (:meth:`Experiment.fields`), its ``key``, then the run's summary
+parameters, so a typo fails before any simulation starts), then runs the experiments the results
+store lacks (:mod:`topas.experiments.store`; each result is stored as it finishes, so a killed or
+interrupted sweep resumes where it stopped) on a ``concurrent.futures.ProcessPoolExecutor``
+(``jobs=None``: one process per CPU core; ``jobs=1``: in this process, no pool), with a tqdm bar,
+and returns one flat row per experiment in the input order: the experiment's fields (:meth:`Experiment.fields`), its ``key``, then the run's summary
 (:class:`topas.engine.metrics.SimResult`). Two keys differ in meaning between the two:
 
 * ``rate``: the resolved arrival rate the run used (tasks/s; ``None`` = the trace's own arrivals);
@@ -20,6 +21,7 @@ store (:func:`topas.experiments.store.run_sweep`) keeps them.
 from __future__ import annotations
 
 import os
+import signal
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
@@ -61,10 +63,14 @@ def run_many(
     progress: bool = True,
     desc: str = "experiments",
     ray_address: str | None = None,
+    store: Any = None,
 ) -> list[dict[str, Any]]:
     """Run ``experiments`` and return their rows, in the input order.
 
-    ``jobs``: worker processes (``None``: ``os.cpu_count()``; never more than there are
+    ``store``: the results store read first and written as each run finishes (a
+    :class:`~topas.experiments.store.ResultStore` or its root folder; ``None``: the default store,
+    ``data/results/store`` plus the shipped packs unless ``$TOPAS_USE_PACKS=0``; ``False``: no
+    store, everything runs and nothing is kept). ``jobs``: worker processes (``None``: ``os.cpu_count()``; never more than there are
     experiments; ``1`` runs in this process). ``ray_address`` (or ``$TOPAS_RAY_ADDRESS``): run
     on Ray instead, one task per experiment (see :mod:`topas.experiments.ray_backend`; ``jobs``
     is then ignored). ``progress``: show a tqdm bar on stderr labelled
@@ -74,6 +80,11 @@ def run_many(
     """
     from topas.experiments.ray_backend import map_experiments_ray
 
+    if store is not False:
+        from topas.experiments.store import ensure_stored
+
+        st, keys = ensure_stored(experiments, store, jobs, progress, desc, ray_address, "run_many")
+        return st.rows(keys)
     exps, jobs = check_sweep(experiments, jobs, "run_many")
     jobs, address = workers(exps, jobs, ray_address)
     if address is not None and exps:
@@ -128,7 +139,8 @@ def map_experiments(
                 out[i] = _run_or_raise(fn, e)
                 bar.update(1)
         else:
-            with ProcessPoolExecutor(max_workers=min(jobs, len(exps))) as pool:
+            pool = ProcessPoolExecutor(max_workers=min(jobs, len(exps)), initializer=_ignore_sigint)
+            try:
                 futures: dict[Future, int] = {pool.submit(fn, e): i for i, e in enumerate(exps)}
                 pending = set(futures)
                 while pending:
@@ -142,9 +154,32 @@ def map_experiments(
                             raise ExperimentFailed(f"experiment {exps[i].label()} failed: {err}") from err
                         out[i] = f.result()
                         bar.update(1)
+            except KeyboardInterrupt:
+                _stop(pool)
+                raise
+            finally:
+                pool.shutdown(wait=True, cancel_futures=True)  # a no-op after _stop
     finally:
         bar.close()
     return out
+
+
+def _ignore_sigint() -> None:
+    """Worker initializer: Ctrl-C goes to the process that runs the sweep (which stops the
+    workers), not to every worker (each would print its own traceback)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """Cancel what has not started and terminate the workers (their runs in flight are lost;
+    the store's atomic writes leave nothing half-written)."""
+    procs = list(getattr(pool, "_processes", {}).values())  # no public API lists the workers
+    pool.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    for p in procs:
+        p.join(timeout=5)
 
 
 def _run_or_raise(fn: Callable[[Experiment], T], e: Experiment) -> T:

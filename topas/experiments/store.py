@@ -37,6 +37,7 @@ loading a table a pack left out raises :class:`TrimmedResult`, naming it.
 runs nothing: a missing result raises :class:`MissingResults` naming the experiments.
 ``$TOPAS_STORE_LOG=<file>`` appends ``sweep <key>`` for every experiment a sweep returns and
 ``load <key>`` for every full load, which is how ``scripts/pack_results.py`` learns what to ship.
+``$TOPAS_STORE=<dir>`` moves the default store's root (the working store) elsewhere.
 ``$TOPAS_USE_PACKS=0`` makes the default store ignore the packs (``make reproduce`` sets it, so a
 reproduction simulates everything instead of reading the shipped results).
 """
@@ -64,9 +65,12 @@ __all__ = [
     "default_packs",
     "default_store_root",
     "git_commit",
+    "ensure_stored",
     "run_sweep",
 ]
 
+#: The columns :meth:`ResultStore.summaries` adds to a summary row: where the result came from.
+PROVENANCE_COLUMNS = ("topas_version", "git_commit", "profile_hash", "created")
 #: The SimResult tables the store keeps, one Parquet file each.
 TABLES = ("tasks", "requests", "decisions", "prefix_events", "timeline")
 META = "meta.json"
@@ -75,6 +79,7 @@ _TMP_PREFIX = ".tmp-"
 #: Engines whose shipped packs the default store reads, in this order (``data/results/<engine>``).
 PACK_ENGINES = ("sim", "sglang")
 STORE_ONLY_ENV = "TOPAS_STORE_ONLY"
+STORE_ENV = "TOPAS_STORE"
 STORE_LOG_ENV = "TOPAS_STORE_LOG"
 USE_PACKS_ENV = "TOPAS_USE_PACKS"
 
@@ -88,10 +93,11 @@ class TrimmedResult(LookupError):
 
 
 def default_store_root() -> Path:
-    """``data/results/store`` (under ``$TOPAS_DATA`` when set)."""
+    """``$TOPAS_STORE`` when set, else ``data/results/store`` (under ``$TOPAS_DATA`` when set)."""
     from topas.paths import data_dir
 
-    return data_dir() / "results" / "store"
+    root = os.environ.get(STORE_ENV, "").strip()
+    return Path(root) if root else data_dir() / "results" / "store"
 
 
 def default_packs() -> list[Path]:
@@ -126,9 +132,9 @@ def git_commit() -> str:
     return sha if out.returncode == 0 and len(sha) == 40 else "unknown"
 
 
-def _row(meta: dict[str, Any]) -> dict[str, Any]:
+def _row(meta: dict[str, Any], provenance: bool = True) -> dict[str, Any]:
     """One summary row from a meta.json, laid out like :func:`topas.experiments.local.run_row`
-    plus the provenance columns."""
+    plus (``provenance=True``) the provenance columns."""
     spec = meta["experiment"]
     row: dict[str, Any] = {"key": meta["key"]}
     for k in ("workload", "policy", "params", "profile", "engine", "kv_budget", "load"):
@@ -141,8 +147,9 @@ def _row(meta: dict[str, Any]) -> dict[str, Any]:
     summary = dict(meta["summary"])
     summary.pop("policy", None)
     row.update(summary)
-    for k in ("topas_version", "git_commit", "profile_hash", "created"):
-        row[k] = meta[k]
+    if provenance:
+        for k in PROVENANCE_COLUMNS:
+            row[k] = meta.get(k)
     return row
 
 
@@ -233,6 +240,11 @@ class ResultStore:
         if not p.is_file():
             raise TrimmedResult(f"table {table!r} of {meta.get('label', meta['key'])} is not in {p.parent}")
         return pd.read_parquet(p)
+
+    def rows(self, keys: Iterable[str]) -> list[dict[str, Any]]:
+        """The summary rows of ``keys`` in that order, laid out exactly like
+        :func:`topas.experiments.local.run_row` (no provenance columns)."""
+        return [_row(self.meta(k), provenance=False) for k in keys]
 
     def summaries(self, keys: Iterable[str] | None = None) -> pd.DataFrame:
         """One row per stored experiment (all of them sorted by key, or ``keys`` in that order):
@@ -374,14 +386,30 @@ def run_sweep(
     is written here, by this process, as it arrives. Experiments on the ``sglang`` engine always
     run one at a time, in this process: they share one server. A failing experiment stops the sweep
     with :class:`topas.experiments.ExperimentFailed` naming it; results already stored are kept,
-    so re-running the sweep resumes where it stopped.
+    so re-running the sweep resumes where it stopped (so does a sweep stopped by Ctrl-C).
     """
+    store, keys = ensure_stored(experiments, store, jobs, progress, desc, ray_address, "run_sweep")
+    return store.summaries(keys)
+
+
+def ensure_stored(
+    experiments: Iterable[Experiment],
+    store: ResultStore | str | os.PathLike[str] | None = None,
+    jobs: int | None = None,
+    progress: bool = True,
+    desc: str = "sweep",
+    ray_address: str | None = None,
+    caller: str = "run_sweep",
+) -> tuple[ResultStore, list[str]]:
+    """Run what ``store`` lacks of ``experiments`` (each result stored as it finishes) and return
+    the store and the experiments' keys in the input order: the engine of :func:`run_sweep` and
+    :func:`topas.experiments.run_many`."""
     from topas.experiments.local import check_sweep, map_experiments, workers
     from topas.experiments.ray_backend import map_experiments_ray
 
     if not isinstance(store, ResultStore):
         store = ResultStore(store)
-    exps, jobs = check_sweep(experiments, jobs, "run_sweep")
+    exps, jobs = check_sweep(experiments, jobs, caller)
     todo: list[Experiment] = []
     seen: set[str] = set()
     for e in exps:  # input order; ``seen`` is only a membership test
@@ -401,14 +429,10 @@ def run_sweep(
         if address is not None:
             map_experiments_ray(run_experiment, todo, address, progress=progress, desc=desc,
                                 on_result=store.put)
-            return _summaries(store, exps)
-        fn = functools.partial(run_and_store, root=str(store.root))
-        map_experiments(fn, todo, jobs=min(jobs, len(todo)), progress=progress, desc=desc)
-    return _summaries(store, exps)
-
-
-def _summaries(store: ResultStore, exps: list[Experiment]) -> pd.DataFrame:
+        else:
+            fn = functools.partial(run_and_store, root=str(store.root))
+            map_experiments(fn, todo, jobs=min(jobs, len(todo)), progress=progress, desc=desc)
     keys = [e.key() for e in exps]
     for k in keys:
         _log("sweep", k)
-    return store.summaries(keys)
+    return store, keys
