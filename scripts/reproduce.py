@@ -389,6 +389,7 @@ def main(argv: list[str] | None = None) -> int:
                 for p in policies for s in seeds]
         print(f"[{k}/{len(WORKLOADS)}] {w}: {len(exps)} simulations", flush=True)
         t = time.perf_counter()
+        # read from and written to the results store run by run, so a restart re-runs nothing finished
         runs.extend(run_many(exps, jobs=args.jobs, progress=not args.no_progress, desc=w,
                              ray_address=args.ray_address))
         print(f"[{k}/{len(WORKLOADS)}] {w}: done in {time.perf_counter() - t:.1f} s", flush=True)
@@ -405,14 +406,14 @@ def run_notebooks(args: argparse.Namespace) -> int:
     """Execute notebooks/NN_*.ipynb in order (they simulate only what the results store lacks)."""
     if args.no_notebooks:
         return 0
-    from topas.experiments.notebooks import NOTEBOOKS_DIR, NotebookFailed, execute_notebooks
+    from topas.experiments.notebooks import NOTEBOOKS_DIR, NotebookFailed, execute_notebooks, notebook_paths
 
     executed = NOTEBOOKS_DIR / "executed" / ("quick" if args.quick else "full")
     print(f"\nnotebooks -> figures in {args.out_dir}, executed copies in {executed}", flush=True)
     t = time.perf_counter()
     try:
         execute_notebooks({"quick": bool(args.quick), "out_dir": str(args.out_dir)},
-                          executed_dir=executed, progress=not args.no_progress)
+                          notebook_paths(NOTEBOOKS_DIR), executed_dir=executed, progress=not args.no_progress)
     except NotebookFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -420,5 +421,26 @@ def run_notebooks(args: argparse.Namespace) -> int:
     return 0
 
 
+def interrupted_message(argv: list[str] | None = None) -> str:
+    """The one line printed on Ctrl-C: what is kept and how to resume."""
+    from topas.experiments.store import ResultStore
+
+    store = ResultStore(packs=[])
+    n = len(store.keys(packs=False))
+    cmd = " ".join(["scripts/reproduce.py", *(sys.argv[1:] if argv is None else argv)]).strip()
+    return (f"interrupted: {n} finished run(s) are kept in {store.root}; run the same command again "
+            f"({cmd}) to resume: finished runs are read from the store, not re-run")
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """:func:`main`, with Ctrl-C reported in one line (exit status 130) instead of a traceback."""
+    try:
+        return main(argv)
+    except KeyboardInterrupt:
+        sys.stdout.flush()
+        print(f"\n{interrupted_message(argv)}", file=sys.stderr, flush=True)
+        return 130
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(cli())

@@ -41,4 +41,27 @@ def test_a_failure_names_the_notebook_and_the_cell(tmp_path):
     msg = str(err.value)
     assert "02_bad.ipynb" in msg and "ValueError: no results for dag-4" in msg and "cell" in msg
     assert not marker.exists()  # the run stopped at the failure
-    assert (tmp_path / "executed" / "02_bad.ipynb").is_file()  # kept for inspection
+    assert (tmp_path / "executed" / "02_bad.failed.ipynb").is_file()  # kept for inspection
+    assert not (tmp_path / "executed" / "02_bad.ipynb").exists()  # never under its own name
+    assert sorted(p.name for p in (tmp_path / "executed").iterdir()) == ["01_ok.ipynb", "02_bad.failed.ipynb"]
+
+
+def test_an_interrupted_notebook_leaves_no_executed_copy(tmp_path, monkeypatch):
+    """Ctrl-C while a notebook runs: the copy being written is removed, the finished ones stay."""
+    import papermill as pm
+
+    first = _nb(tmp_path / "01_first.ipynb", "x = 1")
+    second = _nb(tmp_path / "02_second.ipynb", "x = 2")
+    real = pm.execute_notebook
+
+    def execute(src, out, **kw):
+        if "02_" in src:
+            with open(out, "w") as f:  # papermill writes its output as it goes
+                f.write("{}")
+            raise KeyboardInterrupt
+        return real(src, out, **kw)
+
+    monkeypatch.setattr(pm, "execute_notebook", execute)
+    with pytest.raises(KeyboardInterrupt):
+        execute_notebooks({}, [first, second], tmp_path / "executed", progress=False)
+    assert [p.name for p in (tmp_path / "executed").iterdir()] == ["01_first.ipynb"]
