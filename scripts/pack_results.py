@@ -13,7 +13,8 @@ full (mechanism and overhead). All tables of all runs would be 68 MB (the MetaGP
 (``--engine`` picks one).
 
 ``manifest.json`` lists every experiment (key, label, engine, the tables shipped, the commit that
-produced it) with the package version, the commit at packing time and the pack's size. The pack
+produced it, whether its tree was dirty, its code fingerprint) with the package version, the
+commit at packing time, the environment (Python and library versions) and the pack's size. The pack
 is written beside the old one and swapped in with renames, so an interrupted run leaves the old
 pack whole; a pack over ``--max-mb`` (default 50) is refused.
 
@@ -44,6 +45,7 @@ from topas.experiments.store import (  # noqa: E402
     ResultStore,
     git_commit,
 )
+from topas.provenance import environment  # noqa: E402
 
 SCHEMA = "topas.results-pack/1"
 
@@ -109,7 +111,8 @@ def build_pack(keys: list[str], loaded: set[str], engine: str, dest: Path) -> di
         shutil.copyfile(src / META, out / META)
         size += sum(f.stat().st_size for f in out.iterdir())
         experiments.append({"key": key, "label": meta["label"], "engine": meta.get("engine", "sim"), "tables": tables,
-                            "git_commit": meta["git_commit"], "topas_version": meta["topas_version"]})
+                            "git_commit": meta["git_commit"], "git_dirty": meta.get("git_dirty"),
+                            "topas_version": meta["topas_version"], "code": meta["canonical"].get("code")})
     if not experiments:
         raise SystemExit(f"error: no {engine!r} results to pack")
     import topas
@@ -121,6 +124,9 @@ def build_pack(keys: list[str], loaded: set[str], engine: str, dest: Path) -> di
         "topas_version": topas.__version__,
         "packed_at_commit": git_commit(),
         "result_commits": sorted({e["git_commit"] for e in experiments}),
+        "any_result_dirty": any(bool(e["git_dirty"]) for e in experiments),
+        "code_fingerprints": sorted({str(e["code"]) for e in experiments}),
+        "environment": environment(),
         "n_experiments": len(experiments),
         "n_full_tables": sum(len(e["tables"]) == len(TABLES) for e in experiments),
         "bytes": size,

@@ -140,15 +140,18 @@ def test_committed_pack_is_small_and_complete(manifest):
 
 
 def test_committed_pack_is_not_stale(manifest):
-    """Every shipped result still has the key its spec gets today: a changed trace, profile or
-    parameter default makes this fail until the results are re-run and re-packed."""
+    """Every shipped result still has the key its spec gets today: a changed trace, profile,
+    parameter default or line of the engine/policy/workload code makes this fail until the results
+    are re-run and re-packed (`make reproduce && make pack`)."""
     for e in manifest["experiments"]:
         meta = json.loads((PACK / e["key"][:2] / e["key"] / "meta.json").read_text())
         spec = meta["experiment"]
         fresh = Experiment(spec["workload"], spec["policy"], json.loads(spec["params"]), profile=spec["profile"],
                            load=spec["load"], rate=spec["rate"], seed=spec["seed"], n_tasks=spec["n_tasks"],
                            engine=spec["engine"], kv_budget=spec["kv_budget"])
-        assert fresh.key() == e["key"], f"stale shipped result: {e['label']}"
+        what = ("the code changed since it was packed" if meta["canonical"].get("code") != fresh.canonical()["code"]
+                else "its inputs changed since it was packed")
+        assert fresh.key() == e["key"], f"stale shipped result: {e['label']} ({what}; make reproduce && make pack)"
 
 
 def test_committed_pack_covers_the_full_grid(manifest):

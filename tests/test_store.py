@@ -64,6 +64,10 @@ def test_put_has_load_round_trip(tmp_path):
     assert meta["key"] == e.key() and meta["experiment"] == e.fields()
     assert meta["topas_version"] == topas.__version__
     assert meta["git_commit"] == "unknown" or len(meta["git_commit"]) == 40
+    assert meta["git_dirty"] in (True, False, None) and meta["environment"]["git_dirty"] == meta["git_dirty"]
+    for lib in ("python", "numpy", "pandas", "pyarrow", "matplotlib", "seaborn", "topas"):
+        assert meta["environment"][lib] and meta["environment"][lib] != "not installed", lib
+    assert meta["canonical"]["code"] == e.canonical()["code"]
     assert meta["profile_hash"] == e.load_cost().profile_hash and meta["engine"] == "sim"
     assert meta["created"]
 

@@ -17,12 +17,15 @@ the result depends on, so a results store can reuse a result exactly when it is 
   ``kv_budget`` override (the profile's numbers, not its name or path);
 * ``engine`` and ``engine_config``: the engine and every :class:`EngineConfig` field after the
   experiment's ``engine_options`` (e.g. ``host_tier``) are applied;
+* ``code``: :func:`topas.provenance.engine_fingerprint`, a sha256 of the source files of the
+  packages that produce the engine's result (``topas/engine``, ``topas/policies``,
+  ``topas/workload``; plus ``topas/sglang`` for ``sglang``), so any edit to that code gives new keys: a sweep after a policy tweak runs again
+  instead of returning the result of the old code;
 * ``schema``: :data:`KEY_SCHEMA`, bumped when the meaning of a result changes in a way none of
-  the above captures (e.g. a simulator fix that changes results).
+  the above captures (e.g. a change to how this module prepares a run).
 
 The workload's and profile's *names* are labels, not part of the key: the same file under two
-names gives the same result. The key does not cover the simulator's source code; bump
-:data:`KEY_SCHEMA` with a change that alters results.
+names gives the same result.
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ __all__ = [
 ]
 
 #: Version of the key's canonical form (see the module docstring).
-KEY_SCHEMA = "topas.experiment/3"  # 3: one SGLang-faithful engine model (issue 12); 2: TOPAS ties
+KEY_SCHEMA = "topas.experiment/4"  # 4: the code in the key; 3: one SGLang-faithful engine model (issue 12); 2: TOPAS ties
 #: Engines an experiment may name: the simulator (stock SGLang's behaviours by default; its
 #: ``engine_options`` switch them, see :class:`topas.engine.config.EngineConfig`), or a replay on a
 #: real SGLang server.
@@ -322,8 +325,11 @@ class Experiment:
             path = self.trace_path()
             policy = self.make_policy()
             rate = self.resolve_rate()
+            from topas.provenance import engine_fingerprint
+
             self._cache["canonical"] = {
                 "schema": KEY_SCHEMA,
+                "code": engine_fingerprint(self.engine),
                 "engine": self.engine,
                 "engine_config": dataclasses.asdict(self.engine_config()),
                 "trace_sha256": trace_sha256(path),
@@ -339,7 +345,7 @@ class Experiment:
     def key(self) -> str:
         """sha256 (hex) of the canonical JSON of :meth:`canonical`: stable across processes and
         machines; changes with the trace's content, the profile's numbers, the resolved params,
-        the rate, the seed, the task count, the engine and its config."""
+        the rate, the seed, the task count, the engine and its config, and the code."""
         if "key" not in self._cache:
             canon = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"),
                                ensure_ascii=True, allow_nan=False, default=str)

@@ -10,8 +10,9 @@ Layout (``root`` defaults to ``data/results/store``)::
                            meta.json              spec, key, canonical inputs, summary, provenance
 
 ``key`` is :meth:`topas.experiments.Experiment.key`, which covers everything a result depends on
-(trace bytes, resolved parameters, resolved rate, seed, profile numbers, engine), so a changed
-trace, profile or parameter gets a new key and never reuses a stale result.
+(trace bytes, resolved parameters, resolved rate, seed, profile numbers, engine, and the source
+code of the engine, policies and workload packages), so a changed trace, profile, parameter or
+line of that code gets a new key and never reuses a stale result.
 
 Writes are atomic: :meth:`ResultStore.put` writes every file into ``<root>/.tmp-<key>-<pid>``
 (``meta.json`` last), then renames that directory to its final place. A directory without
@@ -21,7 +22,12 @@ experiments that are missing. Each worker process writes its own result, so resu
 finished survive the parent being killed.
 
 ``meta.json`` also records ``topas_version``, ``git_commit`` (``git rev-parse HEAD`` of the
-repository, ``"unknown"`` outside git), ``profile_hash``, ``engine`` and ``created`` (UTC, ISO 8601).
+repository, ``"unknown"`` outside git), ``git_dirty`` (whether the working tree had changes),
+``environment`` (:func:`topas.provenance.environment`: the versions of Python, numpy, pandas,
+pyarrow, matplotlib, seaborn, networkx and topas, commit and dirty flag), ``profile_hash``,
+``engine`` and ``created`` (UTC, ISO 8601). The key itself covers the code
+(:func:`topas.provenance.engine_fingerprint`), so a result of edited code is never served for
+the committed code, nor the reverse.
 
 **Shipped results (packs).** The repository ships the results of the full grid as read-only
 *packs*, one per engine: ``data/results/sim/`` (and ``data/results/sglang/`` once GPU-box runs
@@ -49,13 +55,13 @@ import functools
 import json
 import os
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any, Iterable
 
 import pandas as pd
 
 from topas.experiments.spec import Experiment
+from topas.provenance import environment, git_commit, git_dirty
 
 __all__ = [
     "MissingResults",
@@ -70,7 +76,7 @@ __all__ = [
 ]
 
 #: The columns :meth:`ResultStore.summaries` adds to a summary row: where the result came from.
-PROVENANCE_COLUMNS = ("topas_version", "git_commit", "profile_hash", "created")
+PROVENANCE_COLUMNS = ("topas_version", "git_commit", "git_dirty", "profile_hash", "created")
 #: The SimResult tables the store keeps, one Parquet file each.
 TABLES = ("tasks", "requests", "decisions", "prefix_events", "timeline")
 META = "meta.json"
@@ -116,20 +122,6 @@ def _log(kind: str, key: str) -> None:
     if path:
         with open(path, "a") as f:
             f.write(f"{kind} {key}\n")
-
-
-@functools.lru_cache(maxsize=1)
-def git_commit() -> str:
-    """``git rev-parse HEAD`` of the repository the package runs from, or ``"unknown"``."""
-    from topas.paths import REPO_ROOT
-
-    try:
-        out = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=10)
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    sha = out.stdout.strip()
-    return sha if out.returncode == 0 and len(sha) == 40 else "unknown"
 
 
 def _row(meta: dict[str, Any], provenance: bool = True) -> dict[str, Any]:
@@ -277,6 +269,8 @@ class ResultStore:
                 "summary": dict(result.summary),
                 "topas_version": _version(),
                 "git_commit": git_commit(),
+                "git_dirty": git_dirty(),
+                "environment": environment(),
                 "profile_hash": canonical["profile_hash"],
                 "engine": exp.engine,
                 "created": _dt.datetime.now(_dt.timezone.utc).isoformat(),
