@@ -15,27 +15,32 @@ VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-sglang fidelity reproduce figures pack lab traces profiles bench clean
+.PHONY: help install lock test test-sglang fidelity reproduce figures pack lab traces profiles bench clean
 
 help:  ## list the targets
 	@echo "Usage: make <target> [PY=python3] [VENV=.venv] [QUICK=0|1] [ENGINE=sim|sglang] [SERVER=URL] [RAY_ADDRESS=auto]"
 	@echo
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z_-]*:.*## / {printf "  %-10s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z_-]*:.*## / {printf "  %-15s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-# The virtual environment. The stamp depends on pyproject.toml, so a dependency change reinstalls.
-$(STAMP): pyproject.toml
+# The virtual environment, pinned by requirements-lock.txt (pip constraints: exactly those
+# versions). The stamp depends on both files, so a dependency or lock change reinstalls.
+LOCK ?= requirements-lock.txt
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(VPY) || $(PY) -m venv $(VENV)
 	$(VPY) -m pip install --upgrade pip
-	$(VPY) -m pip install -e '.[test,notebooks,ray]'
+	$(VPY) -m pip install -c $(LOCK) -e '.[test,notebooks,ray]'
 	touch $@
 
 $(VENV)/.lab-installed: $(STAMP)
-	$(VPY) -m pip install -e '.[lab]'
+	$(VPY) -m pip install -c $(LOCK) -e '.[lab]'
 	touch $@
 
-install: $(STAMP)  ## create $(VENV) and install topas with the test, notebook and ray extras
+install: $(STAMP)  ## create .venv and install topas + test/notebook/ray extras at the versions in requirements-lock.txt
 
-test: $(STAMP)  ## run the test suite (pytest; deselect slow tests with ARGS="-m 'not slow'")
+lock: $(STAMP)  ## re-pin requirements-lock.txt from .venv (after changing a dependency; commit it)
+	{ sed -n '/^#/p' $(LOCK); $(VPY) -m pip freeze --exclude-editable; } > $(LOCK).tmp && mv $(LOCK).tmp $(LOCK)
+
+test: $(STAMP)  ## run the test suite (pytest; ARGS="-x -q", or ARGS="-m 'not slow'" to skip the slow ones)
 	$(VPY) -m pytest $(ARGS)
 
 # The SGLang CPU integration test: builds (or reuses) the lean SGLang env in .venvs/sglang-cpu,
@@ -59,8 +64,10 @@ figures: $(STAMP)  ## re-render figures and tables from the results store only (
 pack: $(STAMP)  ## after a full reproduce: pack the results the figures need into data/results/$(ENGINE)/ (commit it)
 	$(VPY) scripts/pack_results.py --engine $(ENGINE)
 
-lab: $(VENV)/.lab-installed  ## open JupyterLab in notebooks/
-	cd notebooks && $(abspath $(VENV))/bin/jupyter lab
+# JupyterLab refuses to run as root without --allow-root (e.g. in a container); ARGS pass through.
+LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
+lab: $(VENV)/.lab-installed  ## open JupyterLab in notebooks/ (ARGS="--no-browser --port 8890" pass through)
+	cd notebooks && $(abspath $(VENV))/bin/jupyter lab $(LAB_ROOT) $(ARGS)
 
 traces: $(STAMP)  ## regenerate the workload traces in data/traces/
 	$(VPY) scripts/make_traces.py

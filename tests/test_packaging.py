@@ -150,3 +150,66 @@ def test_ci_run_invokes_make_test():
         ".ci/run must run `make test` (the README's test command)"
     )
     assert path.stat().st_mode & 0o111, ".ci/run must be executable"
+
+
+# ----------------------------------------------------------------------------- the lock file
+
+LOCK = ROOT / "requirements-lock.txt"
+
+
+def read_lock() -> dict[str, str]:
+    pins: dict[str, str] = {}
+    for lineno, raw in enumerate(LOCK.read_text().splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, version = line.partition("==")
+        assert sep and version and ";" not in line and " @ " not in line, (
+            f"{LOCK.name}:{lineno}: not a plain name==version pin from PyPI: {raw!r}")
+        pins[normalise(name)] = version
+    return pins
+
+
+def test_lock_pins_every_dependency_of_the_default_environment():
+    """`make install` installs pyproject's core + test/notebooks/ray extras under the lock's pins;
+    every one of them (and the libraries the results record) must be pinned, at or above its
+    lower bound."""
+    pins = read_lock()
+    project = pyproject()["project"]
+    reqs = list(project["dependencies"])
+    for extra in ("test", "notebooks", "ray"):
+        reqs += project["optional-dependencies"][extra]
+    for r in reqs:
+        name = req_name(r)
+        assert name in pins, f"{name} is not pinned in {LOCK.name} (run `make lock`)"
+        low = lower_bound(r)
+        if low:
+            as_tuple = lambda v: tuple(int(x) for x in re.findall(r"\d+", v)[:3])  # noqa: E731
+            assert as_tuple(pins[name]) >= as_tuple(low), f"{name}=={pins[name]} is below {r}"
+    assert "topas" not in pins, "the lock must not pin topas itself (it is installed editable)"
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"pip install -c \$\(LOCK\) -e '\.\[test,notebooks,ray\]'", makefile)
+    assert "LOCK ?= requirements-lock.txt" in makefile
+
+
+def test_make_help_is_aligned_and_lab_runs_as_root():
+    import subprocess
+
+    out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    rows = [ln for ln in out.splitlines() if ln.startswith("  ")]
+    assert len(rows) > 10
+    cols = {len(ln) - len(ln[2:].split(" ", 1)[1].lstrip()) for ln in rows}
+    assert len(cols) == 1, f"make help descriptions start at columns {sorted(cols)}:\n{out}"
+    lab = subprocess.run(["make", "-n", "lab", "ARGS=--no-browser --port 8890"], cwd=ROOT, capture_output=True,
+                         text=True, check=True).stdout
+    cmd = [ln for ln in lab.splitlines() if "jupyter lab" in ln]
+    assert cmd and cmd[-1].endswith("--no-browser --port 8890")
+    import os
+
+    assert ("--allow-root" in cmd[-1]) == (os.getuid() == 0)
+
+
+def test_pytest_addopts_leave_the_summary_line():
+    """`make test ARGS="-x -q"` must still print pytest's summary line: -q in addopts would make it -qq."""
+    addopts = pyproject()["tool"]["pytest"]["ini_options"].get("addopts", "")
+    assert "-q" not in addopts.split()
