@@ -69,6 +69,56 @@ def test_simulate_prints_summary_and_writes_parquet(runner, tmp_path):
     summary = pd.read_parquet(out / "summary.parquet")
     assert summary.loc[0, "policy"] == "topas"
     assert f"mean {tasks['jct'].mean():.2f}" in r.output
+    inputs = json.loads((out / "inputs.json").read_text())  # the inputs beside the tables
+    assert inputs["trace"]["name"] == "dag-4" and len(inputs["trace"]["sha256"]) == 64
+    assert (inputs["load"], inputs["seed"], inputs["n_tasks"]) == (1.2, 1, 12)
+    assert inputs["rate"] == pytest.approx(0.18) and inputs["params"]["beta"] == 0.5
+    assert inputs["profile"]["name"] == "a100-80gb_qwen2.5-32b" and inputs["key"]
+    for lib in ("python", "numpy", "pandas", "pyarrow", "matplotlib", "seaborn", "topas", "git_commit"):
+        assert lib in inputs["environment"], lib
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary folder left
+
+
+def test_simulate_out_is_checked_before_the_run(runner, tmp_path, monkeypatch):
+    """An --out that cannot be written fails at once, before any simulation."""
+    import topas.engine.simulator as sim
+
+    ran = []
+    monkeypatch.setattr(sim, "simulate", lambda *a, **k: ran.append(1))
+    (tmp_path / "file").write_text("x")
+    for bad in (tmp_path / "file", tmp_path / "file" / "sub"):
+        r = run(runner, "simulate", "--trace", "dag-4", "--policy", "fcfs", "--tasks", "5", "--out", bad)
+        assert r.exit_code != 0 and str(bad) in (r.stderr + r.output), r.output
+    assert ran == []
+
+
+def test_simulate_out_replaces_atomically_and_keeps_the_summary_on_failure(runner, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old.txt").write_text("an earlier run")
+    r = run(runner, "simulate", "--trace", "dag-4", "--policy", "fcfs", "--tasks", "5", "--load", "1", "--out", out)
+    assert r.exit_code == 0, r.output
+    assert not (out / "old.txt").exists() and (out / "inputs.json").is_file()  # replaced as a whole
+    import topas.engine.metrics as metrics
+
+    def broken(self, directory):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(metrics.SimResult, "to_parquet", broken)
+    before = sorted(p.name for p in out.iterdir())
+    r = run(runner, "simulate", "--trace", "dag-4", "--policy", "lpm", "--tasks", "5", "--load", "1", "--out", out)
+    assert r.exit_code == 1 and "No space left on device" in r.stderr
+    assert "JCT (s)" in r.output  # the summary of the run is printed all the same
+    assert sorted(p.name for p in out.iterdir()) == before  # the earlier result is untouched
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_simulate_says_when_tasks_exceeds_the_trace(runner):
+    r = run(runner, "simulate", "--trace", "chain-3", "--policy", "fcfs", "--tasks", "5000", "--load", "0.5",
+            "--no-progress")
+    assert r.exit_code == 0, r.output
+    assert "(the whole trace: it has 1000 tasks, --tasks asked for 5000)" in r.output
+    assert "first 5000" not in r.output
 
 
 def test_simulate_trace_file_and_own_arrivals(runner, tmp_path):

@@ -67,7 +67,31 @@ def test_help_lists_trace_commands(runner):
 def test_validate_ok(runner, tmp_path):
     r = run(runner, "trace", "validate", write(tmp_path, good()))
     assert r.exit_code == 0, r.output
-    assert r.stdout.strip() == "OK: 2 tasks, 8 requests, 2 agents"
+    assert r.stdout.strip() == ("OK: 2 tasks, 8 requests, 2 agents (fits the KV budget of the default profile "
+                                "a100-80gb_qwen2.5-32b: 18,358 tokens)")
+
+
+def test_validate_without_profile_checks_the_default_profiles_budget(runner, tmp_path):
+    """A trace `topas simulate` would reject (a prefix over the default profile's budget) fails
+    `trace validate` too, and the message names the budget checked."""
+    d = good()
+    d["agents"][1]["prefix_tokens"] = 18_359
+    p = write(tmp_path, d)
+    r = run(runner, "trace", "validate", p)
+    assert r.exit_code == 1 and "larger than the KV budget of 18358 tokens" in r.stderr
+    r = run(runner, "trace", "validate", p, "--kv-budget", 20_000)
+    assert r.exit_code == 0 and "(fits the KV budget of --kv-budget: 20,000 tokens)" in r.stdout
+
+
+def test_trace_commands_accept_trace_names(runner):
+    """`simulate --trace dag-4` takes a name; so do `trace describe` and `trace validate`."""
+    r = run(runner, "trace", "describe", "dag-4")
+    assert r.exit_code == 0, r.output
+    assert "trace      dag-4" in r.stdout and "dag-4.json.gz" in r.stdout
+    r = run(runner, "trace", "validate", "chain-3")
+    assert r.exit_code == 0 and r.stdout.startswith("OK: 1000 tasks")
+    r = run(runner, "trace", "describe", "no-such-trace")
+    assert r.exit_code == 1 and "unknown workload 'no-such-trace'" in r.stderr and "dag-4" in r.stderr
 
 
 def test_validate_committed_traces(runner):
@@ -80,7 +104,7 @@ def test_validate_committed_traces(runner):
 def test_validate_with_kv_budget(runner, tmp_path):
     p = write(tmp_path, good())
     r = run(runner, "trace", "validate", p, "--kv-budget", 1000)
-    assert r.exit_code == 0 and "fits a KV budget of 1000 tokens" in r.stdout
+    assert r.exit_code == 0 and "fits the KV budget of --kv-budget: 1,000 tokens" in r.stdout
     r = run(runner, "trace", "validate", p, "--kv-budget", 150)
     assert r.exit_code == 1
     assert "agent b: prefix of 200 tokens is larger than the KV budget of 150 tokens" in r.stderr
@@ -147,7 +171,7 @@ def test_validate_with_profile(runner, tmp_path):
         pytest.skip(f"default profile not available: {e}")
     r = run(runner, "trace", "validate", TRACES / "dag-4.json.gz", "--profile", "a100-80gb_qwen2.5-32b")
     assert r.exit_code == 0, r.output
-    assert f"fits a KV budget of {budget} tokens" in r.stdout
+    assert f"fits the KV budget of profile a100-80gb_qwen2.5-32b: {budget:,} tokens" in r.stdout
     d = good()
     d["agents"][1]["prefix_tokens"] = budget + 1
     r = run(runner, "trace", "validate", write(tmp_path, d), "--profile", "a100-80gb_qwen2.5-32b")

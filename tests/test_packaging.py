@@ -213,3 +213,28 @@ def test_pytest_addopts_leave_the_summary_line():
     """`make test ARGS="-x -q"` must still print pytest's summary line: -q in addopts would make it -qq."""
     addopts = pyproject()["tool"]["pytest"]["ini_options"].get("addopts", "")
     assert "-q" not in addopts.split()
+
+
+# ----------------------------------------------------------------------------- installed without data/
+
+
+def test_a_copy_without_data_says_how_to_point_at_it(tmp_path):
+    """A wheel carries the code only: `topas simulate` then names $TOPAS_DATA instead of listing
+    "(none)", and works once $TOPAS_DATA points at a clone's data/."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copytree(ROOT / "topas", tmp_path / "site" / "topas", ignore=shutil.ignore_patterns("__pycache__"))
+    cmd = [sys.executable, "-m", "topas.cli", "simulate", "--trace", "dag-4", "--policy", "fcfs",
+           "--tasks", "3", "--load", "1", "--no-progress"]
+    env = {k: v for k, v in os.environ.items() if k != "TOPAS_DATA"}
+    env["PYTHONPATH"] = str(tmp_path / "site")
+    r = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "TOPAS_DATA" in r.stderr and "wheel" in r.stderr and "(none)" not in r.stderr
+    r = subprocess.run(cmd, env={**env, "TOPAS_DATA": str(ROOT / "data")}, cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "JCT (s)" in r.stdout

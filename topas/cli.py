@@ -3,8 +3,8 @@
 ``topas`` is a click group; each area adds a subgroup or command to :data:`main`::
 
     topas --version
-    topas trace validate FILE [--profile NAME | --kv-budget N]
-    topas trace describe FILE
+    topas trace validate FILE_OR_NAME [--profile NAME | --kv-budget N]
+    topas trace describe FILE_OR_NAME
     topas simulate --trace NAME_OR_FILE --policy NAME [--param K=V ...] [--rate R | --load X] ...
     topas policies
 
@@ -45,11 +45,28 @@ def trace() -> None:
     """Validate and describe workload traces (schema topas.trace/1, data/traces/README.md)."""
 
 
+def _trace_file(file: Path) -> Path:
+    """``file`` itself when it exists (or looks like a path), else the trace of that name in
+    ``data/traces/`` (as ``simulate --trace`` resolves it); exit 1 listing the available traces."""
+    from topas.experiments.spec import ExperimentError, resolve_trace_path
+
+    if file.exists():
+        return file
+    try:
+        return resolve_trace_path(str(file))
+    except ExperimentError as e:
+        fail(f"error: {e}")
+    except FileNotFoundError:
+        fail(f"error: {file}: no such file")
+
+
 def _load(file: Path, kv_budget: int | None = None):
-    """Read a trace or exit 1 with the reason (missing file, unreadable, invalid trace)."""
+    """Read a trace (a file or a trace name) or exit 1 with the reason (missing file, unreadable,
+    invalid trace)."""
     from topas.workload.trace_io import read_trace
     from topas.workload.validate import TraceError
 
+    file = _trace_file(file)
     try:
         return read_trace(file, kv_budget=kv_budget)
     except FileNotFoundError:
@@ -65,14 +82,22 @@ def _load(file: Path, kv_budget: int | None = None):
 @trace.command("validate")
 @click.argument("file", type=click.Path(path_type=Path))
 @click.option("--profile", metavar="NAME", default=None,
-              help="Check against this engine profile's KV budget (e.g. a100-80gb_qwen2.5-32b).")
+              help="Check against this engine profile's KV budget [default: the default profile, "
+                   "a100-80gb_qwen2.5-32b, which `topas simulate` uses].")
 @click.option("--kv-budget", type=click.IntRange(min=1), metavar="N", default=None,
               help="Check against a KV budget of N tokens: prefixes and single requests must fit.")
 def trace_validate(file: Path, profile: str | None, kv_budget: int | None) -> None:
-    """Check FILE against every rule of the trace schema; print a summary or the first error."""
+    """Check FILE (a trace file or a name under data/traces/) against every rule of the trace
+    schema and a KV budget; print a summary naming the budget checked, or the first error."""
     if profile is not None and kv_budget is not None:
         raise click.UsageError("give either --profile or --kv-budget, not both")
-    if profile is not None:
+    budget_of = "--kv-budget"
+    if kv_budget is None:
+        from topas.engine.cost import DEFAULT_PROFILE
+
+        budget_of = f"profile {profile}" if profile is not None else f"the default profile {DEFAULT_PROFILE}"
+        profile = profile or DEFAULT_PROFILE
+    if kv_budget is None:
         try:
             from topas.engine.cost import load_profile
         except ImportError as e:  # pragma: no cover - only before the engine exists
@@ -82,8 +107,8 @@ def trace_validate(file: Path, profile: str | None, kv_budget: int | None) -> No
         except ValueError as e:  # ProfileError
             fail(f"error: {e}")
     t = _load(file, kv_budget)
-    budget = f" (fits a KV budget of {kv_budget} tokens)" if kv_budget is not None else ""
-    click.echo(f"OK: {len(t.tasks)} tasks, {t.num_requests} requests, {len(t.agents)} agents{budget}")
+    click.echo(f"OK: {len(t.tasks)} tasks, {t.num_requests} requests, {len(t.agents)} agents "
+               f"(fits the KV budget of {budget_of}: {kv_budget:,} tokens)")
 
 
 def _mmm(values: list[int]) -> tuple[str, str, str]:
@@ -151,9 +176,10 @@ def describe_lines(t, source: str = "") -> list[str]:
 @trace.command("describe")
 @click.argument("file", type=click.Path(path_type=Path))
 def trace_describe(file: Path) -> None:
-    """Summarize FILE: tasks, requests, arrivals, DAG sizes and per-agent token statistics."""
+    """Summarize FILE (a trace file or a name under data/traces/, e.g. dag-4): tasks, requests,
+    arrivals, DAG sizes and per-agent token statistics."""
     t = _load(file)
-    click.echo("\n".join(describe_lines(t, str(file))))
+    click.echo("\n".join(describe_lines(t, str(_trace_file(file)))))
 
 
 # ----------------------------------------------------------------------------- topas simulate
@@ -164,6 +190,83 @@ def _fmt_bytes(n: float) -> str:
         if n >= size:
             return f"{n / size:.2f} {unit}"
     return f"{n:.0f} B"
+
+
+def check_out_dir(out: Path) -> None:
+    """Fail (exit 1, naming ``out``) unless the result tables can be written to ``out``: checked
+    *before* simulating, so an unwritable folder does not lose the run."""
+    import tempfile
+
+    if out.exists() and not out.is_dir():
+        fail(f"error: --out {out}: exists and is not a directory")
+    base = out
+    while not base.exists():
+        if base.parent == base:
+            break
+        base = base.parent
+    if not base.is_dir():
+        fail(f"error: --out {out}: {base} is not a directory")
+    try:
+        tempfile.TemporaryDirectory(prefix=".topas-write-check-", dir=base).cleanup()
+    except OSError as e:
+        fail(f"error: --out {out}: cannot write in {base}: {e.strerror or e}")
+
+
+def simulate_inputs(prepared) -> dict:
+    """What ``topas simulate --out`` records beside the tables (``inputs.json``): the spec, the
+    resolved inputs it ran with (trace file and sha256, rate, seed, tasks, policy parameters,
+    profile and its hash), the experiment key and the environment (versions, commit, dirty flag)."""
+    import dataclasses
+
+    from topas.provenance import environment
+
+    exp = prepared.experiment
+    canonical = exp.canonical()
+    return {
+        "schema": "topas.simulate-inputs/1",
+        "command": " ".join(["topas", *sys.argv[1:]]),
+        "experiment": exp.fields(),
+        "label": exp.label(),
+        "key": exp.key(),
+        "trace": {"name": prepared.trace.name, "path": str(prepared.trace_path),
+                  "sha256": canonical["trace_sha256"], "nominal_rate": prepared.nominal_rate},
+        "rate": prepared.rate,
+        "load": exp.load,
+        "seed": exp.seed,
+        "n_tasks": exp.n_tasks,
+        "policy": exp.policy,
+        "params": dataclasses.asdict(prepared.policy.params),
+        "profile": {"name": prepared.cost.name, "hash": canonical["profile_hash"],
+                    "kv_budget_tokens": prepared.cost.kv_budget_tokens},
+        "engine": exp.engine,
+        "canonical": canonical,
+        "environment": environment(),
+    }
+
+
+def write_out_dir(out: Path, result, inputs: dict) -> None:
+    """Write the tables and ``inputs.json`` into ``out`` atomically: all of them into a temporary
+    folder beside it, then one rename (an ``out`` already there is replaced only once the new one
+    is complete)."""
+    import json
+    import shutil
+    import tempfile
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        result.to_parquet(tmp)
+        (tmp / "inputs.json").write_text(json.dumps(inputs, indent=1, default=str) + "\n")
+        old = None
+        if out.exists():
+            old = out.parent / f"{tmp.name}.old"
+            out.rename(old)
+        tmp.rename(out)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def simulate_summary_lines(prepared, result, out: Path | None = None) -> list[str]:
@@ -187,8 +290,7 @@ def simulate_summary_lines(prepared, result, out: Path | None = None) -> list[st
         f"engine       simulator, {exp.engine_model} SGLang behaviours"
         + ("" if prepared.config.host_tier else " (no host KV tier)"),
         f"arrivals     {arrivals}",
-        f"tasks        {s['n_tasks']} tasks, {s['n_requests']} requests"
-        + (f" (first {exp.n_tasks} of the trace)" if exp.n_tasks is not None else ""),
+        f"tasks        {s['n_tasks']} tasks, {s['n_requests']} requests" + _head_note(exp.n_tasks, prepared),
         f"JCT (s)      mean {s['jct_mean']:.2f}   p50 {s['jct_p50']:.2f}   p90 {s['jct_p90']:.2f}   "
         f"p99 {s['jct_p99']:.2f}",
         f"throughput   {s['throughput_rps']:.4g} requests/s, {s['throughput_tps']:.4g} tasks/s "
@@ -205,8 +307,21 @@ def simulate_summary_lines(prepared, result, out: Path | None = None) -> list[st
         f"wall time    {s['sim_wall_s']:.2f} s to simulate",
     ]
     if out is not None:
-        lines.append(f"written      {out}/{{tasks,requests,prefix_events,timeline,decisions,summary}}.parquet")
+        lines.append(f"written      {out}/{{tasks,requests,prefix_events,timeline,decisions,summary}}.parquet "
+                     "+ inputs.json")
     return lines
+
+
+def _head_note(n_tasks: int | None, prepared) -> str:
+    """``(first N of the trace)``, or ``(all N: --tasks asked for M)`` when the trace is shorter."""
+    if n_tasks is None:
+        return ""
+    from topas.experiments.spec import _read_trace
+
+    total = len(_read_trace(prepared.trace_path).tasks)
+    if n_tasks >= total:
+        return f" (the whole trace: it has {total} tasks, --tasks asked for {n_tasks})"
+    return f" (first {n_tasks} of the trace's {total})"
 
 
 @main.command("simulate")
@@ -227,7 +342,8 @@ def simulate_summary_lines(prepared, result, out: Path | None = None) -> list[st
               help="An engine behaviour switch, e.g. --engine-option admission_gate=false (repeatable; "
                    "see topas.engine.config.EngineConfig).")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=None, metavar="DIR",
-              help="Write the result tables to DIR/<table>.parquet.")
+              help="Write the result tables to DIR/<table>.parquet and the inputs (trace, load, seed, "
+                   "parameters, versions) to DIR/inputs.json, atomically; checked before simulating.")
 @click.option("--progress/--no-progress", default=None,
               help="Show a progress bar on stderr [default: only when stderr is a terminal].")
 def simulate_cmd(trace_name: str, policy: str, params: tuple[str, ...], rate: float | None,
@@ -262,15 +378,19 @@ def simulate_cmd(trace_name: str, policy: str, params: tuple[str, ...], rate: fl
         fail(f"error: {e}")
     except OSError as e:
         fail(f"error: {trace_name}: cannot read: {e.strerror or e}")
+    if out is not None:
+        check_out_dir(out)
     if progress is None:
         progress = sys.stderr.isatty()
     result = simulate(prepared.trace, prepared.policy, prepared.cost, prepared.config, progress=progress)
+    lines = simulate_summary_lines(prepared, result, out)
     if out is not None:
         try:
-            result.to_parquet(out)
-        except OSError as e:
+            write_out_dir(out, result, simulate_inputs(prepared))
+        except OSError as e:  # the summary is printed all the same: the run is not lost
+            click.echo("\n".join(lines[:-1]))
             fail(f"error: cannot write the result tables to {out}: {e.strerror or e}")
-    click.echo("\n".join(simulate_summary_lines(prepared, result, out)))
+    click.echo("\n".join(lines))
 
 
 # ----------------------------------------------------------------------------- topas policies
