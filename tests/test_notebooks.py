@@ -105,6 +105,43 @@ def test_notebook_is_committed_clean_with_parameters(name):
             assert not c.outputs and c.execution_count is None, f"{name}: commit it with outputs cleared"
 
 
+def _parameter_names(name: str) -> set[str]:
+    import ast
+
+    nb = nbformat.read(NOTEBOOKS_DIR / name, as_version=4)
+    cell = next(c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", []))
+    return {t.id for node in ast.parse(cell.source).body if isinstance(node, ast.Assign)
+            for t in node.targets if isinstance(t, ast.Name)}
+
+
+def _readme_parameters() -> dict[str, set[str]]:
+    """notebook -> the parameters notebooks/README.md's table says it takes."""
+    text = (NOTEBOOKS_DIR / "README.md").read_text()
+    table = text.split("| parameter | notebooks | meaning |", 1)[1].split("\n\n", 1)[0]
+    out: dict[str, set[str]] = {n: set() for n in NOTEBOOKS}
+    for row in table.strip().splitlines()[1:]:
+        cols = [c.strip() for c in row.strip("|").split("|")]
+        params = re.findall(r"`([A-Za-z_]+)`", cols[0])
+        numbers: set[int] = set()
+        for part in cols[1].split(","):
+            lo, _, hi = part.strip().partition("-")
+            numbers.update(range(int(lo), int(hi or lo) + 1))
+        for n in NOTEBOOKS:
+            if int(n[:2]) in numbers:
+                out[n].update(params)
+    return out
+
+
+def test_readme_lists_exactly_each_notebooks_parameters():
+    """notebooks/README.md's parameter table matches every notebook's parameters cell (papermill
+    warns about a parameter a notebook does not take)."""
+    listed = _readme_parameters()
+    for name in NOTEBOOKS:
+        assert listed[name] == _parameter_names(name), (
+            f"{name}: README lists {sorted(listed[name] - _parameter_names(name))} it does not take, "
+            f"omits {sorted(_parameter_names(name) - listed[name])}")
+
+
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_runs_quick_and_writes_its_outputs(name, tmp_path, monkeypatch):
     assert name in EXPECTED, (

@@ -5,6 +5,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
 
 from topas import plots  # noqa: E402
 
@@ -22,3 +23,20 @@ def test_ecdf_has_a_step_per_policy_in_policy_colours_with_mean_and_p99_in_the_l
     # the ECDF ends at 1 for every policy
     assert all(l.get_ydata()[-1] == 1.0 for l in lines)
     assert not plots.text_overlaps(fig)
+
+
+def test_h_age_slider_can_select_its_default():
+    """Notebook 09's H_age slider shows the parameter's own value (60 s), not a grid neighbour."""
+    import json
+
+    W = pytest.importorskip("ipywidgets")
+    from topas import plots
+    from topas.paths import REPO_ROOT
+
+    nb = json.loads((REPO_ROOT / "notebooks" / "09_weights_explorer.ipynb").read_text())
+    source = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert "H_age=W.SelectionSlider(value=float(H_age), options=plots.slider_choices(H_age)" in source
+    for default in (60.0, 60, 37.0):
+        slider = W.SelectionSlider(value=float(default), options=plots.slider_choices(default), description="H_age")
+        assert slider.value == float(default)
+    assert plots.slider_choices(60.0) == list(plots.H_AGE_CHOICES)

@@ -900,3 +900,13 @@ def plot_jct_ecdf(tasks: Mapping[str, pd.DataFrame], title: str | None = None):
     if title:
         ax.set_title(title)
     return fig
+
+
+#: The H_age values (s) the weights explorer's slider offers: roughly x1.5 apart, from 5 s to 1000 s.
+H_AGE_CHOICES = (5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 240.0, 360.0, 600.0, 1000.0)
+
+
+def slider_choices(default: float, choices: Iterable[float] = H_AGE_CHOICES) -> list[float]:
+    """The sorted values of a selection slider: ``choices`` plus ``default``, so the slider can
+    always show the parameter's own value (a log slider's grid snapped H_age=60 to 56.2)."""
+    return sorted({float(c) for c in choices} | {float(default)})
