@@ -8,7 +8,7 @@ Usage::
     python scripts/fit_profile.py --check              # exit 1 if data/profiles/ differs from a refit
     python scripts/fit_profile.py --calibration DIR    # the Vidur tables (default below)
 
-Inputs: the Vidur operator tables in ``<repo>/../shared/calibration/vidur/`` (override with
+Inputs: the Vidur operator tables in ``data/calibration/vidur/`` (override with
 ``--calibration`` or ``$TOPAS_CALIBRATION_DIR``; see that folder's README.md). Only ``csv`` and
 ``numpy`` are used, and the output is byte-identical on every run: keys sorted, every float rounded
 to a fixed number of significant digits before it is written.
@@ -53,7 +53,7 @@ if str(REPO) not in sys.path:
 # library, shared with the server profiler (topas.fidelity.profile_server).
 from topas.engine.cost import decode_design, fit_relative, prefill_design  # noqa: E402
 
-DEFAULT_CALIBRATION = REPO.parent / "shared" / "calibration" / "vidur"
+DEFAULT_CALIBRATION = REPO / "data" / "calibration" / "vidur"
 DEFAULT_OUT = REPO / "data" / "profiles"
 SCHEMA = "topas.profile/1"
 
@@ -69,7 +69,7 @@ ALL_OPS = LAYER_OPS + ONCE_OPS
 
 VIDUR_SOURCE = ("Vidur operator profiles (microsoft/vidur, commit 7d47513, 2024-11-19, MIT), "
                 "data/profiling/compute/{a100,h100}/<model>/mlp.csv and the A100 Llama-3-8B TP1 "
-                "FlashInfer attention profile; copied/transcribed in shared/calibration/vidur/")
+                "FlashInfer attention profile; copied/transcribed in data/calibration/vidur/")
 
 KV_SAVE_NOTE = (
     "Vidur's kv_save (writing the new tokens' K/V into the paged cache) is excluded: it measures "
@@ -261,7 +261,7 @@ class Calibration:
         if not root.is_dir():
             raise SystemExit(
                 f"calibration folder {root} not found: the Vidur operator tables are needed "
-                "(shared/calibration/vidur next to the repository; pass --calibration DIR or set "
+                "(data/calibration/vidur in the repository; pass --calibration DIR or set "
                 "$TOPAS_CALIBRATION_DIR)")
         absent = [f for f in need if not (root / f).is_file()]
         if absent:
@@ -371,7 +371,7 @@ def build(spec: Spec, cal: Calibration) -> dict[str, Any]:
     cp = [sig(c * 1e-3) for c in fit_relative(Xp, y_pre)]          # seconds
     cd = [sig(c * 1e-3) for c in fit_relative(Xd, y_dec)]
     # the fit of the Vidur kernels alone (layers + embedding; no LM head, no overhead): the
-    # number to compare with shared/calibration/vidur/README.md's "first fit"
+    # number to compare with data/calibration/vidur/README.md's "first fit"
     kp = [sig(c * 1e-3) for c in fit_relative(Xp, y_pre_kernels)]
     kd = [sig(c * 1e-3) for c in fit_relative(Xd, y_dec_kernels)]
 
@@ -404,7 +404,7 @@ def build(spec: Spec, cal: Calibration) -> dict[str, Any]:
     components = {
         "note": ("fits of the Vidur kernel sums alone (layers x (linear ops + attention) + "
                  "embedding), without the LM head and the CPU overhead, seconds; for A100 "
-                 "Llama-3-8B this is the quantity of shared/calibration/vidur/README.md's first fit "
+                 "Llama-3-8B this is the quantity of data/calibration/vidur/README.md's first fit "
                  "(without kv_save)"),
         "kernels_only_prefill": dict(zip(("c0", "c_new", "c_new_cached", "c_new_sq"), kp)),
         "kernels_only_decode": dict(zip(("c0", "c_batch", "c_kv"), kd)),
@@ -573,7 +573,7 @@ def specs(cal: Calibration) -> list[Spec]:
                 " MEASURED: every layer operator and the attention come from A100 Llama-3-8B TP1 "
                 "tables (no shape scaling). Only the LM head (from the measured gate+up GEMM) and "
                 "the CPU overhead are estimates. The kernels-only fit (components) reproduces "
-                "shared/calibration/vidur/README.md's first fit."),
+                "data/calibration/vidur/README.md's first fit."),
             sources=vidur_common + [
                 "meta-llama/Meta-Llama-3-8B config.json (Hugging Face): 32 layers, hidden 4096, "
                 "32 heads, 8 kv heads, intermediate 14336, vocab 128256, untied, bfloat16",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import pickle
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +24,8 @@ from topas.engine.cost import (
 from topas.paths import REPO_ROOT, profiles_dir
 
 SHIPPED = ("a100-80gb_qwen2.5-32b", "a100-80gb_llama3-8b", "h100-80gb_llama3-8b")
-CALIBRATION = REPO_ROOT.parent / "shared" / "calibration" / "vidur"
+#: The Vidur operator tables the profiles are fitted to (in the repository: data/calibration/).
+CALIBRATION = REPO_ROOT / "data" / "calibration" / "vidur"
 
 
 def model(**kw) -> CostModel:
@@ -280,7 +282,7 @@ def test_h100_faster_than_a100_llama3():
 
 
 # ----------------------------------------------------------------------------- the README's first fit
-# shared/calibration/vidur/README.md, A100 Llama-3-8B TP1, ms. Our profile excludes kv_save, so the
+# data/calibration/vidur/README.md, A100 Llama-3-8B TP1, ms. Our profile excludes kv_save, so the
 # comparable numbers are the README's fit "without it".
 README_PREFILL_NO_KV_SAVE = (7.80, 0.0675, 3.97e-6, 1.21e-6)
 README_DECODE = (10.19, 0.0351, 8.38e-5)
@@ -325,14 +327,24 @@ def test_llama3_profile_close_to_readme_first_fit():
 
 
 # ----------------------------------------------------------------------------- reproducibility
-@pytest.mark.skipif(not CALIBRATION.is_dir(),
-                    reason=f"calibration tables not present at {CALIBRATION} (shared/calibration/vidur)")
+def test_calibration_data_ships_with_its_licence_and_credit():
+    for f in ("LICENSE", "README.md", "a100_CodeLlama-34b-Instruct-hf_mlp.csv", "a100_Meta-Llama-3-8B_mlp.csv",
+              "h100_Llama-2-7b-hf_mlp.csv", "a100_l3_8b_tp1_prefill_sampled.csv", "a100_l3_8b_tp1_decode_sampled.csv"):
+        assert (CALIBRATION / f).is_file(), f"data/calibration/vidur/{f} is missing"
+    assert "MIT License" in (CALIBRATION / "LICENSE").read_text()
+    credit = (REPO_ROOT / "data" / "README.md").read_text()
+    assert "calibration/" in credit and "microsoft/vidur" in credit and "MIT" in credit
+
+
 def test_fit_script_reproduces_committed_profiles(tmp_path):
+    """`make profiles` from the repository alone (its default calibration folder is
+    data/calibration/vidur) writes exactly the committed profiles."""
     script = REPO_ROOT / "scripts" / "fit_profile.py"
     for run in ("a", "b"):
         out = tmp_path / run
-        r = subprocess.run([sys.executable, str(script), "--calibration", str(CALIBRATION),
-                            "--out", str(out)], capture_output=True, text=True, timeout=300)
+        args = ["--calibration", str(CALIBRATION)] if run == "b" else []  # "a": the script's default
+        r = subprocess.run([sys.executable, str(script), *args, "--out", str(out)], capture_output=True, text=True,
+                           timeout=300, env={k: v for k, v in os.environ.items() if k != "TOPAS_CALIBRATION_DIR"})
         assert r.returncode == 0, r.stderr
         for name in SHIPPED:
             fresh = (out / f"{name}.json").read_bytes()
