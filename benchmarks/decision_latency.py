@@ -1,6 +1,6 @@
 """TOPAS decision-latency benchmark: wall time per scheduling decision, in the simulator.
 
-PAPER.md "Reported results": 1.9 ms per decision on average, 0.31% of wall time (MetaGPT-SOP,
+docs/method.md "What the paper reports": 1.9 ms per decision on average, 0.31% of wall time (MetaGPT-SOP,
 0.15 task/s). Our target (the TOPAS issue) on this 2-core machine: mean < 1 ms and p99 < 5 ms per
 decision. Two workloads, both under the default engine profile (``load_profile()``):
 
@@ -47,7 +47,7 @@ from topas.workload.trace_io import read_trace
 
 TARGET_MEAN_MS = 1.0
 TARGET_P99_MS = 5.0
-#: MetaGPT-TL base load (PAPER.md, the ablation's 0.0175 task/s)
+#: MetaGPT-TL base load (docs/method.md: the ablation's 0.0175 task/s)
 TL_RATE = 0.0175
 TL_ROLES = ("ProductManager", "Architect", "ProjectManager", "Engineer", "QaEngineer", "DataAnalyst",
             "Researcher", "Reviewer")

@@ -1,4 +1,4 @@
-"""The simulator against its documented semantics (topas/engine/simulator.py, DESIGN.md "Engine model").
+"""The simulator against its documented semantics (topas/engine/simulator.py, docs/design.md "Engine semantics").
 
 Expected times are written from the semantics with the round cost model of ``conftest.py``:
 

@@ -1,7 +1,7 @@
 """TOPAS's utility terms (topas/policies/topas_terms.py), each a pure function, checked against
 numbers worked out by hand on 2-4 stage DAGs. Every expected value is derived in the comments.
 
-    Score(R', Q') = J_admit - J_move - J_redo - J_revoke + V_reuse      (PAPER.md "The method")
+    Score(R', Q') = J_admit - J_move - J_redo - J_revoke + V_reuse      (docs/method.md)
 """
 
 from __future__ import annotations

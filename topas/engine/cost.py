@@ -5,7 +5,7 @@ One :class:`CostModel` is one GPU + model pair, loaded from a profile file
 ``data/profiles/README.md``; written by ``scripts/fit_profile.py`` or, on a GPU box, by the GPU
 profiling script). All times are in seconds, all sizes in tokens or bytes.
 
-The paper's symbols (PAPER.md, "The method") map onto the fields as follows:
+The paper's symbols (docs/method.md) map onto the fields as follows:
 
 * ``mu``      = :attr:`CostModel.kv_bytes_per_token`, KV bytes per token (all layers, K and V);
 * ``B_swap``  = :attr:`CostModel.swap_bandwidth`, host<->GPU bandwidth in bytes/s, so moving a

@@ -1,5 +1,5 @@
 """What a run produces: per-task and per-request tables, prefix events, a KV timeline, decisions,
-and a summary (PAPER.md metrics: mean and p99 task JCT, request throughput, decision overhead).
+and a summary (docs/method.md "Setup and metrics": mean and p99 task JCT, request throughput, decision overhead).
 
 Everything but the decision wall times is a deterministic function of the inputs; wall times
 live only in ``decisions.wall_s`` and the ``*_wall_*`` summary keys.

@@ -2,7 +2,7 @@
 
 Reproduces ATLAS (Adaptive Thread-Level Attained Service, Algorithm 1) of Autellix (Luo et al.,
 "Autellix: An Efficient Serving Engine for LLM Agents as General Programs", arXiv 2502.13965)
-as DESIGN.md "The policies" specifies it, with one task = one Autellix program and one stage =
+as docs/method.md "Baselines" specifies it, with one task = one Autellix program and one stage =
 one LLM call. Nothing here reads an output length; only observed service times are used.
 
 The algorithm, term by term (method names in brackets):
@@ -47,7 +47,7 @@ Deviations and interpretations (stated plainly):
   program's critical path).
 - The starvation check runs for waiting calls only (a running call needs no promotion) and only
   for calls not already in Q_1.
-- Parameter values. K, the queue ranges, the quanta and beta are not published (DESIGN.md); we
+- Parameter values. K, the queue ranges, the quanta and beta are not published (docs/method.md); we
   found no public Autellix code to take them from. Our defaults: ``num_queues = 4``;
   ``first_queue_s = 4.0`` and ``queue_growth = 4.0``, i.e. Q_1 = [0, 4 s), Q_2 = [4, 16 s),
   Q_3 = [16, 64 s), Q_4 = [64 s, inf). On the default A100/Qwen2.5-32B profile a default

@@ -5,7 +5,7 @@ Output lengths: per agent, the empirical distribution ``F_a`` of the outputs of 
 prior ``expected_output_tokens`` (what an operator knows from history) as ``prior_weight``
 pseudo-observations until real ones arrive. Residuals are conditioned on service already
 received: for a call that has generated ``g`` tokens, ``E[Y - g | Y > g]`` over the samples
-(PAPER.md: "residual service times ... conditioned on service already received").
+(the paper: "residual service times ... conditioned on service already received").
 
 Times: a stage's expected residual service time in seconds is its prefill (suffix input plus
 tokens to recompute, on top of the cached prefix) plus the expected remaining output times the

@@ -1,11 +1,11 @@
 """Parrot-FCFS: application-level FIFO with prefix-sharing affinity.
 
 Reproduces the scheduling of Parrot (Lin et al., "Parrot: Efficient Serving of LLM-based
-Applications with Semantic Variable", OSDI 2024) on one engine, as PAPER.md's "Parrot-FCFS"
-baseline and DESIGN.md "The policies" describe it. As we read Parrot, it sees an application's
+Applications with Semantic Variable", OSDI 2024) on one engine, as the paper's "Parrot-FCFS"
+baseline and docs/method.md "Baselines" describe it. As we read Parrot, it sees an application's
 requests as a DAG (through Semantic Variables), schedules at the level of applications rather
 than of individual requests, and co-schedules requests that share a prompt prefix so that the
-prefix's KV is computed once and shared; PAPER.md's baseline is its FIFO variant. Its other
+prefix's KV is computed once and shared; the paper's baseline is its FIFO variant. Its other
 mechanisms (multi-engine dispatch, latency- vs throughput-objective deduction, per-engine batch
 sizing) have no counterpart on our single engine and are not modelled.
 

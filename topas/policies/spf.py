@@ -1,6 +1,6 @@
 """SPF: task-level shortest (expected) remaining processing first.
 
-The workflow analogue of SRPT (Schrage 1968; the "SPF" baseline of PAPER.md "Setup"): waiting
+The workflow analogue of SRPT (Schrage 1968; the "SPF" baseline of docs/method.md "Setup and metrics"): waiting
 requests are ordered by their *task's* expected remaining longest path, shortest first, so the
 task closest to completion gets the GPU. Ties are broken by the task's arrival, then by the
 stage's position in the task's topological order, then by request id (deterministic).
@@ -28,7 +28,7 @@ Interpretations we had to make (the paper names SPF but does not define it furth
 - "remaining processing" is the remaining *critical path* (longest path), not the sum of the
   task's remaining work: on a DAG the task finishes when its longest remaining path does. On
   Chain-3 (A -> B -> C) the longest path is the sum of the remaining stages, so SPF *is* SRPT
-  with expected sizes there (PAPER.md: "SPF (which equals SRPT on Chain-3)");
+  with expected sizes there (the paper: "SPF (which equals SRPT on Chain-3)");
 - it is non-preemptive, like every policy that leaves prefixes to the engine: it only orders the
   waiting queue (the engine walks the order and stops at the first request that does not fit);
   a running request is never preempted for a shorter task. Engine retractions (decode out of

@@ -1,4 +1,4 @@
-"""TOPAS: joint prefix residency and admission (PAPER.md "The method"), and its ablations.
+"""TOPAS: joint prefix residency and admission (docs/method.md), and its ablations.
 
 At each scheduling point TOPAS picks a post-decision state (R', Q') -- the agent prefixes to
 keep resident and the requests to run -- maximising
@@ -40,7 +40,7 @@ subject to ``sum_{a in R'} l_a + sum_{r in Q'} d_r(t) <= B_t`` (``topas_terms`` 
   prefix load can cost more than one short request gains), the single best request is admitted
   with its prefix anyway, so TOPAS can never stall the engine.
 
-Ablations (PAPER.md "Ablation"): ``topas-no-reuse`` (V_reuse off), ``topas-no-aging``
+Ablations (docs/method.md "Ablations"): ``topas-no-reuse`` (V_reuse off), ``topas-no-aging``
 (g_i = 1), ``topas-base`` (neither), ``topas-request-only`` (no prefix search: requests are
 ordered by the same age-weighted progress and prefixes are left to the engine's SGLang
 behaviour, which shows what the joint search adds).

@@ -1,11 +1,11 @@
-"""TOPAS's utility, term by term (PAPER.md "The method"), as pure functions.
+"""TOPAS's utility, term by term (docs/method.md), as pure functions.
 
     Score(R', Q') = J_admit - J_move - J_redo - J_revoke + V_reuse      (all in seconds)
 
 Each function names the paper's symbol it computes. The policy (``topas.policies.topas``)
 assembles them; these functions know nothing about engines or views.
 
-Our reading of ``H`` (DESIGN.md): the set of the task's stages already committed (running, or
+Our reading of ``H`` (docs/method.md): the set of the task's stages already committed (running, or
 admitted earlier in the same decision). Committed stages contribute no remaining wait, so
 ``L_i(H, t)`` is the expected longest path over the task's unfinished stages not in ``H``, and
 ``Delta_task(r | H, t) = L_i(H, t) - L_i(H + {r}, t)`` is how much of the task's remaining

@@ -1,6 +1,6 @@
 """Poisson task arrivals, and re-timing a trace to a new arrival rate.
 
-PAPER.md "Setup": Poisson task arrivals; the same sampled trajectories are shared by all
+docs/method.md "Setup and metrics": Poisson task arrivals; the same sampled trajectories are shared by all
 policies. A trace file fixes the tasks (their DAGs and lengths); :func:`retime` gives them new
 arrival times for a rate and a seed, keeping the tasks and their order, so every policy run at
 (rate, seed) sees exactly the same workload.

@@ -4,7 +4,7 @@ For a task with per-stage time estimates ``z_v`` (seconds), the longest path sta
 ``v`` is ``LP(v) = z_v + max_{c in children(v)} LP(c)`` (0 for no children), computed in reverse
 topological order. The task's longest remaining path over a set of unfinished stages is the
 maximum of ``LP`` over those stages, with finished (or excluded) stages contributing 0 time.
-This is the deterministic kernel of TOPAS's ``L_i(H, t)`` (PAPER.md "The method") and of SPF.
+This is the deterministic kernel of TOPAS's ``L_i(H, t)`` (docs/method.md) and of SPF.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The calls are recorded inside a MetaGPT environment by ``tools/metagpt/recorder.
 tools/metagpt/README.md). This module never imports MetaGPT; it needs a tokenizer only to measure
 prefixes (:func:`tiktoken_encoder`, cl100k_base, present in the MetaGPT venvs; tests pass their own).
 
-The mapping (DESIGN.md "Workload model"; choices the issue leaves open are marked *choice*):
+The mapping (docs/method.md "The workload model"; choices the issue leaves open are marked *choice*):
 
 - one **task** per requirement run (``run_id``), in the order of the file (the collection order);
   arrivals are Poisson at the trace's nominal rate (:data:`NOMINAL_RATES`, seed 0), as for the

@@ -1,6 +1,6 @@
 """The workload model: agents, stages, tasks (workflow DAGs) and traces.
 
-Symbols follow PAPER.md: an agent ``a`` has a static prefix (system prompt) of ``l_a`` tokens;
+Symbols follow docs/method.md: an agent ``a`` has a static prefix (system prompt) of ``l_a`` tokens;
 a task ``i`` arrives at ``tau_i`` with a DAG ``G_i`` of stages ``v``; stage ``v`` is served by
 agent ``a(v)``, has ``x_v`` suffix input tokens and ``y_v`` true output tokens. ``y_v`` lives in
 the trace so the engine can simulate it; schedulers never read it (see ``topas.engine.view``).

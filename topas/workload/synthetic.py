@@ -1,6 +1,6 @@
 """The paper's synthetic workloads: Chain-3, DAG-4 and DAG-10-Wide, fixed-length queries and outputs.
 
-PAPER.md "Setup": synthetic DAGs with fixed-length queries and outputs. The shapes:
+docs/method.md "Setup and metrics": synthetic DAGs with fixed-length queries and outputs. The shapes:
 
 - ``chain-3``:      A -> B -> C
 - ``dag-4``:        A -> {B, C} -> D

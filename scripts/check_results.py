@@ -1,0 +1,131 @@
+#!/usr/bin/env python3
+"""Check that the current code reproduces stored results: did a refactor change any result?
+
+An experiment's key covers the code (``topas.provenance``), so after any edit to the engine,
+policies or workload code no stored result is reused: the keys differ. To check that an edit
+meant as a pure refactor changed no *result*, this script takes stored experiments (a random
+sample, or all), re-runs each one's spec with the code as it is now, without storing anything,
+and compares the deterministic summary (every key but the wall-clock ones) with the stored one,
+exactly::
+
+    python scripts/check_results.py --sample 20            # 20 stored results, seed 0
+    python scripts/check_results.py --all --jobs 2
+    python scripts/check_results.py --store DIR --packs    # another store; include the shipped packs
+
+A result whose trace, profile or parameters (resolved defaults included) are no longer what
+they were is reported as ``inputs changed`` and not compared: its summary could differ for that
+reason alone. Exit status: 0 when every compared result matches, 1 when any differs (each is
+named, with the first differing summary keys), 2 when nothing could be compared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # run from a checkout without installing
+
+from topas.engine.metrics import WALL_CLOCK_KEYS  # noqa: E402
+from topas.experiments import Experiment, ResultStore, map_experiments  # noqa: E402
+
+#: Canonical fields that are inputs (not code): when one differs, the comparison is meaningless.
+INPUT_FIELDS = ("trace_sha256", "n_tasks", "rate", "seed", "policy", "params", "profile_hash", "engine",
+                "engine_config")
+
+
+def experiment_of(meta: dict) -> Experiment:
+    s = meta["experiment"]
+    return Experiment(s["workload"], s["policy"], json.loads(s["params"]), profile=s["profile"], rate=s["rate"],
+                      load=s["load"], seed=s["seed"], n_tasks=s["n_tasks"], engine=s["engine"],
+                      kv_budget=s["kv_budget"])
+
+
+def rerun_summary(exp: Experiment) -> dict:
+    """The deterministic summary of a fresh run (module-level: runs in worker processes)."""
+    from topas.experiments.spec import run_experiment
+
+    return run_experiment(exp).deterministic_summary()
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:  # NaN == NaN here
+        return True
+    return a == b
+
+
+def compare(stored: dict, fresh: dict) -> list[str]:
+    """Summary keys whose values differ (wall-clock keys excluded), sorted."""
+    keys = (set(stored) | set(fresh)) - set(WALL_CLOCK_KEYS)
+    return sorted(k for k in keys if not _same(stored.get(k), fresh.get(k)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--store", type=Path, default=None, help="the results store (default: data/results/store)")
+    ap.add_argument("--packs", action="store_true", help="also sample the shipped packs (data/results/<engine>/)")
+    group = ap.add_mutually_exclusive_group()
+    group.add_argument("--sample", type=int, default=10, help="how many stored results to check (default: 10)")
+    group.add_argument("--all", action="store_true", help="check every stored result")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the random sample (default: 0)")
+    ap.add_argument("--engine", action="append", default=None,
+                    help="only results of this engine (repeatable; default: sim and sim-sglang)")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes (default: 1)")
+    ap.add_argument("--no-progress", action="store_true")
+    args = ap.parse_args(argv)
+    engines = set(args.engine or ("sim", "sim-sglang"))
+
+    from topas.experiments.store import default_packs
+
+    store = ResultStore(args.store, packs=default_packs() if args.packs else [])
+    metas = [m for m in (store.meta(k) for k in store.keys()) if m["experiment"]["engine"] in engines]
+    if not metas:
+        print(f"error: no stored {'/'.join(sorted(engines))} results in {store.root}"
+              f"{' or the packs' if store.packs else ''}", file=sys.stderr)
+        return 2
+    if not args.all and args.sample < len(metas):
+        metas = random.Random(args.seed).sample(metas, args.sample)
+
+    todo: list[tuple[dict, Experiment]] = []
+    changed: list[str] = []
+    for m in metas:
+        try:
+            exp = experiment_of(m)
+            canon = exp.canonical()
+        except Exception as e:  # an input that no longer exists or no longer validates
+            changed.append(f"{m.get('label', m['key'])}: {e}")
+            continue
+        diff = [f for f in INPUT_FIELDS if json.dumps(canon.get(f), sort_keys=True, default=str)
+                != json.dumps(m["canonical"].get(f), sort_keys=True, default=str)]
+        if diff:
+            changed.append(f"{m.get('label', m['key'])}: {', '.join(diff)} changed")
+        else:
+            todo.append((m, exp))
+    for line in changed:
+        print(f"inputs changed, not compared: {line}")
+    if not todo:
+        print("error: nothing to compare", file=sys.stderr)
+        return 2
+    fresh = map_experiments(rerun_summary, [e for _, e in todo], jobs=args.jobs, progress=not args.no_progress,
+                            desc="re-running")
+    bad = 0
+    for (m, exp), summary in zip(todo, fresh):
+        diff = compare(m["summary"], summary)
+        same_code = m["canonical"].get("code") == exp.canonical()["code"]
+        tag = "same code" if same_code else "code changed"
+        if diff:
+            bad += 1
+            detail = ", ".join(f"{k}: {m['summary'].get(k)!r} -> {summary.get(k)!r}" for k in diff[:3])
+            print(f"DIFFERS  {exp.label()} ({tag}): {detail}{' ...' if len(diff) > 3 else ''}")
+        else:
+            print(f"same     {exp.label()} ({tag})")
+    print(f"\n{len(todo) - bad} of {len(todo)} re-run results match their stored summaries"
+          + (f"; {len(changed)} not compared (inputs changed)" if changed else ""))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

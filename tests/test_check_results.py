@@ -1,0 +1,45 @@
+"""scripts/check_results.py: re-runs stored experiments and says whether their summaries changed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from topas.experiments import Experiment, ResultStore, run_sweep
+from topas.paths import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "scripts" / "check_results.py"
+
+
+def check(*args):
+    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args), "--no-progress"], capture_output=True,
+                          text=True, cwd=REPO_ROOT, timeout=300)
+
+
+def test_unchanged_results_match_and_a_changed_one_is_named(tmp_path):
+    store = ResultStore(tmp_path / "store")
+    exps = [Experiment("chain-3", p, load=1.2, n_tasks=6) for p in ("fcfs", "topas")]
+    run_sweep(exps, store, jobs=1, progress=False)
+    r = check("--store", store.root, "--all")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2 of 2 re-run results match" in r.stdout and "(same code)" in r.stdout
+
+    meta_path = store.path(exps[1]) / "meta.json"  # as if the code now gave another JCT
+    meta = json.loads(meta_path.read_text())
+    meta["summary"]["jct_mean"] += 1.0
+    meta_path.write_text(json.dumps(meta))
+    r = check("--store", store.root, "--all")
+    assert r.returncode == 1
+    assert "DIFFERS  chain-3/topas@load=1.2,seed=0,tasks=6" in r.stdout and "jct_mean" in r.stdout
+    assert "1 of 2 re-run results match" in r.stdout
+
+    meta["canonical"]["trace_sha256"] = "0" * 64  # a result of another trace is not compared
+    meta_path.write_text(json.dumps(meta))
+    r = check("--store", store.root, "--sample", 5)
+    assert r.returncode == 0 and "inputs changed, not compared: chain-3/topas" in r.stdout
+
+
+def test_an_empty_store_is_an_error(tmp_path):
+    r = check("--store", tmp_path / "none")
+    assert r.returncode == 2 and "no stored" in r.stderr
