@@ -15,7 +15,7 @@ VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock test test-sglang fidelity reproduce figures pack lab traces profiles bench clean
+.PHONY: help install lock test test-sglang fidelity reproduce figures pack check-results lab traces profiles bench clean
 
 help:  ## list the targets
 	@echo "Usage: make <target> [PY=python3] [VENV=.venv] [QUICK=0|1] [ENGINE=sim|sglang] [SERVER=URL] [RAY_ADDRESS=auto]"
@@ -63,6 +63,9 @@ figures: $(STAMP)  ## re-render figures and tables from the results store only (
 
 pack: $(STAMP)  ## after a full reproduce: pack the results the figures need into data/results/$(ENGINE)/ (commit it)
 	$(VPY) scripts/pack_results.py --engine $(ENGINE)
+
+check-results: $(STAMP)  ## re-run a sample of stored results with the current code; compare (ARGS="--sample 20")
+	$(VPY) scripts/check_results.py $(ARGS)
 
 # JupyterLab refuses to run as root without --allow-root (e.g. in a container); ARGS pass through.
 LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
