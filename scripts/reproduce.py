@@ -25,7 +25,10 @@ Outputs (each written atomically: a temporary file, then a rename), in ``--out-d
 * ``results_synthetic.csv``: the table, one row per workload and policy, numbers unrounded; with
   the run settings in columns, so ``--figures-only`` re-renders the Markdown from it alone;
 * ``results_synthetic.md``: the table in Markdown, ready to paste into the README;
-* ``results_synthetic_runs.csv``: one row per simulation (the raw per-seed summaries).
+* ``results_synthetic_runs.csv``: one row per simulation (the raw per-seed summaries);
+* ``results_synthetic_inputs.json``: what the table was made from: the settings, the workloads
+  and policies, every run's experiment key, and the environment (Python and library versions,
+  commit, dirty flag; :func:`topas.provenance.environment`).
 
 Options: ``--quick`` (1 seed, 100 tasks unless given), ``--figures-only`` (re-renders the table
 from ``results_synthetic.csv`` and re-executes the notebooks on stored results only: the working
@@ -44,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import os
 import sys
@@ -396,6 +400,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"all simulations done in {time.perf_counter() - t0:.1f} s\n", flush=True)
 
     run_cols = list(runs[0].keys())
+    from topas.provenance import environment
+
+    inputs = {"settings": settings, "workloads": list(WORKLOADS), "policies": policies, "seeds": seeds,
+              "runs": [{"workload": r["workload"], "policy": r["policy"], "seed": r["seed"], "key": r["key"]}
+                       for r in runs],
+              "environment": environment()}
+    write_atomic(args.out_dir / f"{TABLE}_inputs.json", json.dumps(inputs, indent=1) + "\n")
     write_atomic(args.out_dir / f"{TABLE}_runs.csv", csv_text(runs, run_cols))
     rows = sort_rows(add_comparisons(aggregate(runs, settings), paper_reported()), policies)
     emit(rows, args.out_dir)

@@ -149,6 +149,7 @@ def test_paper_vs_ours_rows():
     assert ov["paper_value"] == pytest.approx(1.9) and ov["ours_value"] == 1.0
 
 
+@pytest.mark.slow
 def test_plots_are_readable(tmp_path):
     plots.use_style()
     res = _result()

@@ -212,6 +212,7 @@ def reproduce(*args, store=None, **kw):
                           cwd=REPO_ROOT, env=env, **kw)
 
 
+@pytest.mark.slow
 def test_reproduce_quick_end_to_end(tmp_path):
     out = tmp_path / "figs"
     # the notebooks are executed by tests/test_notebooks.py (each against a temporary store)
@@ -241,7 +242,11 @@ def test_reproduce_quick_end_to_end(tmp_path):
     assert "topas-base (ablation)" in md
     runs = list(csv.DictReader(open(out / "results_synthetic_runs.csv", newline="")))
     assert len(runs) == 3 * len(policies)
-    assert not list(out.glob("*.tmp"))
+    inputs = json.loads((out / "results_synthetic_inputs.json").read_text())
+    assert inputs["settings"]["tasks"] == 20 and len(inputs["runs"]) == 3 * len(policies)
+    assert {r["key"] for r in inputs["runs"]} == {r["key"] for r in runs}
+    assert inputs["environment"]["numpy"] and "git_dirty" in inputs["environment"]
+    assert not list(out.glob("*.tmp")) and not list(out.glob(".*"))
 
     # --figures-only re-renders the same table from the CSV, without simulating
     before = md

@@ -142,6 +142,7 @@ def test_readme_lists_exactly_each_notebooks_parameters():
             f"omits {sorted(_parameter_names(name) - listed[name])}")
 
 
+@pytest.mark.slow  # 15-60 s each: deselect with -m 'not slow'
 @pytest.mark.parametrize("name", NOTEBOOKS)
 def test_notebook_runs_quick_and_writes_its_outputs(name, tmp_path, monkeypatch):
     assert name in EXPECTED, (

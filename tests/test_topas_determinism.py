@@ -21,6 +21,7 @@ for policy, params in (("topas", {{}}),):
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [200])
 def test_topas_results_do_not_depend_on_the_hash_seed(n):
     outs = []

@@ -108,6 +108,7 @@ def test_topas_and_its_ablations_complete_every_workload_when_the_demand_covers_
     _check_runs(*case)
 
 
+@pytest.mark.slow
 @settings(PROPERTY, phases=[Phase.explicit, Phase.generate])  # no shrinking: it fails at once
 @given(workloads(consistent=False))
 def test_topas_and_its_ablations_complete_every_workload_under_sglang_reservation(case):
