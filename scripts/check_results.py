@@ -37,11 +37,24 @@ INPUT_FIELDS = ("trace_sha256", "n_tasks", "rate", "seed", "policy", "params", "
                 "engine_config")
 
 
+def engine_options_of(meta: dict) -> dict:
+    """The simulator options a stored result ran with: the fields of its ``engine_config`` that
+    differ from the default (stock SGLang) configuration."""
+    import dataclasses
+
+    from topas.engine.config import EngineConfig
+
+    default = json.loads(json.dumps(dataclasses.asdict(EngineConfig())))
+    stored = meta["canonical"].get("engine_config") or {}
+    return {k: v for k, v in stored.items() if k in default and default[k] != v}
+
+
 def experiment_of(meta: dict) -> Experiment:
     s = meta["experiment"]
+    opts = engine_options_of(meta) if s["engine"] == "sim" else {}
     return Experiment(s["workload"], s["policy"], json.loads(s["params"]), profile=s["profile"], rate=s["rate"],
                       load=s["load"], seed=s["seed"], n_tasks=s["n_tasks"], engine=s["engine"],
-                      kv_budget=s["kv_budget"])
+                      kv_budget=s["kv_budget"], engine_options=opts)
 
 
 def rerun_summary(exp: Experiment) -> dict:
@@ -72,11 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--all", action="store_true", help="check every stored result")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random sample (default: 0)")
     ap.add_argument("--engine", action="append", default=None,
-                    help="only results of this engine (repeatable; default: sim and sim-sglang)")
+                    help="only results of this engine (repeatable; default: sim; sglang replays need a server)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (default: 1)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
-    engines = set(args.engine or ("sim", "sim-sglang"))
+    engines = set(args.engine or ("sim",))
 
     from topas.experiments.store import default_packs
 

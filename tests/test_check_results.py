@@ -20,10 +20,12 @@ def check(*args):
 def test_unchanged_results_match_and_a_changed_one_is_named(tmp_path):
     store = ResultStore(tmp_path / "store")
     exps = [Experiment("chain-3", p, load=1.2, n_tasks=6) for p in ("fcfs", "topas")]
+    exps.append(Experiment("chain-3", "lpm", load=1.2, n_tasks=6, engine_options={"host_tier": True}))
     run_sweep(exps, store, jobs=1, progress=False)
     r = check("--store", store.root, "--all")
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "2 of 2 re-run results match" in r.stdout and "(same code)" in r.stdout
+    assert "3 of 3 re-run results match" in r.stdout and "(same code)" in r.stdout
+    assert "chain-3/lpm@load=1.2,seed=0,tasks=6,engine[host_tier=True]" in r.stdout  # re-run with its options
 
     meta_path = store.path(exps[1]) / "meta.json"  # as if the code now gave another JCT
     meta = json.loads(meta_path.read_text())
@@ -32,7 +34,7 @@ def test_unchanged_results_match_and_a_changed_one_is_named(tmp_path):
     r = check("--store", store.root, "--all")
     assert r.returncode == 1
     assert "DIFFERS  chain-3/topas@load=1.2,seed=0,tasks=6" in r.stdout and "jct_mean" in r.stdout
-    assert "1 of 2 re-run results match" in r.stdout
+    assert "2 of 3 re-run results match" in r.stdout
 
     meta["canonical"]["trace_sha256"] = "0" * 64  # a result of another trace is not compared
     meta_path.write_text(json.dumps(meta))

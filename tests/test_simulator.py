@@ -1,4 +1,4 @@
-"""The simulator against its documented semantics (topas/engine/simulator.py, docs/design.md "Engine semantics").
+"""The simulator against its documented semantics (topas/engine/simulator.py, docs/design.md "Engine model").
 
 Expected times are written from the semantics with the round cost model of ``conftest.py``:
 
