@@ -236,10 +236,10 @@ class Simulator:
 
     def _decide(self) -> None:
         self._dirty = False
-        if self.config.admission_gate and self._batch_full and (self.prefill_queue or self.decoding):
+        self._steps_since_check = 0
+        if self._gated():
             return  # SGLang skips get_new_batch_prefill while batch_is_full
         self._batch_full = False
-        self._steps_since_check = 0
         decode_empty = not self.decoding
         view = self.view()
         t0 = _time.perf_counter()
@@ -256,6 +256,10 @@ class Simulator:
             (self.now, wall, len(view.waiting), len(view.running), len(decision.admit), admitted,
              len(decision.preempt), len(decision.evict), len(decision.load), dict(decision.info))
         )
+
+    def _gated(self) -> bool:
+        """Admission is shut (``batch_is_full``) while something runs."""
+        return self.config.admission_gate and self._batch_full and bool(self.prefill_queue or self.decoding)
 
     def apply(self, d: Decision) -> int:
         """Apply a Decision (validating it); returns the number of requests admitted."""
@@ -662,7 +666,8 @@ class Simulator:
             return
         n = min(r.y - r.generated for r in self.decoding.values())
         n = min(n, free // b)
-        if self.waiting:
+        recheck = self.waiting and not self._gated()  # a shut gate opens only at a finish (an event)
+        if recheck:
             n = min(n, max(1, self.config.recheck_steps - self._steps_since_check))
         kv0 = sum(self.prefixes[r.agent].tokens + r.kv for r in self.decoding.values())
         t_next = self._next_event()
@@ -684,7 +689,7 @@ class Simulator:
         self.request_tokens += b * n
         for r in done:
             self._finish(r)
-        if self.waiting:
+        if recheck:
             self._steps_since_check += n
             if self._steps_since_check >= self.config.recheck_steps:
                 self._dirty = True
