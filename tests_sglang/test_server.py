@@ -27,6 +27,8 @@ from topas.workload.synthetic import scaled_down  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = Path(os.environ.get("TOPAS_TINY_MODEL", ROOT / ".venvs/sglang-cpu/tiny-llama"))
 N_TASKS = 6
+#: the plugin's default TOPAS_RECHECK_STEPS (the fixture's server does not set it)
+RECHECK_STEPS = 32
 
 
 @pytest.fixture(scope="module")
@@ -53,16 +55,26 @@ def server(tmp_path_factory):
         launcher.stop(proc)
 
 
-def _replay(server, workload, policy, params=None, seed=0):
+def _replay(server, workload, policy, params=None, seed=0, n_tasks=N_TASKS, output_tokens=None):
     import topas.sglang.testing  # noqa: F401  (registers the misbehaving test policies here too)
 
-    trace = scaled_down(workload, N_TASKS, seed=seed)
+    trace = scaled_down(workload, n_tasks, seed=seed)
+    if output_tokens is not None:
+        trace = _with_outputs(trace, output_tokens)
     prep = Prepared(None, trace, Path(workload), None, None, make_policy(policy, params or {}),
                     load_profile(), EngineConfig())
     assert server["proc"].poll() is None, "the server died"
     res = run_replay(prep, server["url"], decision_log=server["log"], timeout_s=300, wait_healthy_s=30)
     recs = [r for r in read_decision_log(server["log"], "") if r.get("run") == res.summary["run_id"]]
     return trace, res, recs
+
+
+def _with_outputs(trace, y):
+    """``trace`` with every stage's output length set to ``y``."""
+    from dataclasses import replace
+
+    return replace(trace, tasks=tuple(replace(t, stages=tuple(replace(s, output_tokens=y) for s in t.stages))
+                                      for t in trace.tasks))
 
 
 def _check_complete(trace, res):
@@ -144,8 +156,13 @@ def test_a_failing_policy_does_not_break_the_server(server, policy, params, why)
 
 def test_preempted_requests_resume_and_complete(server):
     """The plugin's preemption (release the KV, re-queue after the step) loses no request and no
-    token: every request still returns exactly its output length."""
-    trace, res, recs = _replay(server, "dag-4", "test-preempting", {"times": 3}, seed=5)
+    token: every request still returns exactly its output length.
+
+    Deterministic: the test policy holds requests back until the one it admitted decodes, and each
+    request decodes for longer than the adapter's re-check interval (``TOPAS_RECHECK_STEPS``,
+    32 iterations), so a decision sees a decoding request while others wait, whatever the timing."""
+    trace, res, recs = _replay(server, "dag-4", "test-preempting", {"times": 3}, seed=5, n_tasks=3,
+                               output_tokens=2 * RECHECK_STEPS)
     _check_complete(trace, res)
     preempted = [rid for r in recs if r["kind"] == "decision" for rid in r["preempt"]]
     assert preempted, "the policy found nothing to preempt"

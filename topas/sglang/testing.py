@@ -57,7 +57,15 @@ class PreemptParams:
 class PreemptingPolicy(Policy):
     """FCFS that also preempts the running request with the most generated tokens (at most
     ``times`` times a run), to exercise the plugin's preemption path. It manages prefixes: it
-    loads the prefix of every waiting request (the plugin pins them) and evicts none."""
+    loads the prefix of every waiting request (the plugin pins them) and evicts none.
+
+    Until it has preempted ``times`` times it makes sure there is something to preempt at a
+    decision: with nothing decoding it admits one waiting request and holds the others back
+    (with something admitted but not yet decoding, it holds them all), so requests keep waiting
+    while that one decodes, and the adapter's periodic re-check (every ``recheck_steps``
+    scheduler iterations while requests wait) decides again while it runs. Admitting every
+    waiting request at once, a decision saw a decoding request only when a request arrived
+    while another was decoding, which hinges on the timing of the client and the server."""
 
     name = "test-preempting"
     Params = PreemptParams
@@ -76,10 +84,12 @@ class PreemptingPolicy(Policy):
                 used += p.tokens
         ok = view.resident | set(load)
         admit = tuple(r.rid for r in order if r.agent in ok)
-        preempt: tuple[str, ...] = ()
+        if self.done >= self.params.times:
+            return Decision(admit=admit, load=tuple(load))
         decoding = [r for r in view.running if r.generated >= 1]
-        if self.done < self.params.times and decoding and order:
+        if decoding and order:
             victim = max(decoding, key=lambda r: (r.generated, r.rid))
-            preempt = (victim.rid,)
             self.done += 1
-        return Decision(admit=admit, preempt=preempt, load=tuple(load))
+            return Decision(admit=admit, preempt=(victim.rid,), load=tuple(load))
+        # nothing to preempt yet: let one request run and keep the rest waiting until it decodes
+        return Decision(admit=() if view.running else admit[:1], load=tuple(load))
