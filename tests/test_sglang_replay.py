@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -114,6 +115,37 @@ def test_topas_serve_dry_run_sets_the_plugin_environment(tmp_path):
     assert r.exit_code == 1 and "unknown policy 'nope'" in r.output
     r = CliRunner().invoke(main, ["serve", "--policy", "topas", "--param", "no_such=1", "--dry-run"])
     assert r.exit_code == 1 and "no_such" in r.output
+
+
+def test_topas_serve_dummy_weights_needs_no_download():
+    """`topas serve --dummy-weights qwen2.5-32b-instruct` points SGLang at the shipped config.json with
+    random weights and no tokenizer; the config is Qwen2.5-32B-Instruct's (its KV per token is the
+    shipped A100 profile's)."""
+    from click.testing import CliRunner
+
+    from topas.cli import main
+    from topas.engine.cost import load_profile
+    from topas.fidelity.profile_server import _kv_bytes_per_token
+    from topas.paths import REPO_ROOT
+    from topas.sglang.launcher import dummy_model_dir
+
+    d = REPO_ROOT / "data" / "models" / "qwen2.5-32b-instruct"
+    assert dummy_model_dir("qwen2.5-32b-instruct") == d
+    r = CliRunner().invoke(main, ["serve", "--policy", "fcfs", "--dummy-weights", "qwen2.5-32b-instruct",
+                                  "--dry-run", "--", "--port", "30000", "--enable-metrics"])
+    assert r.exit_code == 0, r.output
+    assert r.output.strip().endswith(f"-m sglang.launch_server --model-path {d} --load-format dummy "
+                                     "--skip-tokenizer-init --port 30000 --enable-metrics")
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg["architectures"] == ["Qwen2ForCausalLM"] and cfg["num_hidden_layers"] == 64
+    assert cfg["vocab_size"] > 31000  # the replay's token ids (topas.sglang.tokens.ID_HIGH) fit
+    mu, _ = _kv_bytes_per_token(str(d))
+    assert mu == load_profile("a100-80gb_qwen2.5-32b").kv_bytes_per_token == 2 * 64 * 8 * 128 * 2
+    r = CliRunner().invoke(main, ["serve", "--dummy-weights", "gpt-5", "--dry-run"])
+    assert r.exit_code == 1 and "unknown dummy model 'gpt-5'" in r.output and "qwen2.5-32b-instruct" in r.output
+    r = CliRunner().invoke(main, ["serve", "--dummy-weights", "qwen2.5-32b-instruct", "--dry-run", "--",
+                                  "--model-path", "m"])
+    assert r.exit_code == 1 and "not both" in r.output
 
 
 def test_replay_keeps_the_servers_own_timestamps_in_run_time():

@@ -27,17 +27,30 @@ def _fail(message: str):
               help="Append every decision, admission and pin change to FILE (JSON lines).")
 @click.option("--python", "python", default=None, metavar="PY",
               help="The Python that has sglang installed [default: this one].")
+@click.option("--dummy-weights", "dummy", default=None, metavar="MODEL",
+              help="Serve a model config shipped in data/models/ (e.g. qwen2.5-32b-instruct) with random "
+                   "weights and no tokenizer: nothing to download (adds --model-path, --load-format dummy, "
+                   "--skip-tokenizer-init).")
 @click.option("--dry-run", is_flag=True, help="Print the environment and command instead of starting.")
 @click.argument("sglang_args", nargs=-1, type=click.UNPROCESSED)
-def serve_cmd(policy, params, profile, decision_log, python, dry_run, sglang_args):
+def serve_cmd(policy, params, profile, decision_log, python, dummy, dry_run, sglang_args):
     """Start an SGLang server whose scheduler runs a topas policy.
 
     Everything after `--` goes to `python -m sglang.launch_server`, e.g.
-    `topas serve --policy topas --param beta=0.5 -- --model-path Qwen/Qwen2.5-32B-Instruct --port 30000`.
+    `topas serve --policy topas --param beta=0.5 -- --model-path Qwen/Qwen2.5-32B-Instruct --port 30000`,
+    or without weights: `topas serve --dummy-weights qwen2.5-32b-instruct -- --port 30000 --enable-metrics`.
     A replay may still name another policy per run (`topas replay --policy`).
     """
     from topas.policies.base import PolicyError, parse_param_strings
-    from topas.sglang.launcher import launch_command, server_env
+    from topas.sglang.launcher import dummy_weight_args, launch_command, server_env
+
+    if dummy:
+        if "--model-path" in sglang_args:
+            _fail("error: give either --dummy-weights or SGLang's --model-path, not both")
+        try:
+            sglang_args = (*dummy_weight_args(dummy), *sglang_args)
+        except ValueError as e:
+            _fail(f"error: {e}")
 
     try:
         env = server_env(policy, parse_param_strings(params), profile=profile,

@@ -54,6 +54,33 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+#: Model configs shipped under ``data/models/`` (config.json only, no weights): SGLang builds the
+#: model from it and fills the weights with random values (``--load-format dummy``), which serves
+#: the replay exactly as real weights would (it sends token ids and ``ignore_eos``, so neither the
+#: tokenizer nor the sampled tokens matter) and runs at the real model's speed.
+DUMMY_MODELS: dict[str, str] = {"qwen2.5-32b-instruct": "qwen2.5-32b-instruct"}
+
+
+def dummy_model_dir(name: str):
+    """The folder of a shipped model config (``data/models/<name>``); ``ValueError`` names the known ones."""
+    from topas.paths import REPO_ROOT
+
+    if name not in DUMMY_MODELS:
+        raise ValueError(f"unknown dummy model {name!r} (known: {', '.join(sorted(DUMMY_MODELS))})")
+    d = REPO_ROOT / "data" / "models" / DUMMY_MODELS[name]
+    if not (d / "config.json").is_file():
+        raise ValueError(f"dummy model {name!r}: {d / 'config.json'} is missing")
+    return d
+
+
+def dummy_weight_args(name: str) -> list[str]:
+    """SGLang flags that serve a shipped model config with random weights and no tokenizer:
+    ``--model-path data/models/<name> --load-format dummy --skip-tokenizer-init``. Nothing is
+    downloaded: SGLang reads only ``config.json`` (the generation config and the tokenizer are
+    optional, and skipped without a tokenizer)."""
+    return ["--model-path", os.fspath(dummy_model_dir(name)), "--load-format", "dummy", "--skip-tokenizer-init"]
+
+
 def cpu_test_args(model_dir: str | os.PathLike, port: int, max_total_tokens: int = 4096) -> list[str]:
     """SGLang flags for the tiny dummy-weight model on a CPU (tools/sglang_cpu)."""
     return ["--model-path", os.fspath(model_dir), "--load-format", "dummy", "--skip-tokenizer-init",
