@@ -15,7 +15,7 @@ VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock test test-sglang fidelity reproduce figures pack check-results lab traces profiles bench clean
+.PHONY: help install lock test test-sglang fidelity fidelity-contention reproduce figures pack check-results lab traces profiles bench clean
 
 help:  ## list the targets
 	@echo "Usage: make <target> [PY=python3] [VENV=.venv] [QUICK=0|1] [ENGINE=sim|sglang] [SERVER=URL] [RAY_ADDRESS=auto]"
@@ -53,6 +53,10 @@ test-sglang:  ## SGLang integration test on CPU: real server + topas plugin (bui
 fidelity:  ## simulator vs real SGLang: the CPU server here, or SERVER=URL PROFILE=FILE (see scripts/fidelity_cpu.py)
 	bash tools/sglang_cpu/build_env.sh
 	.venvs/sglang-cpu/bin/python scripts/fidelity_cpu.py $(if $(SERVER),--server $(SERVER) --profile $(or $(PROFILE),data/profiles/measured_server.json) --reprofile,) $(ARGS)
+
+fidelity-contention:  ## prefixes competing for a small KV pool: simulator vs the CPU server, request by request (ARGS="--compare-only" re-compares the stored runs)
+	bash tools/sglang_cpu/build_env.sh
+	.venvs/sglang-cpu/bin/python scripts/fidelity_contention.py $(ARGS)
 
 reproduce: $(STAMP)  ## run all experiments and notebooks (QUICK=1 for a small run, ENGINE=sim|sglang)
 	$(VPY) scripts/reproduce.py --engine $(ENGINE) $(if $(filter 1,$(QUICK)),--quick,) \

@@ -172,6 +172,30 @@ def test_preempted_requests_resume_and_complete(server):
     _check_admission_follows_decisions(recs)
 
 
+@pytest.mark.parametrize("policy", ["fcfs", "topas"])
+def test_a_burst_misses_its_prefix_where_the_simulator_says(server, policy, tmp_path):
+    """Contention, request by request (topas.fidelity.contention): three agents' requests at t=0
+    on a pool that holds two of their prefixes. The server's ``cached_tokens`` say which requests
+    found their prefix cached; the simulator (the fidelity engine model, the CPU profile, the
+    server's pool) must name exactly the same requests as misses."""
+    from topas.engine.cost import load_profile as _load
+    from topas.fidelity import contention as ct
+    from topas.fidelity.run import Point, prefix_tokens, sim_engine, simulate_point
+
+    case = ct.CASES["burst-ci"]
+    trace_file = ct.write_case_trace(case, tmp_path)
+    cost, config = sim_engine(_load(ROOT / "data/profiles/cpu_tiny-llama.json"), kv_budget=case.pool_tokens)
+    sim, trace = simulate_point(Point(str(trace_file), policy, rate=None), cost, config)
+    prep = Prepared(None, trace, trace_file, None, None, make_policy(policy, {}), cost, EngineConfig())
+    res = run_replay(prep, server["url"], decision_log=server["log"], timeout_s=300, wait_healthy_s=30)
+    _check_complete(trace, res)
+    tab = ct.request_table(sim.requests, res.requests, prefix_tokens(trace))
+    ag = ct.agreement(tab)
+    print(f"\nburst-ci {policy}: server misses {ag['misses_server']}, simulator {ag['misses_sim']} of {ag['n_requests']}")
+    assert ag["same_misses"], (f"misses only in the simulator: {ag['miss_only_sim'] or '-'}; "
+                               f"only on the server: {ag['miss_only_server'] or '-'}\n{tab.to_string()}")
+
+
 def test_decision_log_lines_are_json(server):
     lines = Path(server["log"]).read_text().splitlines()
     assert lines and all(json.loads(x)["kind"] for x in lines)

@@ -22,10 +22,11 @@ VENV = REPO_ROOT / ".venvs" / "sglang-cpu"
 MODEL = VENV / "tiny-llama"
 
 
-def cpu_server_args(port: int, max_total_tokens: int = 4096) -> list[str]:
+def cpu_server_args(port: int, max_total_tokens: int = 4096, schedule_policy: str | None = None) -> list[str]:
     from topas.sglang.launcher import cpu_test_args
 
-    return cpu_test_args(MODEL, port, max_total_tokens) + ["--enable-metrics", "--sleep-on-idle"]
+    extra = ["--schedule-policy", schedule_policy] if schedule_policy else []
+    return cpu_test_args(MODEL, port, max_total_tokens) + ["--enable-metrics", "--sleep-on-idle", *extra]
 
 
 def raise_priority(niceness: int = -19) -> bool:
@@ -40,8 +41,12 @@ def raise_priority(niceness: int = -19) -> bool:
 @contextlib.contextmanager
 def cpu_server(port: int | None = None, policy: str = "fcfs", log_path: str | Path | None = None,
                decision_log: str | Path | None = None, niceness: int | None = -19,
-               startup_s: float = 180.0, max_total_tokens: int = 4096) -> Iterator[str]:
-    """Start the CPU test server with the plugin; yields its URL; stops it on exit."""
+               startup_s: float = 180.0, max_total_tokens: int = 4096, plugin: bool = True,
+               schedule_policy: str | None = None) -> Iterator[str]:
+    """Start the CPU test server with the plugin; yields its URL; stops it on exit. With
+    ``plugin=False`` it is stock SGLang (``SGLANG_PLUGINS=none``: no plugin loaded; the requests'
+    topas metadata is ignored) scheduling with ``--schedule-policy schedule_policy`` (SGLang's
+    default, ``fcfs``, when None)."""
     import urllib.request
 
     from topas.sglang import launcher
@@ -49,11 +54,11 @@ def cpu_server(port: int | None = None, policy: str = "fcfs", log_path: str | Pa
     if not (VENV / ".ready").exists():
         raise RuntimeError(f"{VENV} is not built: run tools/sglang_cpu/build_env.sh (make test-sglang builds it)")
     port = port or launcher.free_port()
-    env = launcher.server_env(policy, decision_log=decision_log)
+    env = launcher.server_env(policy, decision_log=decision_log) if plugin else launcher.plain_env()
     env["OMP_NUM_THREADS"] = "1"
     if niceness is not None:
         raise_priority(niceness)
-    proc = launcher.start(cpu_server_args(port, max_total_tokens), env, log_path=log_path, python=str(VENV / "bin" / "python"))
+    proc = launcher.start(cpu_server_args(port, max_total_tokens, schedule_policy), env, log_path=log_path, python=str(VENV / "bin" / "python"))
     url = f"http://127.0.0.1:{port}"
     try:
         t0 = time.time()

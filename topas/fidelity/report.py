@@ -13,7 +13,7 @@ import pandas as pd
 from topas import plots
 from topas.fidelity.compare import Comparison, noise_summary, request_path
 
-__all__ = ["plot_sim_vs_measured", "fidelity_table", "path_table", "noise_table", "summary_line"]
+__all__ = ["plot_sim_vs_measured", "fidelity_table", "path_table", "noise_table", "summary_line", "contention_table"]
 
 _TABLE_METRICS = (("jct_mean", "mean JCT (s)"), ("jct_p99", "p99 JCT (s)"), ("queue_mean", "mean queueing (s)"),
                   ("e2e_mean", "mean request latency (s)"), ("cached_tokens", "cached tokens"),
@@ -138,3 +138,30 @@ def noise_table(c: Comparison) -> pd.DataFrame:
     out["one measured run vs the others (median)"] = [f"{100 * v:.1f}%" for v in ns["median_self_err"]]
     out["points where it exceeds the bar"] = ns["self_err_over_bar"]
     return out
+
+
+def contention_table(out_dir: "str | Path", engine_models: Sequence[str] | None = None) -> pd.DataFrame:
+    """The contention suite's summary (``summary_<engine model>.csv`` under ``out_dir``, written by
+    :func:`topas.fidelity.contention.evaluate`), one row per (case, mode, policy) and engine model:
+    requests whose hit/miss agrees with the server, the misses on each side, whether every repeat
+    missed exactly where the simulation did (the bursts' bar), admission waves and completion order
+    that agree, the server's own agreement between repeats, and the mean/p99 JCT errors."""
+    from pathlib import Path
+
+    d = Path(out_dir)
+    files = sorted(d.glob("summary_*.csv"))
+    if engine_models is not None:
+        files = [d / f"summary_{m}.csv" for m in engine_models if (d / f"summary_{m}.csv").exists()]
+    if not files:
+        raise FileNotFoundError(f"no contention summary under {d} (run `make fidelity-contention`)")
+    cols = {"hit_agree": "hit/miss agree", "misses_sim": "misses sim", "misses_server": "misses server",
+            "same_misses_all": "same misses (all repeats)", "wave_agree": "waves agree",
+            "order_agree": "order agrees", "noise_hit_agree": "server vs itself: hit/miss",
+            "jct_mean_err": "mean JCT err", "jct_p99_err": "p99 JCT err", "jct_mean_ci90": "mean JCT ci90",
+            "ok": "ok"}
+    parts = []
+    for f in files:
+        s = pd.read_csv(f)
+        s.insert(0, "engine model", f.stem[len("summary_"):])
+        parts.append(s[["engine model", "case", "mode", "policy", "repeats", *[c for c in cols if c in s]]])
+    return pd.concat(parts, ignore_index=True).rename(columns=cols)

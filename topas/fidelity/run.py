@@ -40,11 +40,12 @@ __all__ = ["Point", "sim_engine", "point_trace", "simulate_point", "run_fidelity
 @dataclass(frozen=True)
 class Point:
     """One compared point: a trace (name or file), a policy with parameters, an arrival rate
-    (tasks/s), the arrival seed and the number of tasks (the trace's head)."""
+    (tasks/s; None: the trace's own arrival times, e.g. a scripted burst), the arrival seed and
+    the number of tasks (the trace's head)."""
 
     workload: str
     policy: str
-    rate: float
+    rate: float | None
     seed: int = 0
     n_tasks: int | None = None
     params: tuple[tuple[str, Any], ...] = ()
@@ -53,7 +54,9 @@ class Point:
 
     @property
     def load_label(self) -> float:
-        return self.load if self.load is not None else self.rate
+        if self.load is not None:
+            return self.load
+        return self.rate if self.rate is not None else 0.0
 
 
 def sim_engine(profile: "str | Path | CostModel", kv_budget: int | None = None,
@@ -79,7 +82,8 @@ def sim_engine(profile: "str | Path | CostModel", kv_budget: int | None = None,
 
 
 def point_trace(p: Point, kv_budget: int | None = None) -> "Trace":
-    """The trace a point runs: the head of ``p.n_tasks`` tasks, re-timed to ``p.rate`` with ``p.seed``."""
+    """The trace a point runs: the head of ``p.n_tasks`` tasks, re-timed to ``p.rate`` with ``p.seed``
+    (with ``p.rate`` None or NaN: at the trace's own times)."""
     from topas.experiments.spec import _read_trace, resolve_trace_path
     from topas.workload.arrivals import retime
     from topas.workload.validate import validate_trace
@@ -90,6 +94,8 @@ def point_trace(p: Point, kv_budget: int | None = None) -> "Trace":
         trace = trace.head(p.n_tasks)
     if kv_budget is not None:
         validate_trace(trace, source=str(path), kv_budget=kv_budget)
+    if p.rate is None or not math.isfinite(p.rate):
+        return trace
     return retime(trace, p.rate, p.seed)
 
 
@@ -213,7 +219,8 @@ def busy_calibration(p: Point, cost: "CostModel", config: "EngineConfig", busy_s
 
 
 def _row(p: Point, engine: str, repeat: int, metrics: Mapping[str, float], wall: float) -> dict[str, Any]:
-    return {"workload": Path(p.workload).name.split(".")[0], "load": p.load_label, "rate": p.rate,
+    return {"workload": Path(p.workload).name.split(".")[0], "load": p.load_label,
+            "rate": p.rate if p.rate is not None else float("nan"),
             "policy": p.policy, "seed": p.seed, "engine": engine, "repeat": repeat,
             "n_tasks_requested": p.n_tasks, **metrics, "wall_s": wall}
 
@@ -283,7 +290,7 @@ def run_fidelity(points: Sequence[Point], measure: Callable[[Point, int], "SimRe
                 s = next((r for r in rows if r["engine"] == "sim" and r["policy"] == p.policy
                           and r["load"] == p.load_label and r["seed"] == p.seed
                           and r["workload"] == rows[-1]["workload"]), None) if rep == 0 else None
-                log(f"[{i + 1}/{len(points)}] {p.workload} {p.policy} rate={p.rate:g} seed={p.seed} rep={rep}: "
+                log(f"[{i + 1}/{len(points)}] {p.workload} {p.policy} rate={p.rate if p.rate is not None else 'trace'} seed={p.seed} rep={rep}: "
                     f"measured mean JCT {m['jct_mean']:.3f} s, p99 {m['jct_p99']:.3f} s, cached {m['cached_tokens']:.0f}"
                     + (f" | sim {s['jct_mean']:.3f} s, p99 {s['jct_p99']:.3f} s, cached {s['cached_tokens']:.0f}" if s else "")
                     + (f" | speed x{factor:.2f}, calibrated sim {rows[-2]['jct_mean']:.3f} s" if factor else "")

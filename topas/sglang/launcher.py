@@ -44,6 +44,16 @@ def server_env(policy: str, params: Mapping[str, Any] | None = None, profile: st
     return env
 
 
+def plain_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for stock SGLang: no plugin loaded (``SGLANG_PLUGINS`` is a whitelist, and
+    an empty one loads every installed plugin, topas included, so it names none that exists)."""
+    env = dict(os.environ if base is None else base)
+    env["SGLANG_PLUGINS"] = "none"
+    for k in ("TOPAS_POLICY", "TOPAS_POLICY_PARAMS", "TOPAS_DECISION_LOG"):
+        env.pop(k, None)
+    return env
+
+
 def launch_command(sglang_args: Sequence[str], python: str | None = None) -> list[str]:
     return [python or sys.executable, "-m", "sglang.launch_server", *sglang_args]
 

@@ -21,7 +21,10 @@ columns: ``requests.cached_tokens``, ``prompt_tokens``, ``e2e_latency`` (server-
 request and saw it finish, in run time: ``meta_info.request_received_ts`` /
 ``request_finished_ts`` - the run's start, both wall clocks of this host; NaN unless the server
 runs with ``--enable-metrics``; they split a request's latency into the path to the server, the
-server's own time and the path back), ``decisions.fallback``; extra summary keys: ``engine``, ``cached_tokens``, ``fallbacks``.
+server's own time and the path back), ``server_admitted`` and ``server_prefilled`` (when the
+scheduler first put the request into a prefill batch, ``meta_info.forward_entry_time``, one
+timestamp per batch, and when that prefill finished: the admission wave without the plugin's
+log; also NaN without ``--enable-metrics``), ``decisions.fallback``; extra summary keys: ``engine``, ``cached_tokens``, ``fallbacks``.
 Caveat: ``requests.retractions`` is the server's ``num_retractions``, which also counts the
 plugin's preemptions (it re-queues them as retracted requests); engine retractions alone are
 ``retractions - preemptions`` (``topas.fidelity.compare`` subtracts them).
@@ -63,7 +66,7 @@ NAN_SUMMARY_KEYS = ("avg_decode_batch", "decode_steps", "busy_time", "prefix_loa
 REQUEST_COLUMNS = ["rid", "task_id", "stage_id", "agent", "input_tokens", "output_tokens", "ready",
                    "first_admit", "finish", "queue_time", "prefill_time", "decode_time", "preemptions",
                    "retractions", "recomputed_tokens", "prefix_hit", "cached_tokens", "prompt_tokens",
-                   "e2e_latency", "server_received", "server_finished"]
+                   "e2e_latency", "server_received", "server_finished", "server_admitted", "server_prefilled"]
 TASK_COLUMNS = ["task_id", "workflow", "arrival", "finish", "jct", "n_stages"]
 PREFIX_EVENT_COLUMNS = ["time", "agent", "event", "tokens", "bytes"]
 TIMELINE_COLUMNS = ["time", "prefix_tokens", "request_tokens", "decode_batch", "prefill_queue", "waiting",
@@ -296,6 +299,8 @@ def build_replay_result(trace: Trace, policy_name: str, done: list[_Done], task_
                 "e2e_latency": mi.get("e2e_latency", nan),
                 "server_received": _run_time(mi.get("request_received_ts"), t0),
                 "server_finished": _run_time(mi.get("request_finished_ts"), t0),
+                "server_admitted": _run_time(mi.get("forward_entry_time"), t0),
+                "server_prefilled": _run_time(mi.get("prefill_finished_time"), t0),
             })
     requests = pd.DataFrame(rows, columns=REQUEST_COLUMNS)
     prefix_events = pd.DataFrame(sorted(pins), columns=PREFIX_EVENT_COLUMNS)

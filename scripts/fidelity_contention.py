@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""The contention fidelity suite: prefixes competing for a small KV pool, simulator vs the real
+CPU SGLang server, request by request (topas.fidelity.contention).
+
+    python scripts/fidelity_contention.py                      # measure every case and mode, then compare
+    python scripts/fidelity_contention.py --cases burst-3x3 --modes plugin --repeats 2
+    python scripts/fidelity_contention.py --compare-only       # re-compare the stored runs (no server)
+    python scripts/fidelity_contention.py --compare-only --engine-model base
+
+Measuring starts the CPU test server once per mode (the topas plugin; stock SGLang with
+--schedule-policy fcfs / lpm), on 127.0.0.1, and stops it. Must run in the SGLang environment
+(.venvs/sglang-cpu/bin/python) to measure; --compare-only runs anywhere topas is installed.
+Writes data/results/fidelity/contention/: <case>/<mode>/ (runs.csv, comparison, raw/ measured
+tables), summary_<engine>.csv, runs_<engine>.csv, requests_<engine>.parquet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from topas.fidelity import contention as ct  # noqa: E402
+
+CPU_PROFILE = REPO / "data" / "profiles" / "cpu_tiny-llama.json"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", default=",".join(ct.CASES), help="comma-separated (default: all: %(default)s)")
+    ap.add_argument("--modes", default=",".join(ct.MODES), help="comma-separated (default: all: %(default)s)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--profile", default=str(CPU_PROFILE))
+    ap.add_argument("--engine-model", default="sglang", help="the simulated side (topas.fidelity.run.ENGINE_MODELS)")
+    ap.add_argument("--compare-only", action="store_true", help="no server: compare the stored runs")
+    ap.add_argument("--out", type=Path, default=ct.OUT_DIR)
+    args = ap.parse_args(argv)
+    try:
+        cases = [ct.CASES[c] for c in args.cases.split(",") if c]
+        modes = [ct.MODES[m] for m in args.modes.split(",") if m]
+    except KeyError as e:
+        ap.error(f"unknown case or mode {e}; cases: {', '.join(ct.CASES)}; modes: {', '.join(ct.MODES)}")
+    if not args.compare_only:
+        ct.measure_cases(cases, modes, args.profile, args.out, repeats=args.repeats, engine_model=args.engine_model)
+    summary = ct.evaluate(cases, modes, args.out, engine_model=args.engine_model)
+    import pandas as pd
+
+    with pd.option_context("display.width", 200, "display.max_columns", 30):
+        print(summary[["case", "mode", "policy", "repeats", "hit_agree", "same_misses_all", "misses_sim",
+                       "misses_server", "wave_agree", "order_agree", "noise_hit_agree",
+                       *[c for c in ("jct_mean_err", "jct_p99_err", "jct_mean_ci90") if c in summary], "ok"]]
+              .to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    return 0 if summary["ok"].all() else 3
+
+
+if __name__ == "__main__":
+    sys.exit(main())

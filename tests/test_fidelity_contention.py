@@ -1,0 +1,101 @@
+"""The contention suite's per-request comparison (no server: hand-made request tables)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from topas.fidelity import contention as ct
+
+PT = {"a": 100, "b": 100}
+
+
+def _req(rids, agents, cached=None, prefix_hit=None, admit=None, finish=None, server=False):
+    d = pd.DataFrame({"rid": rids, "agent": agents})
+    if cached is not None:
+        d["cached_tokens"] = cached
+    if prefix_hit is not None:
+        d["prefix_hit"] = prefix_hit
+    d["first_admit" if not server else "server_admitted"] = admit if admit is not None else [0.0] * len(rids)
+    d["finish" if not server else "server_finished"] = finish if finish is not None else range(len(rids))
+    return d
+
+
+def test_a_request_hits_when_its_whole_prefix_was_cached():
+    r = _req(["x", "y", "z"], ["a", "b", "a"], cached=[100, 99, 164])
+    assert ct.request_hits(r, PT).tolist() == [True, False, True]
+    # without cached_tokens (older simulators): prefix_hit
+    r = _req(["x", "y"], ["a", "b"], prefix_hit=[False, True])
+    assert ct.request_hits(r, PT).tolist() == [False, True]
+    with pytest.raises(ValueError, match="neither"):
+        ct.request_hits(_req(["x"], ["a"]), PT)
+
+
+def test_admission_waves_group_one_prefill_batch():
+    r = _req(list("pqrst"), ["a"] * 5, admit=[0.5, 0.1, 0.1, 0.9, float("nan")])
+    assert ct.admission_waves(r).tolist() == [1, 0, 0, 2, -1]
+    # the server's batch timestamp wins over first_admit when every request has one
+    s = _req(list("pq"), ["a"] * 2, admit=[0.2, 0.2], server=True).assign(first_admit=[0.0, 1.0])
+    assert ct.admission_waves(s).tolist() == [0, 0]
+
+
+def test_order_agreement_counts_pairs_the_first_side_orders():
+    assert ct.order_agreement([1, 2, 3], [10, 20, 30]) == 1.0
+    assert ct.order_agreement([1, 2, 3], [30, 20, 10]) == 0.0
+    assert ct.order_agreement([1, 1, 2], [5, 4, 6]) == 1.0  # the tied pair does not count
+    assert math.isnan(ct.order_agreement([1, 1], [1, 2]))
+
+
+def test_agreement_names_the_requests_that_miss_on_one_side_only():
+    sim = _req(["x", "y", "z"], ["a", "b", "a"], cached=[0, 0, 100], admit=[0, 0, 1], finish=[1, 1, 2])
+    srv = _req(["z", "y", "x"], ["a", "b", "a"], cached=[100, 100, 0], admit=[1.0, 0.5, 0.5],
+               finish=[3.0, 2.0, 1.5], server=True)
+    tab = ct.request_table(sim, srv, PT)
+    assert tab["rid"].tolist() == ["z", "y", "x"]  # the server's order, matched by rid
+    ag = ct.agreement(tab)
+    assert ag["hit_agree"] == pytest.approx(2 / 3)
+    assert (ag["misses_sim"], ag["misses_server"], ag["same_misses"]) == (2, 1, False)
+    assert ag["miss_only_sim"] == "y" and ag["miss_only_server"] == ""
+    assert ag["wave_agree"] == 1.0 and ag["waves_sim"] == ag["waves_server"] == 2
+    assert ag["order_agree"] == 1.0  # x, y finish together in the simulation; z last in both
+    with pytest.raises(ValueError, match="different requests"):
+        ct.request_table(sim.iloc[:2], srv, PT)
+
+
+def test_the_servers_noise_is_its_repeats_against_each_other():
+    a = _req(["x", "y"], ["a", "b"], cached=[0, 100], server=True)
+    b = _req(["x", "y"], ["a", "b"], cached=[0, 0], server=True)
+    n = ct.run_noise([a, a, b], PT)
+    assert n["noise_hit_agree"] == pytest.approx((1 + 0.5 + 0.5) / 3)
+    assert math.isnan(ct.run_noise([a], PT)["noise_hit_agree"])
+
+
+def test_summary_applies_the_issue_bars():
+    base = {"case": "c", "mode": "plugin", "policy": "fcfs", "wave_agree": 1.0, "order_agree": 1.0,
+            "misses_sim": 1, "misses_server": 1, "noise_hit_agree": 1.0, "noise_wave_agree": 1.0,
+            "noise_order_agree": 1.0}
+    runs = pd.DataFrame([{**base, "kind": "burst", "repeat": 0, "hit_agree": 1.0, "same_misses": True},
+                         {**base, "kind": "burst", "repeat": 1, "hit_agree": 0.9, "same_misses": False}])
+    s = ct.summarize(runs)
+    assert not s["ok"].iloc[0] and s["same_misses_any"].iloc[0] and s["hit_agree_min"].iloc[0] == 0.9
+    runs = pd.DataFrame([{**base, "case": "p", "kind": "poisson", "repeat": 0, "hit_agree": 0.96, "same_misses": False}])
+    jct = pd.DataFrame([{"case": "p", "mode": "plugin", "policy": "fcfs", "metric": "jct_mean", "sim": 1.1,
+                         "measured": 1.0, "rel_err": 0.1, "measured_ci90": 0.05}])
+    assert ct.summarize(runs, jct)["ok"].iloc[0]
+    assert not ct.summarize(runs.assign(hit_agree=0.94), jct)["ok"].iloc[0]
+    assert not ct.summarize(runs, jct.assign(rel_err=0.2))["ok"].iloc[0]
+
+
+def test_case_traces_are_deterministic_and_fit_their_pool():
+    for case in ct.CASES.values():
+        t1, t2 = ct.case_trace(case), ct.case_trace(case)
+        assert [(t.id, t.arrival) for t in t1.tasks] == [(t.id, t.arrival) for t in t2.tasks]
+        assert len(t1.agents) == case.agents
+        assert 2 * case.prefix_tokens < case.pool_tokens < 3 * case.prefix_tokens  # about two prefixes
+    burst = ct.case_trace(ct.CASES["burst-3x3"])
+    assert [t.stages[0].agent[-1] for t in burst.tasks] == list("abcabcabc")
+    assert burst.tasks[-1].arrival == pytest.approx(8 * 0.002)
+    with pytest.raises(ValueError, match="per_agent"):
+        ct.Case("x", "burst", agents=2, prefix_tokens=10, input_tokens=1, output_tokens=1, pool_tokens=30)
