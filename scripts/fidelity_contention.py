@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--profile", default=str(CPU_PROFILE))
     ap.add_argument("--engine-model", default="sglang", help="the simulated side (topas.fidelity.run.ENGINE_MODELS)")
+    ap.add_argument("--tag", default=None, help="name of the comparison files (summary_<tag>.csv; default: the engine model)")
     ap.add_argument("--compare-only", action="store_true", help="no server: compare the stored runs")
     ap.add_argument("--out", type=Path, default=ct.OUT_DIR)
     args = ap.parse_args(argv)
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown case or mode {e}; cases: {', '.join(ct.CASES)}; modes: {', '.join(ct.MODES)}")
     if not args.compare_only:
         ct.measure_cases(cases, modes, args.profile, args.out, repeats=args.repeats, engine_model=args.engine_model)
-    summary = ct.evaluate(cases, modes, args.out, engine_model=args.engine_model)
+    summary = ct.evaluate(cases, modes, args.out, engine_model=args.engine_model, tag=args.tag)
     import pandas as pd
 
     with pd.option_context("display.width", 200, "display.max_columns", 30):

@@ -112,6 +112,9 @@ CASES: dict[str, Case] = {c.name: c for c in (
     # Chain-3 tasks (agents A -> B -> C) arriving as a Poisson process
     Case("poisson-chain3", "poisson", agents=3, prefix_tokens=1024, input_tokens=64, output_tokens=16,
          pool_tokens=POOL, shape="chain-3", n_tasks=16, rate=2.0, seed=0),
+    # the same at half the load: fewer tasks overlap, so fewer evictions race with finishes
+    Case("poisson-chain3-slow", "poisson", agents=3, prefix_tokens=1024, input_tokens=64, output_tokens=16,
+         pool_tokens=POOL, shape="chain-3", n_tasks=16, rate=1.0, seed=0),
 )}
 
 MODES: dict[str, Mode] = {m.name: m for m in (
@@ -398,13 +401,16 @@ def measure_cases(cases: Sequence[Case], modes: Sequence[Mode], profile: str | P
 def evaluate(cases: Sequence[Case], modes: Sequence[Mode], out_dir: str | Path = OUT_DIR, engine_model: str = "sglang",
              tag: str | None = None) -> pd.DataFrame:
     """Compare every stored (case, mode) with ``engine_model`` (no server needed): writes
-    ``requests_<tag>.parquet``, ``runs_<tag>.csv`` and ``summary_<tag>.csv`` (``tag`` defaults to
-    the engine model) into ``out_dir`` and returns the summary."""
-    from topas.fidelity.compare import compare, read_comparison
+    ``requests_<tag>.parquet``, ``runs_<tag>.csv``, ``summary_<tag>.csv`` and ``ranks_<tag>.csv``
+    (the policies' mean-JCT order in both engines, per case and mode with several policies,
+    :func:`topas.fidelity.compare.rank_agreement` with the calibrated simulation; pairs the
+    simulation puts less than 10% apart are ties) into ``out_dir`` (``tag`` defaults to the
+    engine model) and returns the summary."""
+    from topas.fidelity.compare import compare, rank_agreement, read_comparison
 
     out = Path(out_dir)
     tag = tag or engine_model
-    reqs, runs, jcts = [], [], []
+    reqs, runs, jcts, ranks = [], [], [], []
     for c in cases:
         for mode in modes:
             d = out / c.name / mode.name
@@ -414,8 +420,10 @@ def evaluate(cases: Sequence[Case], modes: Sequence[Mode], out_dir: str | Path =
             reqs.append(r)
             runs.append(g)
             comp = read_comparison(d)
-            jct = compare(_resimulated_runs(comp.runs, d, c, engine_model, out / "traces"), sim_engine="sim-calibrated")
-            jcts.append(jct.assign(case=c.name, mode=mode.name))
+            rs = _resimulated_runs(comp.runs, d, c, engine_model, out / "traces")
+            jcts.append(compare(rs, sim_engine="sim-calibrated").assign(case=c.name, mode=mode.name))
+            if len(mode.policies) > 1:
+                ranks.append(rank_agreement(rs, sim_engine="sim-calibrated").assign(case=c.name, mode=mode.name))
     if not runs:
         raise FileNotFoundError(f"no measured contention runs under {out}")
     runs_df = pd.concat(runs, ignore_index=True)
@@ -423,6 +431,8 @@ def evaluate(cases: Sequence[Case], modes: Sequence[Mode], out_dir: str | Path =
     _atomic_write(out / f"requests_{tag}.parquet", lambda p: pd.concat(reqs, ignore_index=True).to_parquet(p, index=False))
     _atomic_write(out / f"runs_{tag}.csv", lambda p: runs_df.to_csv(p, index=False))
     _atomic_write(out / f"summary_{tag}.csv", lambda p: summary.to_csv(p, index=False))
+    if ranks:
+        _atomic_write(out / f"ranks_{tag}.csv", lambda p: pd.concat(ranks, ignore_index=True).to_csv(p, index=False))
     return summary
 
 
