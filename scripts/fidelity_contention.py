@@ -37,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", default=str(CPU_PROFILE))
     ap.add_argument("--engine-model", default="sglang", help="the simulated side (topas.fidelity.run.ENGINE_MODELS)")
     ap.add_argument("--tag", default=None, help="name of the comparison files (summary_<tag>.csv; default: the engine model)")
+    ap.add_argument("--arrivals", choices=ct.ARRIVALS, default="observed",
+                    help="time the per-request simulation by the arrivals the server saw, or the trace's (default: %(default)s)")
     ap.add_argument("--compare-only", action="store_true", help="no server: compare the stored runs")
     ap.add_argument("--out", type=Path, default=ct.OUT_DIR)
     args = ap.parse_args(argv)
@@ -47,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown case or mode {e}; cases: {', '.join(ct.CASES)}; modes: {', '.join(ct.MODES)}")
     if not args.compare_only:
         ct.measure_cases(cases, modes, args.profile, args.out, repeats=args.repeats, engine_model=args.engine_model)
-    summary = ct.evaluate(cases, modes, args.out, engine_model=args.engine_model, tag=args.tag)
+    summary = ct.evaluate(cases, modes, args.out, engine_model=args.engine_model, tag=args.tag,
+                          arrivals=args.arrivals)
     import pandas as pd
 
     with pd.option_context("display.width", 200, "display.max_columns", 30):

@@ -267,6 +267,33 @@ def run_noise(measured: Sequence[pd.DataFrame], prefix_tokens: Mapping[str, int]
     return {f"noise_{k}": float(np.nanmean(v)) if v else float("nan") for k, v in vals.items()}
 
 
+def observed_trace(trace: "Trace", measured: pd.DataFrame, lead_s: float = 0.0) -> "Trace":
+    """``trace`` with each task arriving when the server received its first request
+    (``server_received`` of its root stages, the earliest; minus ``lead_s``, the part of the request
+    path the simulator adds before a root reaches the scheduler), tasks re-sorted by it; a task
+    whose roots have no timestamp keeps its arrival. On a loaded machine the replay client sends a
+    burst's requests tens of ms late and unevenly, and which requests wait together at a decision
+    is what a policy decides on: with the arrivals the server saw, the simulator is judged on the
+    scheduling, not on the client's timing."""
+    from topas.workload.model import Task, Trace
+
+    recv = dict(zip(measured["rid"], pd.to_numeric(measured.get("server_received"), errors="coerce")))
+    tasks = []
+    for t in trace.tasks:
+        times = [recv.get(f"{t.id}/{s.id}", math.nan) for s in t.stages if not s.parents]
+        times = [x for x in times if math.isfinite(x)]
+        arrival = max(min(times) - lead_s, 0.0) if times else t.arrival
+        tasks.append(Task(id=t.id, arrival=float(arrival), stages=t.stages, workflow=t.workflow))
+    tasks.sort(key=lambda t: t.arrival)
+    return Trace(name=trace.name, agents=trace.agents, tasks=tuple(tasks), meta=dict(trace.meta))
+
+
+#: How the simulated side of a per-request comparison is timed: ``observed`` = each task arrives
+#: when the server received its first request (:func:`observed_trace`), ``trace`` = at the
+#: trace's (Poisson or scripted) times, as the replay client meant to send them.
+ARRIVALS = ("observed", "trace")
+
+
 # ----------------------------------------------------------------------------- stored runs
 def _raw(d: Path, tag: str, rep: int) -> pd.DataFrame | None:
     f = d / "raw" / "sglang" / f"{tag}_r{rep}" / "requests.parquet"
@@ -274,14 +301,22 @@ def _raw(d: Path, tag: str, rep: int) -> pd.DataFrame | None:
 
 
 def compare_runs(run_dir: str | Path, case: Case, mode: str, engine_model: str = "sglang",
-                 traces_dir: str | Path | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+                 traces_dir: str | Path | None = None, arrivals: str = "observed") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per request and per run, for one case's runs on one server mode (``run_dir``: what
     :func:`topas.fidelity.run.run_fidelity` wrote): each measured repeat against the simulation
     calibrated to that repeat's speed (its ``speed_factor`` in ``runs.csv``), with
-    ``engine_model``. Returns (requests, runs): the request tables of every repeat, and one row
-    per (policy, repeat) with :func:`agreement` and the server's noise (:func:`run_noise`)."""
+    ``engine_model``, timed by ``arrivals`` (:data:`ARRIVALS`). Returns (requests, runs): the
+    request tables of every repeat, and one row per (policy, repeat) with :func:`agreement` and
+    the server's noise (:func:`run_noise`)."""
+    import tempfile
+
     from topas.fidelity.compare import read_comparison
     from topas.fidelity.run import Point, prefix_tokens, scale_cost, sim_engine, simulate_point
+    from topas.workload.trace_io import write_trace
+
+    if arrivals not in ARRIVALS:
+        raise ValueError(f"unknown arrivals {arrivals!r}; valid: {', '.join(ARRIVALS)}")
+    tmp = Path(tempfile.mkdtemp(prefix="topas-contention-"))
 
     d = Path(run_dir)
     comp = read_comparison(d)
@@ -304,17 +339,27 @@ def compare_runs(run_dir: str | Path, case: Case, mode: str, engine_model: str =
         pt = None
         for rep, m in measured.items():
             f = float(cal.loc[rep, "speed_factor"]) if rep in cal.index else 1.0
-            sim, trace = simulate_point(p, scale_cost(cost, f) if f != 1.0 else cost, config, engine_model)
+            q = p
+            if arrivals == "observed":
+                lead = 0.5 * float(getattr(config, "request_latency_s", 0.0) or
+                                   (cost.meta.get("overhead") or {}).get("request_s") or 0.0)
+                obs = observed_trace(case_trace(case), m, lead)
+                q = Point(str(write_trace(obs, tmp / f"{case.name}_{pol}_{rep}.json.gz")), pol, rate=None,
+                          seed=p.seed, load=p.load)
+            sim, trace = simulate_point(q, scale_cost(cost, f) if f != 1.0 else cost, config, engine_model)
             pt = prefix_tokens(trace)
             tab = request_table(sim.requests, m, pt)
             req_rows.append(tab.assign(case=case.name, mode=mode, policy=pol, repeat=rep))
             run_rows.append({"case": case.name, "kind": case.kind, "mode": mode, "policy": pol, "repeat": rep,
-                             "engine_model": engine_model, "speed_factor": f, **agreement(tab)})
+                             "engine_model": engine_model, "arrivals": arrivals, "speed_factor": f, **agreement(tab)})
         if pt is not None:
             noise = run_noise(list(measured.values()), pt)
             for r in run_rows:
                 if r["mode"] == mode and r["policy"] == pol:
                     r.update(noise)
+    import shutil
+
+    shutil.rmtree(tmp, ignore_errors=True)
     return (pd.concat(req_rows, ignore_index=True) if req_rows else pd.DataFrame(),
             pd.DataFrame(run_rows))
 
@@ -399,13 +444,15 @@ def measure_cases(cases: Sequence[Case], modes: Sequence[Mode], profile: str | P
 
 
 def evaluate(cases: Sequence[Case], modes: Sequence[Mode], out_dir: str | Path = OUT_DIR, engine_model: str = "sglang",
-             tag: str | None = None) -> pd.DataFrame:
+             tag: str | None = None, arrivals: str = "observed") -> pd.DataFrame:
     """Compare every stored (case, mode) with ``engine_model`` (no server needed): writes
     ``requests_<tag>.parquet``, ``runs_<tag>.csv``, ``summary_<tag>.csv`` and ``ranks_<tag>.csv``
     (the policies' mean-JCT order in both engines, per case and mode with several policies,
     :func:`topas.fidelity.compare.rank_agreement` with the calibrated simulation; pairs the
     simulation puts less than 10% apart are ties) into ``out_dir`` (``tag`` defaults to the
-    engine model) and returns the summary."""
+    engine model) and returns the summary. ``arrivals``: how the per-request comparison times the
+    simulation (:data:`ARRIVALS`); the JCT comparison always uses the trace's times (the measured
+    JCT counts from them)."""
     from topas.fidelity.compare import compare, rank_agreement, read_comparison
 
     out = Path(out_dir)
@@ -416,7 +463,7 @@ def evaluate(cases: Sequence[Case], modes: Sequence[Mode], out_dir: str | Path =
             d = out / c.name / mode.name
             if not (d / "runs.csv").exists():
                 continue
-            r, g = compare_runs(d, c, mode.name, engine_model, out / "traces")
+            r, g = compare_runs(d, c, mode.name, engine_model, out / "traces", arrivals)
             reqs.append(r)
             runs.append(g)
             comp = read_comparison(d)
