@@ -59,12 +59,33 @@ def test_an_admission_that_fails_while_nothing_decodes_reopens_after_that_prefil
     # 700 holds one request with the prefix (361) but not a second with its own copy: the second
     # waits for the first's prefill only (SGLang replaces the empty running batch, and its
     # batch_is_full flag, with the prefill batch), not for the first to finish; then it hits.
-    res = simulate(_burst(2), FCFS(), C, EngineConfig(kv_budget=700))
+    # (Without the overlap scheduler: with it, see the next test.)
+    res = simulate(_burst(2), FCFS(), C, EngineConfig(kv_budget=700, overlap_schedule=False))
     r = _req(res)
     prefill_end = res.timeline["time"].iloc[0]
     assert r.loc["t1/S", "first_admit"] == pytest.approx(prefill_end)
     assert r.loc["t1/S", "first_admit"] < r.loc["t0/S", "finish"]
     assert r["cached_tokens"].tolist() == [0, 300]
+
+
+def test_the_batch_scheduled_right_after_a_prefill_does_not_match_its_prefix():
+    # SGLang's overlap scheduler schedules the next batch before it processes the prefill's result,
+    # which is when the prefix enters the radix tree: so t1, tried again right after t0's prefill,
+    # still needs its own copy, does not fit beside t0 (2 x 361 > 700) and the gate stays shut
+    # until t0 leaves; then the prefix is cached and t1 hits.
+    res = simulate(_burst(2), FCFS(), C, EngineConfig(kv_budget=700))
+    r = _req(res)
+    assert r.loc["t1/S", "first_admit"] == pytest.approx(r.loc["t0/S", "finish"])
+    assert r["cached_tokens"].tolist() == [0, 300]
+    # a batch scheduled later (here: after one decode step) matches it: with room for t1 beside t0
+    # but t0 still prefilling when t1 arrives, t1 enters the batch right after t0's prefill and
+    # computes its own copy; t2, arriving during t0's decoding, hits
+    tr = trace({"A": 300}, [task("t0", 0.0, stage("S", "A", 50, 10)), task("t1", 0.001, stage("S", "A", 50, 10)),
+                            task("t2", 0.06, stage("S", "A", 50, 10))])
+    r = _req(simulate(tr, FCFS(), C, EngineConfig(kv_budget=2000)))
+    assert r["cached_tokens"].tolist() == [0, 0, 300]
+    r = _req(simulate(tr, FCFS(), C, EngineConfig(kv_budget=2000, overlap_schedule=False)))
+    assert r["cached_tokens"].tolist() == [0, 300, 300]
 
 
 def test_while_requests_decode_a_failed_admission_waits_for_a_request_to_leave():

@@ -57,6 +57,15 @@ class EngineConfig:
     #: (SGLang): each such request matches none of it, computes and holds its own copy during
     #: its prefill (charged in compute and memory), and shares the prefix only once it is cached.
     prefill_prefix_sharing: bool = False
+    #: SGLang's overlap scheduler (on unless ``--disable-overlap-schedule``): batch k+1 is scheduled
+    #: before batch k's results are processed (``Scheduler.event_loop_overlap``: ``get_next_batch_to_run``,
+    #: ``run_batch``, then ``process_batch_result`` of the previous batch), and a prefill's KV enters
+    #: the radix tree only there (``cache_unfinished_req``). So the batch scheduled right after a
+    #: prefill matches none of the prefix that prefill computed: its requests compute their own
+    #: copy, as inside one batch (without ``prefill_prefix_sharing``). Off: the prefix is
+    #: matchable from the next batch on. (That finished requests leave the batch one step late
+    #: is not modelled.)
+    overlap_schedule: bool = True
     #: SGLang's ``batch_is_full``: after an admission fails for lack of memory while requests
     #: run, admission stays shut until a request leaves the running (decode) batch; a failure
     #: while the decode batch is empty lasts until that prefill batch has run.
@@ -103,7 +112,7 @@ LEGACY_ENGINE: Mapping[str, Any] = {
 }
 
 #: The behaviour switches (the fields an experiment's ``engine_options`` may set).
-BEHAVIOURS = ("host_tier", "radix_cache", "prefill_prefix_sharing", "admission_gate",
+BEHAVIOURS = ("host_tier", "radix_cache", "prefill_prefix_sharing", "overlap_schedule", "admission_gate",
               "full_output_reserve", "ignore_eos", "request_latency_s")
 
 

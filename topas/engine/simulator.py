@@ -113,6 +113,8 @@ class Simulator:
         self._ghost: dict[str, bool] = {}  # prefixes a managing policy unpinned, still cached
         self._merged: dict[str, str | None] = {}  # agent -> rid whose radix node holds the prefix
         self._computing: set[str] = set()  # agents whose prefix a running request is computing
+        # overlap scheduler: prefixes computed by the last prefill, cached once the next batch is scheduled
+        self._cached_after_next: list[str] = []
         self._settling = False
         # records
         self.prefix_events: list[tuple] = []
@@ -139,9 +141,11 @@ class Simulator:
             elif self.waiting and not self._idle_retry:
                 # Idle with requests waiting and nothing admitted: ask the policy once more (it can
                 # see that nothing changed and fall back) before waiting for the next arrival.
+                self._process_last_batch()  # an idle iteration processes the last batch
                 self._idle_retry = True
                 self._dirty = True
             elif (t_next := self._next_event()) is not None:
+                self._process_last_batch()
                 self.now = max(self.now, t_next)
                 self._idle_retry = False
             elif self.waiting:
@@ -612,7 +616,16 @@ class Simulator:
     def _pending_prefix_prefill(self) -> bool:
         return any(p.prefill_left > 0 for p in self.prefixes.values())
 
+    def _process_last_batch(self) -> None:
+        """The previous batch's results reach the radix tree (overlap scheduler: now that the
+        next batch has been scheduled): the prefixes its prefill computed become matchable."""
+        for a in self._cached_after_next:
+            if self.prefixes[a].prefill_left == 0:  # (not evicted and loaded again meanwhile)
+                self._computing.discard(a)
+        self._cached_after_next = []
+
     def _prefill_iteration(self) -> None:
+        self._process_last_batch()
         budget = self.chunk
         chunks: list[tuple[int, int]] = []
         for p in self.prefixes.values():  # loads: prefill the prefix itself
@@ -637,8 +650,12 @@ class Simulator:
         dt = self._pending_move_time + self.cost.prefill_time(chunks)
         self._pending_move_time = 0.0
         self._advance(dt)
-        for a in [a for a in self._computing if self.prefixes[a].prefill_left == 0]:
-            self._computing.discard(a)  # cached now: later requests match it
+        computed = [a for a in self._computing if self.prefixes[a].prefill_left == 0]
+        if self.config.overlap_schedule:
+            self._cached_after_next = computed  # the next batch is scheduled before they are cached
+        else:
+            for a in computed:
+                self._computing.discard(a)  # cached now: later requests match it
         for r in progressed:
             if r.prefill_left == 0:
                 self.prefill_queue.remove(r)
@@ -659,6 +676,7 @@ class Simulator:
         self._record_timeline()
 
     def _decode_until_event(self) -> None:
+        self._process_last_batch()
         b = len(self.decoding)
         free = self.budget - self.prefix_tokens - self.request_tokens
         if free < b:
