@@ -143,6 +143,7 @@ def server_settings(info: Mapping[str, Any]) -> dict[str, Any]:
         "max_total_tokens_arg": find("max_total_tokens"),
         "enable_hierarchical_cache": find("enable_hierarchical_cache"),
         "schedule_conservativeness": find("schedule_conservativeness"),
+        "disable_overlap_schedule": find("disable_overlap_schedule"),
     }
 
 

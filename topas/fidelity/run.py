@@ -63,7 +63,8 @@ def sim_engine(profile: "str | Path | CostModel", kv_budget: int | None = None,
                settings: Mapping[str, Any] | None = None) -> tuple["CostModel", "EngineConfig"]:
     """The simulator's cost model and config for a server: the profile with the server's KV budget
     (``kv_budget``, else the profile's), its chunked-prefill size and ``max_running_requests``,
-    no host tier unless the server has one (``settings["host_tier"]``), ``ignore_eos`` requests (the
+    no host tier unless the server has one (``settings["host_tier"]``), SGLang's overlap scheduler
+    unless it is disabled (``settings["disable_overlap_schedule"]``), ``ignore_eos`` requests (the
     replay client sends every request so) and the profile's request path
     (``overhead.request_s``, 0 when absent, as in the GPU profiles)."""
     from topas.engine.config import EngineConfig
@@ -78,6 +79,8 @@ def sim_engine(profile: "str | Path | CostModel", kv_budget: int | None = None,
     mrr = settings.get("max_running_requests")
     if isinstance(mrr, int) and mrr > 0:
         kw["max_running_requests"] = mrr
+    if settings.get("disable_overlap_schedule") is True:  # SGLang overlaps by default
+        kw["overlap_schedule"] = False
     return cost, EngineConfig(**kw)
 
 
