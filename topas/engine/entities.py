@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
+from topas.engine.knowledge import reveal
 from topas.engine.view import RequestView, StageView, TaskView
 from topas.workload.model import Agent, Stage, Task
 
@@ -99,7 +100,15 @@ class TaskState:
     _stage_views: Mapping[str, StageView] | None = None
     _view: TaskView | None = None
 
-    def view(self) -> TaskView:
+    def view(self, online: bool = False) -> TaskView:
+        """The task as a policy sees it; ``online``: only the stages reached so far
+        (``topas.engine.knowledge.reveal``). Cached until :meth:`invalidate` or, online, until
+        another stage is reached (an engine may make a stage ready later than its parent's end)."""
+        reached: list[str] | None = None
+        if online:
+            reached = [s for s, r in self.requests.items() if r.state != PENDING]
+            if self._view is not None and len(self._view.stages) != len(reached):
+                self._view = None
         if self._view is None:
             t = self.task
             if self._stage_views is None:
@@ -108,14 +117,19 @@ class TaskState:
                 self._stage_views = MappingProxyType({
                     s.id: StageView(s.id, s.agent, s.input_tokens, s.parents, kids[s.id]) for s in t.stages
                 })
+            stages, order = self._stage_views, t.topo_order
+            if online:
+                shown, order = reveal(stages, order, reached)
+                stages = MappingProxyType(shown)
             self._view = TaskView(
                 id=t.id,
                 arrival=t.arrival,
                 workflow=t.workflow,
-                stages=self._stage_views,
-                topo_order=t.topo_order,
+                stages=stages,
+                topo_order=order,
                 done=frozenset(self.done),
                 observed_output={s: self.requests[s].y for s in sorted(self.done)},
+                complete=not online,
             )
         return self._view
 

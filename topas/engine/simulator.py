@@ -41,6 +41,7 @@ from tqdm.auto import tqdm
 from topas.engine.config import EngineConfig
 from topas.engine.cost import CostModel
 from topas.engine.entities import DECODE, DONE, PENDING, PREFILL, WAITING, Prefix, Request, TaskState
+from topas.engine.knowledge import Knowledge
 from topas.engine.metrics import SimResult, build_result
 from topas.engine.view import Decision, EngineView, InfeasibleDecision, PrefixView
 from topas.policies.base import Policy
@@ -62,8 +63,11 @@ class Simulator:
         policy: Policy,
         cost: CostModel,
         config: EngineConfig | None = None,
+        knowledge: Knowledge | None = None,
     ) -> None:
         self.config = cfg = config or EngineConfig()
+        #: what the policy's view shows of output priors and DAGs (never what the engine runs)
+        self.knowledge = knowledge or Knowledge()
         if cfg.kv_budget is not None:
             cost = cost.with_budget(cfg.kv_budget)
         self.cost = cost
@@ -214,13 +218,15 @@ class Simulator:
     # ------------------------------------------------------------------ decisions
     def view(self) -> EngineView:
         now = self.now
+        know = self.knowledge
         prefixes = {
-            a: PrefixView(a, p.tokens, p.agent.expected_output_tokens, p.resident, p.on_host, p.refcount, p.last_used)
+            a: PrefixView(a, p.tokens, know.prior(a, p.agent.expected_output_tokens), p.resident, p.on_host,
+                          p.refcount, p.last_used)
             for a, p in self.prefixes.items()
         }
         running = tuple(r.view(now) for r in self._running())
         waiting = tuple(r.view(now) for r in self.waiting.values())
-        tasks = {tid: ts.view() for tid, ts in self.active_tasks.items()}
+        tasks = {tid: ts.view(know.online) for tid, ts in self.active_tasks.items()}
         return EngineView(
             time=now,
             kv_budget=self.budget,
@@ -752,6 +758,8 @@ def simulate(
     cost: CostModel,
     config: EngineConfig | None = None,
     progress: bool = False,
+    knowledge: Knowledge | None = None,
 ) -> SimResult:
-    """Run ``trace`` under ``policy`` on the engine described by ``cost`` and ``config``."""
-    return Simulator(trace, policy, cost, config).run(progress=progress)
+    """Run ``trace`` under ``policy`` on the engine described by ``cost`` and ``config``;
+    ``knowledge`` degrades what the policy sees (``topas.engine.knowledge``; default: today's)."""
+    return Simulator(trace, policy, cost, config, knowledge).run(progress=progress)

@@ -3,9 +3,11 @@
 A policy is shown an immutable snapshot of the engine at each decision point. The snapshot is
 built from the engine's state but carries *only what a real scheduler could know*: agents'
 prefix lengths and output priors, requests' suffix input lengths and tokens generated so far,
-the tasks' DAG shapes, what has finished (with the output lengths observed once a call is
+the tasks' DAG shapes (or, under ``online`` DAG visibility, only the stages reached so far),
+what has finished (with the output lengths observed once a call is
 done), and the cost model. It never carries a request's true output length ``y_v`` nor
-anything about tasks that have not arrived. ``tests/test_view.py`` checks this.
+anything about tasks that have not arrived. ``tests/test_view.py`` checks this. What the view
+shows of the output priors and the DAGs is an experiment parameter (``topas.engine.knowledge``).
 
 The same two classes are used by the simulator (``topas.engine.simulator``) and by the SGLang
 plugin, so a policy runs unchanged on either engine.
@@ -36,6 +38,9 @@ class TaskView:
 
     ``topo_order`` lists stage ids in topological order; ``done`` the finished stages;
     ``observed_output`` the output length of each finished stage (observed after the fact).
+    ``complete`` is False when the run shows DAGs ``online`` (``topas.engine.knowledge``):
+    ``stages`` then holds only the stages reached so far (ready, running or finished), and more
+    may follow.
     """
 
     id: str
@@ -45,6 +50,7 @@ class TaskView:
     topo_order: tuple[str, ...]
     done: frozenset[str]
     observed_output: Mapping[str, int]
+    complete: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from tqdm.auto import tqdm
 
-from topas.experiments.spec import Experiment, prepare, run_prepared
+from topas.experiments.spec import KNOWLEDGE_FIELDS, Experiment, prepare, run_prepared
 
 __all__ = ["run_many", "run_row", "map_experiments", "ExperimentFailed"]
 
@@ -51,6 +51,8 @@ def run_row(exp: Experiment) -> dict[str, Any]:
     row["rate"] = p.rate
     row["seed"] = spec["seed"]
     row["n_tasks_limit"] = spec["n_tasks"]
+    for k, default in KNOWLEDGE_FIELDS.items():  # absent from results stored before issue 16
+        row[k] = spec.get(k, default)
     summary = dict(result.summary)
     summary.pop("policy", None)  # the same name as the spec's
     row.update(summary)

@@ -21,6 +21,13 @@ the result depends on, so a results store can reuse a result exactly when it is 
   packages that produce the engine's result (``topas/engine``, ``topas/policies``,
   ``topas/workload``; plus ``topas/sglang`` for ``sglang``), so any edit to that code gives new keys: a sweep after a policy tweak runs again
   instead of returning the result of the old code;
+* ``knowledge`` (only when not today's: ``prior_noise``, ``prior_bias``, ``dag_visibility``,
+  with the seed when there is noise; :class:`topas.engine.knowledge.Knowledge`) and
+  ``arrivals`` (only when not ``"poisson"``): what the policy may know and how tasks arrive
+  (issue 16). Absent at their defaults, so the canonical form of a default run is what it was before
+  they existed (its key still moves with ``code``); likewise a policy parameter declared with ``metadata={"key": "omit-default"}`` (added
+  later, e.g. ``output_estimator``) is left out of ``params`` at its default
+  (:func:`topas.policies.base.key_params`);
 * ``schema``: :data:`KEY_SCHEMA`, bumped when the meaning of a result changes in a way none of
   the above captures (e.g. a change to how this module prepares a run).
 
@@ -47,6 +54,7 @@ from topas.paths import traces_dir
 if TYPE_CHECKING:  # pragma: no cover
     from topas.engine.config import EngineConfig
     from topas.engine.cost import CostModel
+    from topas.engine.knowledge import Knowledge
     from topas.engine.metrics import SimResult
     from topas.policies.base import Policy
     from topas.workload.model import Trace
@@ -55,6 +63,7 @@ __all__ = [
     "Experiment",
     "ExperimentError",
     "KEY_SCHEMA",
+    "KNOWLEDGE_FIELDS",
     "ENGINES",
     "Prepared",
     "available_traces",
@@ -72,6 +81,9 @@ KEY_SCHEMA = "topas.experiment/4"  # 4: the code in the key; 3: one SGLang-faith
 #: real SGLang server.
 ENGINES = ("sim", "sglang")
 _TRACE_SUFFIXES = (".json.gz", ".json")
+#: The knowledge and arrival-process fields (issue 16) and their defaults (today's behaviour):
+#: rows of results stored before they existed are read with these values.
+KNOWLEDGE_FIELDS = {"prior_noise": 0.0, "prior_bias": 1.0, "dag_visibility": "full", "arrivals": "poisson"}
 
 
 class ExperimentError(ValueError):
@@ -207,6 +219,12 @@ class Experiment:
     profile's KV budget (tokens). ``engine_options`` sets :class:`~topas.engine.config.EngineConfig`
     fields of the simulator (e.g. ``{"host_tier": True}`` models SGLang HiCache; a mapping or
     pairs, stored sorted; checked by name and type).
+
+    Knowledge (issue 16; :mod:`topas.engine.knowledge`, applied to the policy's view only):
+    ``prior_noise`` (sigma of the seeded log-normal factor on each agent's output prior; the
+    factor's seed is ``seed``), ``prior_bias`` (all priors x B), ``dag_visibility`` (``"full"``
+    or ``"online"``). ``arrivals``: ``"poisson"`` or ``"gamma:CV"`` (a renewal process of the
+    same mean rate, :mod:`topas.workload.arrivals`; needs ``rate`` or ``load``).
     """
 
     workload: str
@@ -220,6 +238,10 @@ class Experiment:
     engine: str = "sim"
     kv_budget: int | None = None
     engine_options: tuple[tuple[str, Any], ...] = ()
+    prior_noise: float = 0.0
+    prior_bias: float = 1.0
+    dag_visibility: str = "full"
+    arrivals: str = "poisson"
     #: per-instance cache of the resolved, file-dependent parts (not part of equality or hash)
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
@@ -260,6 +282,21 @@ class Experiment:
                 raise ExperimentError(str(e)) from None
             # stored coerced ("true" from the CLI and True agree)
             object.__setattr__(self, "engine_options", tuple((k, getattr(cfg, k)) for k, _ in opts))
+        from topas.engine.knowledge import KnowledgeError
+        from topas.workload.arrivals import canonical_process
+
+        try:
+            k = self.knowledge()
+        except KnowledgeError as e:
+            raise ExperimentError(str(e)) from None
+        object.__setattr__(self, "prior_noise", k.prior_noise)
+        object.__setattr__(self, "prior_bias", k.prior_bias)
+        try:
+            object.__setattr__(self, "arrivals", canonical_process(self.arrivals))
+        except ValueError as e:
+            raise ExperimentError(str(e)) from None
+        if self.arrivals != "poisson" and self.rate is None and self.load is None:
+            raise ExperimentError(f"arrivals={self.arrivals!r} re-times the tasks: give rate or load as well")
 
     # ------------------------------------------------------------------ resolution
     @property
@@ -295,6 +332,13 @@ class Experiment:
         cost = load_profile(self.profile)
         return cost.with_budget(self.kv_budget) if self.kv_budget is not None else cost
 
+    def knowledge(self) -> "Knowledge":
+        """What the policy may know (:class:`topas.engine.knowledge.Knowledge`); its noise is
+        seeded by ``seed``."""
+        from topas.engine.knowledge import Knowledge
+
+        return Knowledge(self.prior_noise, self.prior_bias, self.dag_visibility, self.seed)
+
     def engine_config(self) -> "EngineConfig":
         """The simulator's configuration: stock SGLang's, with ``engine_options`` applied."""
         from topas.engine.config import engine_config
@@ -322,12 +366,14 @@ class Experiment:
     def canonical(self) -> dict[str, Any]:
         """What the result depends on (see the module docstring); :meth:`key` hashes it."""
         if "canonical" not in self._cache:
+            from topas.policies.base import key_params
+
             path = self.trace_path()
             policy = self.make_policy()
             rate = self.resolve_rate()
             from topas.provenance import engine_fingerprint
 
-            self._cache["canonical"] = {
+            canon = self._cache["canonical"] = {
                 "schema": KEY_SCHEMA,
                 "code": engine_fingerprint(self.engine),
                 "engine": self.engine,
@@ -337,9 +383,14 @@ class Experiment:
                 "rate": rate,
                 "seed": self.seed if rate is not None else None,
                 "policy": self.policy,
-                "params": dataclasses.asdict(policy.params),
+                "params": key_params(policy.params),
                 "profile_hash": self.load_cost().profile_hash,
             }
+            knowledge = self.knowledge().settings()
+            if knowledge:
+                canon["knowledge"] = knowledge
+            if self.arrivals != "poisson":
+                canon["arrivals"] = self.arrivals
         return self._cache["canonical"]
 
     def key(self) -> str:
@@ -359,7 +410,10 @@ class Experiment:
               else f"load={self.load:g}" if self.load is not None else "trace-arrivals")
         n = f",tasks={self.n_tasks}" if self.n_tasks is not None else ""
         eng = f",engine[{self.engine_model}]" if self.engine_options else ""
-        return f"{self.workload}/{self.policy}{f'[{p}]' if p else ''}@{at},seed={self.seed}{n}{eng}"
+        know = "".join(f",{k}={v:g}" if isinstance(v, float) else f",{k}={v}"
+                       for k, v in self.knowledge().settings().items() if k != "seed")
+        arr = f",arrivals={self.arrivals}" if self.arrivals != "poisson" else ""
+        return f"{self.workload}/{self.policy}{f'[{p}]' if p else ''}@{at},seed={self.seed}{n}{eng}{arr}{know}"
 
     def fields(self) -> dict[str, Any]:
         """The spec as a flat row (``params`` as canonical JSON text, for tables and Parquet)."""
@@ -375,6 +429,7 @@ class Experiment:
             "engine": self.engine,
             "kv_budget": self.kv_budget,
             "engine_model": self.engine_model,
+            **{k: getattr(self, k) for k in KNOWLEDGE_FIELDS},
         }
 
     def __getstate__(self) -> dict[str, Any]:  # do not ship the cache to worker processes
@@ -403,6 +458,8 @@ class Prepared:
     policy: "Policy"
     cost: "CostModel"
     config: "EngineConfig"
+    #: what the policy may see (default: everything a real scheduler could know today)
+    knowledge: "Knowledge | None" = None
 
 
 def prepare(exp: Experiment) -> Prepared:
@@ -430,8 +487,8 @@ def prepare(exp: Experiment) -> Prepared:
     nominal = trace.meta.get("rate")
     nominal = float(nominal) if isinstance(nominal, numbers.Real) and not isinstance(nominal, bool) else None
     if rate is not None:
-        trace = retime(trace, rate, exp.seed)
-    return Prepared(exp, trace, path, rate, nominal, policy, cost, exp.engine_config())
+        trace = retime(trace, rate, exp.seed, exp.arrivals)
+    return Prepared(exp, trace, path, rate, nominal, policy, cost, exp.engine_config(), exp.knowledge())
 
 
 #: The SGLang server that ``engine="sglang"`` experiments replay on (``topas serve`` prints it).
@@ -466,4 +523,4 @@ def run_prepared(p: Prepared, progress: bool = False) -> "SimResult":
         return run_replay(p, url, progress=progress)
     from topas.engine.simulator import simulate
 
-    return simulate(p.trace, p.policy, p.cost, p.config, progress=progress)
+    return simulate(p.trace, p.policy, p.cost, p.config, progress=progress, knowledge=p.knowledge)

@@ -60,7 +60,7 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from topas.experiments.spec import Experiment
+from topas.experiments.spec import KNOWLEDGE_FIELDS, Experiment
 from topas.provenance import environment, git_commit, git_dirty
 
 __all__ = [
@@ -136,6 +136,8 @@ def _row(meta: dict[str, Any], provenance: bool = True) -> dict[str, Any]:
     row["rate"] = meta["canonical"]["rate"]
     row["seed"] = spec["seed"]
     row["n_tasks_limit"] = spec["n_tasks"]
+    for k, default in KNOWLEDGE_FIELDS.items():  # absent from results stored before issue 16
+        row[k] = spec.get(k, default)
     summary = dict(meta["summary"])
     summary.pop("policy", None)
     row.update(summary)

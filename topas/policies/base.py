@@ -85,6 +85,21 @@ def make_policy(name: str, params: Mapping[str, Any] | None = None, **kw: Any) -
     return policy_class(name)(**{**(params or {}), **kw})
 
 
+#: ``dataclasses.field(metadata=OMIT_DEFAULT)``: a parameter added after results were stored;
+#: :func:`key_params` leaves it out at its default, so those results keep their keys.
+OMIT_DEFAULT = {"key": "omit-default"}
+
+
+def key_params(params: Any) -> dict[str, Any]:
+    """A Params dataclass as the experiment key sees it: every field, except those declared with
+    ``metadata=OMIT_DEFAULT`` while they hold their default."""
+    out = dataclasses.asdict(params)
+    for f in dataclasses.fields(params):
+        if f.metadata.get("key") == "omit-default" and getattr(params, f.name) == f.default:
+            del out[f.name]
+    return out
+
+
 def param_names(name: str) -> list[str]:
     return [f.name for f in dataclasses.fields(policy_class(name).Params)]
 

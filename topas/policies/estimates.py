@@ -7,6 +7,16 @@ pseudo-observations until real ones arrive. Residuals are conditioned on service
 received: for a call that has generated ``g`` tokens, ``E[Y - g | Y > g]`` over the samples
 (the paper: "residual service times ... conditioned on service already received").
 
+Two estimators (the ``output_estimator`` parameter of SPF and TOPAS):
+
+* ``"online"`` (the default, and the only one before issue 16): the rule above. It learns from
+  finished requests only; each agent's prior counts as ``prior_weight`` observations, so a wrong
+  prior (``--prior-noise``/``--prior-bias``) is outvoted as calls finish: after ``n`` calls the
+  mean estimate is ``(prior_weight * prior + sum of outputs) / (prior_weight + n)`` (the last
+  ``max_samples`` outputs). :func:`estimator_convergence` shows how fast on a trace;
+* ``"prior"``: never learns; every residual is ``max(prior - g, 1)`` (what a scheduler that
+  trusts its profile does), so the priors' errors are felt in full.
+
 Times: a stage's expected residual service time in seconds is its prefill (suffix input plus
 tokens to recompute, on top of the cached prefix) plus the expected remaining output times the
 per-token decode time at the engine's current operating point (batch and KV), from the cost
@@ -29,11 +39,18 @@ class OutputEstimator:
 
     prior_weight: int = 1
     max_samples: int = 256  # keep the most recent observations per agent
+    learn: bool = True  # False: the "prior" estimator (observe() is a no-op)
     _samples: dict[str, list[int]] = field(default_factory=dict)  # sorted, per agent
     _recent: dict[str, list[int]] = field(default_factory=dict)  # arrival order, per agent
     _suffix: dict[str, list[int]] = field(default_factory=dict)  # suffix sums of _samples
 
+    def __post_init__(self) -> None:
+        if not self.learn:
+            self.prior_weight = max(self.prior_weight, 1)  # the prior is all it has
+
     def observe(self, agent: str, output_tokens: int) -> None:
+        if not self.learn:
+            return
         self._suffix.pop(agent, None)
         recent = self._recent.setdefault(agent, [])
         recent.append(int(output_tokens))
@@ -76,6 +93,51 @@ class OutputEstimator:
         if not vals:
             return np.ones(size)
         return rng.choice(np.asarray(vals, dtype=float), size=size)
+
+
+def make_estimator(kind: str, prior_weight: int) -> OutputEstimator:
+    """The ``output_estimator`` a policy parameter names: ``"online"`` or ``"prior"``."""
+    if kind not in ("online", "prior"):
+        raise ValueError(f"output_estimator must be 'online' or 'prior', got {kind!r}")
+    return OutputEstimator(prior_weight=prior_weight, learn=kind == "online")
+
+
+def estimator_convergence(trace, prior_noise: float = 0.0, prior_bias: float = 1.0, seed: int = 0,
+                          prior_weight: int = 1, checkpoints=(0, 1, 2, 5, 10, 20, 50, 100, 200)):
+    """How fast the ``online`` estimator's mean output of each agent approaches the agent's true
+    mean, fed the agent's calls in the order their tasks arrive (a finished-call stream without
+    the engine's reordering), from the prior as a policy would see it under ``prior_noise`` and
+    ``prior_bias`` (``topas.engine.knowledge``, seeded by ``seed``).
+
+    Returns a DataFrame: ``agent``, ``n`` (calls observed; only checkpoints the agent reaches),
+    ``estimate`` (``E[Y]`` of the estimator), ``truth`` (the mean of all the agent's calls in the
+    trace), ``rel_error`` = ``|estimate - truth| / truth``.
+    """
+    import pandas as pd
+
+    from topas.engine.knowledge import Knowledge
+
+    know = Knowledge(prior_noise, prior_bias, "full", seed)
+    outputs: dict[str, list[int]] = {a: [] for a in trace.agents}
+    for task in trace.tasks:
+        for st in task.stages:
+            outputs[st.agent].append(st.output_tokens)
+    rows = []
+    for agent, ys in outputs.items():
+        if not ys:
+            continue
+        truth = float(np.mean(ys))
+        prior = know.prior(agent, trace.agents[agent].expected_output_tokens)
+        est = OutputEstimator(prior_weight=prior_weight)
+        marks = sorted({c for c in checkpoints if c <= len(ys)})
+        for n in range(len(ys) + 1):
+            if n in marks:
+                e = est.expected_remaining(agent, prior, 0)
+                rows.append({"agent": agent, "n": n, "estimate": e, "truth": truth,
+                             "rel_error": abs(e - truth) / truth if truth > 0 else float("nan")})
+            if n < len(ys):
+                est.observe(agent, ys[n])
+    return pd.DataFrame(rows, columns=["agent", "n", "estimate", "truth", "rel_error"])
 
 
 @dataclass(frozen=True)

@@ -34,15 +34,21 @@ Interpretations we had to make (the paper names SPF but does not define it furth
   a running request is never preempted for a shorter task. Engine retractions (decode out of
   memory) still happen, and a retracted request is re-ranked with its generated tokens;
 - prefixes are left to the engine (SGLang radix cache: load on demand, LRU eviction).
+
+Under ``online`` DAG visibility (issue 16) a task's unreached stages come from its workflow's
+history (``topas.policies.history``: the last finished task of the workflow as a template; none
+yet: only the reached stages count).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
 from topas.engine.view import Decision, EngineView, RequestView, TaskView
-from topas.policies.base import Policy, register
-from topas.policies.estimates import OperatingPoint, OutputEstimator, stage_residual_time
+from topas.policies.base import OMIT_DEFAULT, Policy, register
+from topas.policies.estimates import OperatingPoint, OutputEstimator, make_estimator, stage_residual_time
+from topas.policies.history import WorkflowHistory
 from topas.workload.critical_path import longest_remaining_path
 
 
@@ -50,6 +56,9 @@ from topas.workload.critical_path import longest_remaining_path
 class SPFParams:
     #: Pseudo-observations of the agent's trace-level output prior in the estimator.
     prior_weight: int = 1
+    #: Output lengths: "online" (learned from finished requests, the prior as prior_weight
+    #: observations) or "prior" (the prior only); see ``topas.policies.estimates``.
+    output_estimator: Literal["online", "prior"] = field(default="online", metadata=OMIT_DEFAULT)
 
 
 def expected_remaining_path(
@@ -100,7 +109,8 @@ class SPF(Policy):
     Params = SPFParams
 
     def reset(self) -> None:
-        self.est = OutputEstimator(prior_weight=self.params.prior_weight)
+        self.est = make_estimator(self.params.output_estimator, self.params.prior_weight)
+        self.history = WorkflowHistory()
 
     def on_finish(self, request: RequestView, time: float, output_tokens: int) -> None:
         self.est.observe(request.agent, output_tokens)
@@ -112,10 +122,11 @@ class SPF(Policy):
         waiting = {(r.task_id, r.stage_id): r for r in view.waiting}
         memo: dict = {}
         out: dict[str, float] = {}
+        tasks = self.history.tasks(view)  # online DAGs: completed from the workflow's history
         for r in view.waiting:
             if r.task_id not in out:
                 out[r.task_id] = expected_remaining_path(
-                    view, view.tasks[r.task_id], self.est, op, running, waiting, memo
+                    view, tasks[r.task_id], self.est, op, running, waiting, memo
                 )
         return out
 

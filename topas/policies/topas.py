@@ -50,14 +50,15 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
 import numpy as np
 
 from topas.engine.view import Decision, EngineView, RequestView, TaskView
-from topas.policies.base import Policy, PolicyError, make_params, register
-from topas.policies.estimates import OperatingPoint, OutputEstimator
+from topas.policies.base import OMIT_DEFAULT, Policy, PolicyError, make_params, register
+from topas.policies.estimates import OperatingPoint, make_estimator
+from topas.policies.history import WorkflowHistory
 from topas.policies.topas_terms import (
     aging,
     expected_longest_path,
@@ -105,6 +106,9 @@ class TopasParams:
     #: revalue a running request's credit at its task's current age when revoking it
     #: (the paper charges lambda_r as recorded at admission: set False for that)
     revalue_credit: bool = True
+    #: output lengths: "online" (learned from finished requests, the prior as prior_weight
+    #: observations) or "prior" (the prior only); see ``topas.policies.estimates``
+    output_estimator: Literal["online", "prior"] = field(default="online", metadata=OMIT_DEFAULT)
 
     def __post_init__(self) -> None:
         checks = {
@@ -182,7 +186,8 @@ class Topas(Policy):
         self.params = dataclasses.replace(self.params, **self.FIXED)
 
     def reset(self) -> None:
-        self.estimator = OutputEstimator(prior_weight=self.params.prior_weight)
+        self.estimator = make_estimator(self.params.output_estimator, self.params.prior_weight)
+        self.history = WorkflowHistory()  # online DAGs: per-workflow templates
         self.credits: dict[str, float] = {}  # lambda_r of running requests
         self._idle_waiting: tuple[str, ...] | None = None  # waiting set at our last idle decision
         self._decisions = 0
@@ -251,6 +256,7 @@ class _DecisionCtx:
             draws = est.sample_remaining(st.agent, pv.expected_output_tokens, generated, rng, p.samples)
             return prefill + draws * op.tpot
 
+        tasks = policy.history.tasks(view)  # online DAGs: completed from the workflow's history
         gen: dict[str, int] = {r.rid: r.generated for r in view.running}
         gen.update({r.rid: r.generated for r in view.waiting})
         running_by_task: dict[str, set[str]] = {}
@@ -259,14 +265,14 @@ class _DecisionCtx:
         # Only tasks with waiting requests are scored (L_i and Delta_task).
         self.tasks: dict[str, _TaskCtx] = {}
         for tid in sorted({r.task_id for r in view.waiting}):
-            tv = view.tasks[tid]
+            tv = tasks[tid]
             res = {s: residual(s, tv, gen.get(f"{tid}/{s}", 0)) for s in tv.topo_order if s not in tv.done}
             g = aging(view.time, tv.arrival, p.rho, p.H_age) if p.aging else 1.0
             self.tasks[tid] = _TaskCtx(tv, res, frozenset(running_by_task.get(tid, ())), g)
         # n_a(t) lookahead: pending stages whose unfinished parents are all ready (waiting or
         # running) are the only ones that can count for some Q'.
         self.pending: list[tuple[str, tuple[str, ...]]] = []  # (agent, unfinished parent rids)
-        for tid, tv in view.tasks.items():
+        for tid, tv in tasks.items():
             for s in tv.topo_order:
                 rid = f"{tid}/{s}"
                 if s in tv.done or rid in gen:
