@@ -22,7 +22,7 @@ from typing import NoReturn
 import click
 
 from topas import __version__
-from topas.cli_options import arrival_options
+from topas.cli_options import arrival_options, knowledge_options
 
 
 def fail(message: str) -> NoReturn:
@@ -277,10 +277,12 @@ def simulate_summary_lines(prepared, result, out: Path | None = None) -> list[st
     nominal = prepared.nominal_rate
     if prepared.rate is None:
         arrivals = "the trace's own arrival times" + (f" (nominal {nominal:g} tasks/s)" if nominal else "")
-    elif exp.load is not None:
-        arrivals = f"Poisson {prepared.rate:.4g} tasks/s = load {exp.load:g} x nominal {nominal:g}, seed {exp.seed}"
     else:
-        arrivals = f"Poisson {prepared.rate:.4g} tasks/s, seed {exp.seed}"
+        process = "Poisson" if exp.arrivals == "poisson" else f"gamma renewal (CV {exp.arrivals.split(':')[1]})"
+        if exp.load is not None:
+            arrivals = f"{process} {prepared.rate:.4g} tasks/s = load {exp.load:g} x nominal {nominal:g}, seed {exp.seed}"
+        else:
+            arrivals = f"{process} {prepared.rate:.4g} tasks/s, seed {exp.seed}"
     budget = prepared.cost.kv_budget_tokens
     override = " (--kv-budget)" if exp.kv_budget is not None else ""
     lines = [
@@ -290,6 +292,8 @@ def simulate_summary_lines(prepared, result, out: Path | None = None) -> list[st
         f"engine       simulator, {exp.engine_model} SGLang behaviours"
         + ("" if prepared.config.host_tier else " (no host KV tier)"),
         f"arrivals     {arrivals}",
+        *([f"knowledge    " + "  ".join(f"{k}={v}" for k, v in prepared.knowledge.settings().items())]
+          if prepared.knowledge is not None and not prepared.knowledge.is_default else []),
         f"tasks        {s['n_tasks']} tasks, {s['n_requests']} requests" + _head_note(exp.n_tasks, prepared),
         f"JCT (s)      mean {s['jct_mean']:.2f}   p50 {s['jct_p50']:.2f}   p90 {s['jct_p90']:.2f}   "
         f"p99 {s['jct_p99']:.2f}",
@@ -331,6 +335,7 @@ def _head_note(n_tasks: int | None, prepared) -> str:
 @click.option("--param", "params", multiple=True, metavar="K=V",
               help="A policy parameter, e.g. --param beta=0.5 (repeatable).")
 @arrival_options("Simulate")
+@knowledge_options
 @click.option("--profile", default=None, metavar="NAME",
               help="Engine profile name under data/profiles/ or a profile file [default: a100-80gb_qwen2.5-32b].")
 @click.option("--kv-budget", type=click.IntRange(min=1), default=None, metavar="N",
@@ -349,7 +354,7 @@ def _head_note(n_tasks: int | None, prepared) -> str:
 def simulate_cmd(trace_name: str, policy: str, params: tuple[str, ...], rate: float | None,
                  load: float | None, seed: int, n_tasks: int | None, profile: str | None,
                  kv_budget: int | None, host_tier: bool, engine_opts: tuple[str, ...], out: Path | None,
-                 progress: bool | None) -> None:
+                 progress: bool | None, **knowledge) -> None:
     """Simulate one trace under one policy and print a summary.
 
     Without --rate or --load the trace's own arrival times are used. Exit status 1 with a message
@@ -359,8 +364,7 @@ def simulate_cmd(trace_name: str, policy: str, params: tuple[str, ...], rate: fl
     if rate is not None and load is not None:
         raise click.UsageError("give either --rate or --load, not both")
     from topas.engine.cost import DEFAULT_PROFILE, ProfileError
-    from topas.engine.simulator import simulate
-    from topas.experiments.spec import Experiment, ExperimentError, prepare
+    from topas.experiments.spec import Experiment, ExperimentError, prepare, run_prepared
     from topas.policies.base import PolicyError, parse_param_strings
     from topas.workload.validate import TraceError
 
@@ -371,7 +375,7 @@ def simulate_cmd(trace_name: str, policy: str, params: tuple[str, ...], rate: fl
         exp = Experiment(
             workload=trace_name, policy=policy, params=parse_param_strings(params),
             profile=profile or DEFAULT_PROFILE, rate=rate, load=load, seed=seed, n_tasks=n_tasks,
-            kv_budget=kv_budget, engine_options=options,
+            kv_budget=kv_budget, engine_options=options, **knowledge,
         )
         prepared = prepare(exp)
     except (ExperimentError, PolicyError, ProfileError, TraceError, FileNotFoundError) as e:
@@ -382,7 +386,7 @@ def simulate_cmd(trace_name: str, policy: str, params: tuple[str, ...], rate: fl
         check_out_dir(out)
     if progress is None:
         progress = sys.stderr.isatty()
-    result = simulate(prepared.trace, prepared.policy, prepared.cost, prepared.config, progress=progress)
+    result = run_prepared(prepared, progress=progress)
     lines = simulate_summary_lines(prepared, result, out)
     if out is not None:
         try:

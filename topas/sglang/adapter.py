@@ -16,7 +16,11 @@ without SGLang (``tests/test_sglang_adapter.py``):
 * validating the :class:`~topas.engine.view.Decision` with the simulator's rules
   (``Simulator.apply``); an invalid one, or a policy that raises, gives ``Actions.fallback``
   (the plugin then leaves SGLang's own policy in charge for that step);
-* every decision's record, with its wall time.
+* every decision's record, with its wall time;
+* what the policy may know (issue 16): a run's metadata may carry ``knowledge``
+  (:meth:`topas.engine.knowledge.Knowledge.settings`: prior noise and bias, ``online`` DAGs),
+  applied to the view exactly as the simulator applies it (noisy priors per agent; under
+  ``online`` a task shows only the stages whose requests reached the server, or finished).
 
 How SGLang's state maps onto the view (choices where the engines differ, see also
 ``topas/sglang/plugin.py``):
@@ -45,6 +49,7 @@ from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence
 
 from topas.engine.cost import CostModel
+from topas.engine.knowledge import Knowledge, reveal
 from topas.engine.view import (
     Decision,
     EngineView,
@@ -83,6 +88,8 @@ class RequestMeta:
     agents: tuple[tuple[str, int, float], ...]  # (name, l_a, expected output) for every agent
     policy: str | None = None  # the run's policy (overrides the server's default) ...
     params: tuple[tuple[str, Any], ...] = ()  # ... and its parameters
+    #: what the policy may know (``topas.engine.knowledge.Knowledge.settings()``; () = everything)
+    knowledge: tuple[tuple[str, Any], ...] = ()
 
     @property
     def rid(self) -> str:
@@ -105,13 +112,16 @@ class RequestMeta:
         return self._own_row()[2]
 
     def to_json(self) -> str:
-        return json.dumps({
+        d = {
             "v": META_VERSION, "run": self.run, "t0": self.t0, "task": self.task, "stage": self.stage,
             "workflow": self.workflow, "arrival": self.arrival, "ready": self.ready,
             "dag": [[s, a, x, list(p)] for s, a, x, p in self.dag],
             "agents": [[n, l, e] for n, l, e in self.agents],
             "policy": self.policy, "params": dict(self.params),
-        }, separators=(",", ":"))
+        }
+        if self.knowledge:  # absent when everything is known (the metadata of before issue 16)
+            d["knowledge"] = dict(self.knowledge)
+        return json.dumps(d, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, text: str) -> "RequestMeta":
@@ -124,6 +134,7 @@ class RequestMeta:
             dag=tuple((str(s), str(a), int(x), tuple(str(q) for q in p)) for s, a, x, p in d["dag"]),
             agents=tuple((str(n), int(l), float(e)) for n, l, e in d["agents"]),
             policy=d.get("policy"), params=tuple(sorted((d.get("params") or {}).items())),
+            knowledge=tuple(sorted((d.get("knowledge") or {}).items())),
         )
 
 
@@ -236,15 +247,28 @@ class _Task:
     stage_views: Mapping[str, StageView]
     done: set[str] = field(default_factory=set)
     observed: dict[str, int] = field(default_factory=dict)
+    reached: set[str] = field(default_factory=set)  # stages seen waiting or running, or done
     _view: TaskView | None = None
 
-    def view(self) -> TaskView:
+    def reach(self, stage: str) -> None:
+        if stage not in self.reached:
+            self.reached.add(stage)
+            self._view = None
+
+    def view(self, online: bool = False) -> TaskView:
+        """The task as the policy sees it; ``online``: only the stages reached so far
+        (:func:`topas.engine.knowledge.reveal`, as the simulator does)."""
         if self._view is None:
             t = self.task
+            stages, order = self.stage_views, t.topo_order
+            if online:
+                shown, order = reveal(stages, order, self.reached | self.done)
+                stages = MappingProxyType(shown)
             self._view = TaskView(
-                id=t.id, arrival=t.arrival, workflow=t.workflow, stages=self.stage_views,
-                topo_order=t.topo_order, done=frozenset(self.done),
+                id=t.id, arrival=t.arrival, workflow=t.workflow, stages=stages,
+                topo_order=order, done=frozenset(self.done),
                 observed_output={s: self.observed[s] for s in sorted(self.done)},
+                complete=not online,
             )
         return self._view
 
@@ -286,6 +310,7 @@ class Adapter:
         self.clock = clock
         self.run: str | None = None
         self.t0 = 0.0
+        self.knowledge = Knowledge()  # the run's, from its metadata (issue 16)
         self._reset_state()
 
     # ------------------------------------------------------------------ state
@@ -307,6 +332,7 @@ class Adapter:
     def _start_run(self, meta: RequestMeta) -> None:
         self.run = meta.run
         self.t0 = meta.t0
+        self.knowledge = Knowledge.from_settings(dict(meta.knowledge))
         if meta.policy is not None and self.policy_factory is not None:
             self.policy = self.policy_factory(meta.policy, dict(meta.params))
         else:
@@ -339,6 +365,7 @@ class Adapter:
             views = MappingProxyType({s.id: StageView(s.id, s.agent, s.input_tokens, s.parents, kids[s.id])
                                       for s in stages})
             self.tasks[meta.task] = _Task(task, views)
+        self.tasks[meta.task].reach(meta.stage)  # online DAGs: the stage is shown from now on
 
     # ------------------------------------------------------------------ observing
     def observe(self, snap: Snapshot) -> float:
@@ -457,8 +484,8 @@ class Adapter:
             resident = a in self.pinned or a in cached or refs.get(a, 0) > 0
             if resident:
                 prefix_tokens += p.tokens
-            prefixes[a] = PrefixView(a, p.tokens, p.expected_output, resident, a in snap.host,
-                                     refs.get(a, 0), p.last_used)
+            prefixes[a] = PrefixView(a, p.tokens, self.knowledge.prior(a, p.expected_output), resident,
+                                     a in snap.host, refs.get(a, 0), p.last_used)
         return EngineView(
             time=now,
             kv_budget=snap.kv_budget,
@@ -467,7 +494,7 @@ class Adapter:
             prefixes=prefixes,
             running=tuple(r.view(now) for r in running),
             waiting=tuple(self.reqs[e].view(now) for e in self.waiting_order),
-            tasks={tid: ts.view() for tid, ts in self.tasks.items()},
+            tasks={tid: ts.view(self.knowledge.online) for tid, ts in self.tasks.items()},
             cost=self.cost(snap.kv_budget),
             decode_batch=len(running) if snap.n_decoding is None else snap.n_decoding,
         )

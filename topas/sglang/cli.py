@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from topas.cli_options import arrival_options
+from topas.cli_options import arrival_options, knowledge_options
 
 
 def _fail(message: str):
@@ -73,6 +73,7 @@ def serve_cmd(policy, params, profile, decision_log, python, dummy, dry_run, sgl
               help="The policy of this run (sent to the server's plugin in the request metadata).")
 @click.option("--param", "params", multiple=True, metavar="K=V", help="A policy parameter (repeatable).")
 @arrival_options("Replay")
+@knowledge_options
 @click.option("--server", required=True, metavar="URL", help="The SGLang server, e.g. http://127.0.0.1:30000.")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, metavar="DIR",
               help="Write the result tables (the simulator's format) to DIR/<table>.parquet.")
@@ -83,7 +84,7 @@ def serve_cmd(policy, params, profile, decision_log, python, dummy, dry_run, sgl
 @click.option("--server-policy", is_flag=True,
               help="Do not send the policy; the server's `topas serve --policy` decides.")
 def replay_cmd(trace_name, policy, params, rate, load, seed, n_tasks, server, out, decision_log, timeout_s,
-               server_policy):
+               server_policy, **knowledge):
     """Replay a trace against a running SGLang server (with the topas plugin) and write the results.
 
     Exit status 1, with nothing written, if a request fails or the run times out.
@@ -99,7 +100,7 @@ def replay_cmd(trace_name, policy, params, rate, load, seed, n_tasks, server, ou
 
     try:
         exp = Experiment(workload=trace_name, policy=policy, params=parse_param_strings(params), rate=rate,
-                         load=load, seed=seed, n_tasks=n_tasks)
+                         load=load, seed=seed, n_tasks=n_tasks, **knowledge)
         prepared = prepare(exp)
     except (ExperimentError, PolicyError, ProfileError, TraceError, FileNotFoundError) as e:
         _fail(f"error: {e}")

@@ -145,7 +145,8 @@ async def wait_healthy(server: str, timeout_s: float = 120.0) -> None:
 
 async def _replay(trace: Trace, server: str, policy: str | None, params: dict, run_id: str,
                   timeout_s: float, request_timeout_s: float, retries: int, flush: bool,
-                  on_progress: Callable[[int, int], None] | None) -> tuple[list[_Done], dict[str, float], float]:
+                  on_progress: Callable[[int, int], None] | None,
+                  knowledge: tuple[tuple[str, Any], ...] = ()) -> tuple[list[_Done], dict[str, float], float]:
     import aiohttp
 
     agents = tuple((a.name, a.prefix_tokens, float(a.expected_output_tokens)) for a in trace.agents.values())
@@ -174,7 +175,7 @@ async def _replay(trace: Trace, server: str, policy: str | None, params: dict, r
             meta = RequestMeta(
                 run=run_id, t0=t0, task=task.id, stage=s.id, workflow=task.workflow, arrival=task.arrival,
                 ready=ready, dag=tuple((q.id, q.agent, q.input_tokens, tuple(q.parents)) for q in task.stages),
-                agents=agents, policy=policy, params=tuple(sorted(params.items())),
+                agents=agents, policy=policy, params=tuple(sorted(params.items())), knowledge=knowledge,
             )
             ids = request_ids(s.agent, trace.agents[s.agent].prefix_tokens, run_id, index[(task.id, s.id)],
                               task.id, s.id, s.input_tokens)
@@ -409,11 +410,13 @@ def run_replay(
     params = {k: v for k, v in dataclasses.asdict(policy.params).items() if k not in fixed}
     run_id = uuid.uuid4().hex[:12]
     server = server_url.rstrip("/")
+    # what the plugin's policy may know (issue 16): sent with every request, applied by the adapter
+    knowledge = tuple(sorted(prepared.knowledge.settings().items())) if prepared.knowledge is not None else ()
 
     async def main():
         await wait_healthy(server, wait_healthy_s)
         return await _replay(trace, server, policy.name if send_policy else None, params if send_policy else {},
-                             run_id, timeout_s, request_timeout_s, retries, flush_cache, progress)
+                             run_id, timeout_s, request_timeout_s, retries, flush_cache, progress, knowledge)
 
     bar = None
     if progress is True:
