@@ -222,6 +222,15 @@ def test_noise_changes_what_topas_decides_but_not_the_workload():
     assert not a.tasks["jct"].equals(b.tasks["jct"])
 
 
+@pytest.mark.parametrize("policy", ["fcfs", "lpm", "parrot-fcfs", "autellix-las"])
+def test_policies_that_read_no_prior_and_no_dag_are_unchanged_by_knowledge(policy):
+    """Notebook 14 lets these policies' reference runs stand for every knowledge setting."""
+    exp = Experiment("metagpt-tl", policy, load=1.0, seed=0, n_tasks=15)
+    ref = run_prepared(prepare(exp))
+    blind = run_prepared(prepare(dataclasses.replace(exp, prior_noise=1.0, prior_bias=2.0, dag_visibility="online")))
+    assert ref.tasks.equals(blind.tasks) and ref.requests.equals(blind.requests)
+
+
 # ----------------------------------------------------------------------------- arrivals
 
 
@@ -283,3 +292,43 @@ def test_policies_learn_online_dags_from_history(policy):
     simulate(trace, pol, load_profile(), EngineConfig(), knowledge=Knowledge(dag_visibility="online"))
     assert set(pol.history.templates) == {"dag-4"}
     assert set(pol.history.templates["dag-4"].stages) == {"A", "B", "C", "D"}
+
+
+# ----------------------------------------------------------------------------- notebook 14's grid and tables
+
+
+def test_robustness_grid_varies_one_axis_at_a_time():
+    from topas.experiments import analysis, grid
+
+    exps = grid.robustness(["dag-4"], quick=True)
+    conds = [analysis.knowledge_condition({**e.fields(), "params": dict(e.params)}) for e in exps]
+    assert len({e.key() for e in exps}) == len(exps)
+    ref = [e.policy for e, c in zip(exps, conds) if c[0] == "reference"]
+    assert sorted(ref) == sorted(grid.POLICIES)
+    knowing = {e.policy for e, c in zip(exps, conds) if c[0] in ("prior noise", "prior bias", "DAG visibility")}
+    assert knowing == set(grid.KNOWLEDGE_POLICIES)
+    assert {c[2] for c in conds if c[0] == "arrivals"} == set(grid.ROBUST_QUICK.cvs)
+
+
+def test_robustness_table_and_verdict_from_summary_rows():
+    import pandas as pd
+
+    from topas.experiments import analysis
+
+    def row(policy, mean, **kw):
+        base = {"workload": "w", "policy": policy, "params": "{}", "seed": 0, "jct_mean": mean, "jct_p99": 2 * mean,
+                "prior_noise": 0.0, "prior_bias": 1.0, "dag_visibility": "full", "arrivals": "poisson"}
+        return {**base, **kw}
+
+    rows = [row("fcfs", 100.0), row("spf", 90.0), row("topas", 80.0),
+            row("spf", 95.0, prior_noise=1.0), row("topas", 99.0, prior_noise=1.0),
+            row("fcfs", 150.0, arrivals="gamma:3"), row("spf", 120.0, arrivals="gamma:3"),
+            row("topas", 130.0, arrivals="gamma:3")]
+    table = analysis.robustness_table(pd.DataFrame(rows))
+    noise = table[(table["axis"] == "prior noise")].set_index(["policy", "setting"])
+    assert noise.loc[("fcfs", 1.0), "source"] == "reference" and noise.loc[("fcfs", 1.0), "jct_mean"] == 100.0
+    assert noise.loc[("topas", 1.0), "mean vs reference %"] == pytest.approx(100 * (99 / 80 - 1))
+    v = analysis.robustness_verdict(table).set_index(["axis", "setting"])
+    assert v.loc[("prior noise", 0.0), "standing"] == "better"  # 80 vs spf's 90
+    assert v.loc[("prior noise", 1.0), "standing"] == "worse" and not v.loc[("prior noise", 1.0), "same as reference"]
+    assert v.loc[("arrivals", 3.0), "best baseline (mean)"] == "spf"

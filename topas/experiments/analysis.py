@@ -354,3 +354,157 @@ def engine_model_shift(summaries: pd.DataFrame, reference: str = "stock") -> pd.
             if m in g[col]:
                 out[f"{name} change %, {m}"] = 100.0 * (g[col][m] - g[col][reference]) / g[col][reference]
     return out.reset_index()
+
+
+# --- robustness (notebook 14) -----------------------------------------------------------------
+
+#: Axis name -> (the setting's column, the reference value), for :func:`robustness_table`.
+ROBUST_AXES = ("prior noise", "prior bias", "DAG visibility", "arrivals")
+
+
+def knowledge_condition(row: Mapping[str, object]) -> tuple[str, str, object]:
+    """``(axis, estimator, setting)`` of a summary row of :func:`topas.experiments.grid.robustness`:
+    the axis it varies from the reference (``"reference"`` for exact priors, full DAGs and Poisson
+    arrivals), the output estimator (``online`` or ``prior``) and its setting on that axis."""
+    est = _params(row.get("params")).get("output_estimator", "online")
+    noise, bias = float(row.get("prior_noise", 0.0) or 0.0), float(row.get("prior_bias", 1.0) or 1.0)
+    vis, arr = row.get("dag_visibility") or "full", row.get("arrivals") or "poisson"
+    if arr != "poisson":
+        return "arrivals", est, float(str(arr).split(":")[1])
+    if vis != "full":
+        return "DAG visibility", est, vis
+    if bias != 1.0:
+        return "prior bias", est, bias
+    if noise != 0.0:
+        return "prior noise", est, noise
+    return "reference", est, None
+
+
+#: The reference setting of each axis (where the axis meets the reference runs).
+AXIS_REFERENCE = {"prior noise": 0.0, "prior bias": 1.0, "DAG visibility": "full", "arrivals": 1.0}
+
+
+def robustness_table(summaries: pd.DataFrame, knowledge_policies: Sequence[str] = grid.KNOWLEDGE_POLICIES
+                     ) -> pd.DataFrame:
+    """Mean and p99 JCT of every policy on every axis of notebook 14, one row per (workload,
+    axis, estimator, setting, policy), averaged over seeds, with the change against the same
+    policy's reference run (``vs reference %``) and ``source``:
+
+    * ``run``: simulated with that setting;
+    * ``reference``: a policy that reads neither priors nor DAGs (not in ``knowledge_policies``)
+      under a knowledge setting: its reference run stands for it (the view changes only in what
+      it does not read). Each axis also gets its reference point (noise 0, bias 1, full DAGs,
+      Poisson = CV 1) from the reference runs, so lines start where the reference is.
+    """
+    df = summaries.copy()
+    cond = [knowledge_condition(r) for r in df.to_dict("records")]
+    df["axis"], df["estimator"], df["setting"] = zip(*cond) if cond else ((), (), ())
+    keys = ["workload", "policy", "axis", "estimator", "setting"]
+    agg = (df.groupby(keys, dropna=False, sort=False)
+           .agg(jct_mean=("jct_mean", "mean"), jct_p99=("jct_p99", "mean"), seeds=("seed", "nunique"))
+           .reset_index())
+    ref = agg[agg["axis"] == "reference"].set_index(["workload", "policy"])
+    rows = [dict(r, source="run") for r in agg[agg["axis"] != "reference"].to_dict("records")]
+    policies = sorted(set(agg["policy"]))
+    for w in sorted(set(agg["workload"])):
+        for axis in ROBUST_AXES:
+            here = agg[(agg["workload"] == w) & (agg["axis"] == axis)]
+            for est in sorted(set(here["estimator"])):
+                settings = sorted(set(here[here["estimator"] == est]["setting"]), key=str)
+                for p in policies:
+                    if (w, p) not in ref.index:
+                        continue
+                    r = ref.loc[(w, p)]
+                    base = dict(workload=w, policy=p, axis=axis, estimator=est, jct_mean=r["jct_mean"],
+                                jct_p99=r["jct_p99"], seeds=r["seeds"])
+                    blind = p not in knowledge_policies
+                    if est == "online" or (blind and axis != "arrivals"):
+                        # the reference runs learn online; a blind policy has no estimator
+                        rows.append(dict(base, setting=AXIS_REFERENCE[axis], source="reference",
+                                         estimator=est))
+                    if axis != "arrivals" and blind:
+                        rows.extend(dict(base, setting=s, source="reference") for s in settings)
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    refm = ref["jct_mean"].to_dict()
+    refp = ref["jct_p99"].to_dict()
+    out["mean vs reference %"] = [100 * (m / refm[(w, p)] - 1) for w, p, m in zip(out["workload"], out["policy"], out["jct_mean"])]
+    out["p99 vs reference %"] = [100 * (m / refp[(w, p)] - 1) for w, p, m in zip(out["workload"], out["policy"], out["jct_p99"])]
+    out["setting"] = out["setting"].astype(object)
+    order = {a: k for k, a in enumerate(ROBUST_AXES)}
+    out["_a"] = out["axis"].map(order)
+    out["_s"] = out["setting"].map(lambda v: (0, v) if isinstance(v, (int, float)) else (1, 0.0 if v == "full" else 1.0))
+    out = out.sort_values(["workload", "_a", "estimator", "_s", "policy"]).drop(columns=["_a", "_s"])
+    return out.reset_index(drop=True)[["workload", "axis", "estimator", "setting", "policy", "source", "seeds",
+                                       "jct_mean", "jct_p99", "mean vs reference %", "p99 vs reference %"]]
+
+
+def robustness_verdict(table: pd.DataFrame, policy: str = "topas", baselines: Sequence[str] = BASELINES) -> pd.DataFrame:
+    """Does TOPAS's standing survive? Per workload, axis, estimator and setting: TOPAS's mean and
+    p99 JCT against the best baseline *at that setting* (``%``, negative = TOPAS lower), the best
+    baseline, TOPAS's ``standing`` on mean JCT (better / tie within :data:`TIE_PCT` % / worse)
+    and whether it is the reference's (``same as reference``)."""
+    rows = []
+    for (w, axis, est, setting), g in table.groupby(["workload", "axis", "estimator", "setting"], sort=False):
+        g = g.set_index("policy")
+        if policy not in g.index:
+            continue
+        base = g[g.index.isin(baselines)]
+        if base.empty:
+            continue
+        row = {"workload": w, "axis": axis, "estimator": est, "setting": setting}
+        for metric, col in (("mean", "jct_mean"), ("p99", "jct_p99")):
+            best = base[col].idxmin()
+            row[f"best baseline ({metric})"] = best
+            row[f"topas vs best: {metric} %"] = 100 * (g.loc[policy, col] / base[col].min() - 1)
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    ref = {w: v for w, v in out[(out["axis"] == "prior noise") & (out["setting"] == 0.0)
+                                & (out["estimator"] == "online")]
+           .set_index("workload")["topas vs best: mean %"].items()}
+    out["standing"] = [standing(v) for v in out["topas vs best: mean %"]]
+    out["same as reference"] = [standing(v) == standing(ref[w]) if w in ref else None
+                                for w, v in zip(out["workload"], out["topas vs best: mean %"])]
+    return out.reset_index(drop=True)
+
+
+#: Differences within this many percent count as a tie in :func:`standing` (one seed of a few
+#: dozen tasks cannot tell them apart).
+TIE_PCT = 2.0
+
+
+def standing(pct: float, tie: float = TIE_PCT) -> str:
+    """``"better"`` (TOPAS lower by more than ``tie`` %), ``"worse"`` or ``"tie"``."""
+    return "better" if pct < -tie else "worse" if pct > tie else "tie"
+
+
+def stability(store, experiments: Iterable[Experiment]) -> pd.DataFrame:
+    """Is the load stable? For each run: mean JCT of the last quarter of tasks (by arrival) over
+    that of the first quarter; a queue that keeps growing gives a ratio well above 1."""
+    rows = []
+    for e in experiments:
+        tasks = store.load_table(e, "tasks").sort_values("arrival")
+        q = max(1, len(tasks) // 4)
+        rows.append({"workload": e.workload, "policy": e.policy, "seed": e.seed,
+                     "last/first quarter JCT": tasks["jct"].iloc[-q:].mean() / tasks["jct"].iloc[:q].mean()})
+    return pd.DataFrame(rows)
+
+
+def estimator_convergence_table(traces: Mapping[str, object], noise: Sequence[float] = (0.0, 1.0),
+                                seed: int = 0) -> pd.DataFrame:
+    """Median (over agents) relative error of the online output estimator after ``n`` finished
+    calls, per trace and prior noise (:func:`topas.policies.estimates.estimator_convergence`)."""
+    from topas.policies.estimates import estimator_convergence
+
+    frames = []
+    for name, trace in traces.items():
+        for s in noise:
+            df = estimator_convergence(trace, prior_noise=s, seed=seed)
+            g = df.groupby("n")["rel_error"].agg(["median", "count"]).reset_index()
+            g.insert(0, "prior noise", s)
+            g.insert(0, "workload", name)
+            frames.append(g.rename(columns={"median": "median rel. error", "count": "agents"}))
+    return pd.concat(frames, ignore_index=True)
