@@ -55,14 +55,14 @@ def server(tmp_path_factory):
         launcher.stop(proc)
 
 
-def _replay(server, workload, policy, params=None, seed=0, n_tasks=N_TASKS, output_tokens=None):
+def _replay(server, workload, policy, params=None, seed=0, n_tasks=N_TASKS, output_tokens=None, knowledge=None):
     import topas.sglang.testing  # noqa: F401  (registers the misbehaving test policies here too)
 
     trace = scaled_down(workload, n_tasks, seed=seed)
     if output_tokens is not None:
         trace = _with_outputs(trace, output_tokens)
     prep = Prepared(None, trace, Path(workload), None, None, make_policy(policy, params or {}),
-                    load_profile(), EngineConfig())
+                    load_profile(), EngineConfig(), knowledge)
     assert server["proc"].poll() is None, "the server died"
     res = run_replay(prep, server["url"], decision_log=server["log"], timeout_s=300, wait_healthy_s=30)
     recs = [r for r in read_decision_log(server["log"], "") if r.get("run") == res.summary["run_id"]]
@@ -208,6 +208,20 @@ def test_the_shipped_qwen_config_is_what_sglang_builds_the_model_from():
     m = ModelConfig(str(dummy_model_dir("qwen2.5-32b-instruct")))
     assert m.hf_config.architectures == ["Qwen2ForCausalLM"]
     assert (m.num_hidden_layers, m.get_num_kv_heads(1), m.head_dim, m.context_len) == (64, 8, 128, 32768)
+
+
+@pytest.mark.parametrize("policy", ["test-online-view", "topas", "spf"])
+def test_knowledge_settings_reach_the_plugin(server, policy):
+    """Issue 16: noisy priors and online DAGs travel in the request metadata; the plugin's view is
+    filtered (``test-online-view`` raises, i.e. falls back, on any unreached stage it is shown)."""
+    from topas.engine.knowledge import Knowledge
+
+    know = Knowledge(prior_noise=0.8, prior_bias=1.5, dag_visibility="online", seed=2)
+    trace, res, recs = _replay(server, "dag-4", policy, knowledge=know)
+    _check_complete(trace, res)
+    decisions = [r for r in recs if r["kind"] == "decision"]
+    assert decisions and not [r for r in decisions if r["fallback"]], [r["fallback"] for r in decisions if r["fallback"]]
+    _check_admission_follows_decisions(recs)
 
 
 def test_decision_log_lines_are_json(server):

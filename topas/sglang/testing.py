@@ -93,3 +93,24 @@ class PreemptingPolicy(Policy):
             return Decision(admit=admit, preempt=(victim.rid,), load=tuple(load))
         # nothing to preempt yet: let one request run and keep the rest waiting until it decodes
         return Decision(admit=() if view.running else admit[:1], load=tuple(load))
+
+
+@register
+class KnowledgeCheckingPolicy(FCFS):
+    """FCFS that raises (so the plugin records a fallback) if its view shows more than an
+    ``online``-DAG run may: a complete task, a stage that is neither finished nor waiting or
+    running, or a child outside the shown stages (issue 16's end-to-end check)."""
+
+    name = "test-online-view"
+
+    def decide(self, view: EngineView) -> Decision:
+        live: dict[str, set[str]] = {}
+        for r in (*view.waiting, *view.running):
+            live.setdefault(r.task_id, set()).add(r.stage_id)
+        for tid, tv in view.tasks.items():
+            reached = set(tv.done) | live.get(tid, set())
+            if tv.complete or set(tv.stages) != reached:
+                raise RuntimeError(f"task {tid} shows stages {sorted(tv.stages)}, reached {sorted(reached)}")
+            if any(c not in tv.stages for st in tv.stages.values() for c in st.children):
+                raise RuntimeError(f"task {tid} shows a child it has not reached")
+        return super().decide(view)
