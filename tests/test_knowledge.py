@@ -308,6 +308,10 @@ def test_robustness_grid_varies_one_axis_at_a_time():
     knowing = {e.policy for e, c in zip(exps, conds) if c[0] in ("prior noise", "prior bias", "DAG visibility")}
     assert knowing == set(grid.KNOWLEDGE_POLICIES)
     assert {c[2] for c in conds if c[0] == "arrivals"} == set(grid.ROBUST_QUICK.cvs)
+    assert {e.load for e in exps} == {grid.ROBUST_LOAD}
+    wide = grid.robustness(["dag-10-wide"], quick=True)
+    assert {e.load for e in wide} == {grid.ROBUST_LOAD_OVERRIDES["dag-10-wide"]}
+    assert {e.load for e in grid.robustness(["dag-10-wide"], 0.7, quick=True, load_overrides={})} == {0.7}
 
 
 def test_robustness_table_and_verdict_from_summary_rows():

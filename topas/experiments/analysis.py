@@ -471,9 +471,10 @@ def robustness_verdict(table: pd.DataFrame, policy: str = "topas", baselines: Se
     return out.reset_index(drop=True)
 
 
-#: Differences within this many percent count as a tie in :func:`standing` (one seed of a few
-#: dozen tasks cannot tell them apart).
-TIE_PCT = 2.0
+#: Differences within this many percent count as a tie in :func:`standing`: one arrival seed of
+#: 60 tasks cannot tell them apart (on the full grid, TOPAS's own noise-free runs differ from each
+#: other by up to ~3% across settings that do not touch it, e.g. DAG-10-Wide bias 0.5 vs 1).
+TIE_PCT = 5.0
 
 
 def standing(pct: float, tie: float = TIE_PCT) -> str:
