@@ -325,13 +325,13 @@ def test_robustness_table_and_verdict_from_summary_rows():
         return {**base, **kw}
 
     rows = [row("fcfs", 100.0), row("spf", 90.0), row("topas", 80.0),
-            row("spf", 95.0, prior_noise=1.0), row("topas", 99.0, prior_noise=1.0),
+            row("spf", 95.0, prior_noise=1.0), row("topas", 110.0, prior_noise=1.0),
             row("fcfs", 150.0, arrivals="gamma:3"), row("spf", 120.0, arrivals="gamma:3"),
             row("topas", 130.0, arrivals="gamma:3")]
     table = analysis.robustness_table(pd.DataFrame(rows))
     noise = table[(table["axis"] == "prior noise")].set_index(["policy", "setting"])
     assert noise.loc[("fcfs", 1.0), "source"] == "reference" and noise.loc[("fcfs", 1.0), "jct_mean"] == 100.0
-    assert noise.loc[("topas", 1.0), "mean vs reference %"] == pytest.approx(100 * (99 / 80 - 1))
+    assert noise.loc[("topas", 1.0), "mean vs reference %"] == pytest.approx(100 * (110 / 80 - 1))
     v = analysis.robustness_verdict(table).set_index(["axis", "setting"])
     assert v.loc[("prior noise", 0.0), "standing"] == "better"  # 80 vs spf's 90
     assert v.loc[("prior noise", 1.0), "standing"] == "worse" and not v.loc[("prior noise", 1.0), "same as reference"]
