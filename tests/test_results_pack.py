@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from topas.experiments import Experiment, ResultStore, grid, run_sweep
+from topas.experiments.spec import KNOWLEDGE_FIELDS
 from topas.experiments.store import (
     MANIFEST,
     STORE_ONLY_ENV,
@@ -148,7 +149,8 @@ def test_committed_pack_is_not_stale(manifest):
         spec = meta["experiment"]
         fresh = Experiment(spec["workload"], spec["policy"], json.loads(spec["params"]), profile=spec["profile"],
                            load=spec["load"], rate=spec["rate"], seed=spec["seed"], n_tasks=spec["n_tasks"],
-                           engine=spec["engine"], kv_budget=spec["kv_budget"])
+                           engine=spec["engine"], kv_budget=spec["kv_budget"],
+                           **{k: spec.get(k, v) for k, v in KNOWLEDGE_FIELDS.items()})
         what = ("the code changed since it was packed" if meta["canonical"].get("code") != fresh.canonical()["code"]
                 else "its inputs changed since it was packed")
         assert fresh.key() == e["key"], f"stale shipped result: {e['label']} ({what}; make reproduce && make pack)"
@@ -158,6 +160,6 @@ def test_committed_pack_covers_the_full_grid(manifest):
     keys = {e["key"] for e in manifest["experiments"]}
     full = (grid.jct_vs_load(grid.SYNTHETIC + grid.METAGPT, quick=False)
             + grid.ablations(["dag-4", "metagpt-tl"], 1.2, quick=False) + grid.sensitivity("dag-4")
-            + grid.engine_model(quick=False))
+            + grid.engine_model(quick=False) + grid.robustness(quick=False))
     missing = [e.label() for e in full if e.key() not in keys]
     assert not missing, f"{len(missing)} full-grid results not shipped, e.g. {missing[:3]}"
