@@ -86,7 +86,8 @@ def make_policy(name: str, params: Mapping[str, Any] | None = None, **kw: Any) -
 
 
 #: ``dataclasses.field(metadata=OMIT_DEFAULT)``: a parameter added after results were stored;
-#: :func:`key_params` leaves it out at its default, so those results keep their keys.
+#: :func:`key_params` leaves it out at its default, so the canonical form of a default run does
+#: not change (the key still moves with the code fingerprint).
 OMIT_DEFAULT = {"key": "omit-default"}
 
 
