@@ -18,6 +18,11 @@ state into a :class:`topas.sglang.adapter.Snapshot` each iteration, let the
   policy's list, stopping at the first request that does not fit, exactly as the simulator.
 * ``Scheduler.flush_cache`` (AROUND): a flush resets the radix tree regardless of locks; the
   saved locks are dropped (and re-taken when the prefixes are cached again).
+* ``Scheduler.get_internal_state`` (AROUND): adds a ``topas`` block to each scheduler's internal
+  state, which SGLang's ``GET /server_info`` returns (:func:`Controller.info`: the plugin's
+  version, the server's default policy, the policies it can run, the device, the model config's
+  hash, the KV pool and the decisions of the latest runs). It is the client's handshake
+  (:mod:`topas.sglang.server`): a server without this block does not run the plugin.
 
 Any exception in the topas code is logged and that iteration falls back to SGLang's own policy;
 so does a policy that raises or returns an infeasible decision (the adapter says so). Requests
@@ -32,6 +37,12 @@ Environment (set by ``topas serve``; scheduler processes are spawned, so it is t
 modules imported first, for policies registered outside topas, e.g. ``topas.sglang.testing``).
 A run's metadata may name its own policy (``RequestMeta.policy``), so one server can replay
 every policy of a sweep.
+
+``SGLANG_PLUGINS`` (SGLang's own variable) decides whether the plugin loads at all: unset, SGLang
+loads *every* installed plugin, so any server started from an environment where topas is installed
+runs it (with ``TOPAS_POLICY`` unset: ``fcfs``, switched per run by the metadata); ``topas`` (or a
+list containing it) loads it; any list without it (e.g. ``none``) leaves SGLang's own scheduler in
+charge, which :mod:`topas.sglang.server` detects and refuses to replay on.
 """
 
 from __future__ import annotations
@@ -48,6 +59,13 @@ from typing import Any
 logger = logging.getLogger("topas.sglang.plugin")
 
 _LOCK = threading.Lock()
+
+#: Version of what the plugin reports in ``/server_info`` and of its scheduling behaviour; part of
+#: an ``engine="sglang"`` result's key (with the topas version), so a changed plugin never reuses a
+#: result measured with the old one.
+PLUGIN_PROTOCOL = 1
+#: How many recent runs the ``/server_info`` block keeps decision counts of.
+RUNS_KEPT = 256
 
 
 class _Log:
@@ -87,9 +105,11 @@ class Controller:
         self.sched = scheduler
         self.adapter = Adapter(
             policy, cost, recheck_steps=int(os.environ.get("TOPAS_RECHECK_STEPS", "32")),
-            recorder=lambda rec: self.log.write("decision", rec),
+            recorder=self.record,
             policy_factory=lambda n, p: make_policy(n, p),
         )
+        self.policy_name, self.policy_params = name, params
+        self.runs: dict[str, dict[str, Any]] = {}  # run id -> {"policy", "decisions", "fallbacks"}
         self.meta_cache: dict[str, Any] = {}  # SGLang rid -> RequestMeta | None
         self.last_running: dict[str, Any] = {}  # SGLang rid -> Req
         self.locks: dict[str, tuple[Any, int]] = {}  # agent -> (TreeLock, pinned tokens)
@@ -99,6 +119,30 @@ class Controller:
         self.log.write("start", {"policy": name, "params": params, "pid": os.getpid(), "rank": rank,
                                  "kv_budget": self.budget()})
         logger.info("topas plugin: policy %s %s, decision log %s", name, params, path)
+
+    # ------------------------------------------------------------------ reporting
+    def record(self, rec: dict[str, Any]) -> None:
+        """A decision record: count it for its run (``/server_info``) and log it."""
+        run = self.runs.pop(rec.get("run"), None) or {"policy": rec.get("policy"), "decisions": 0, "fallbacks": 0}
+        run["policy"] = rec.get("policy")
+        run["decisions"] += 1
+        run["fallbacks"] += rec.get("fallback") is not None
+        self.runs[rec.get("run")] = run  # re-inserted: the dict is in least-recent-first order
+        while len(self.runs) > RUNS_KEPT:
+            self.runs.pop(next(iter(self.runs)))
+        self.log.write("decision", rec)
+
+    def info(self) -> dict[str, Any]:
+        """What ``GET /server_info`` reports of the plugin (``internal_states[i]["topas"]``)."""
+        import topas
+        from topas.policies.base import available_policies
+
+        return {
+            "plugin": "topas", "protocol": PLUGIN_PROTOCOL, "topas_version": topas.__version__,
+            "policy": self.policy_name, "params": self.policy_params, "policies": available_policies(),
+            "kv_pool_tokens": self.budget(), "page_size": self.page, "device": device_name(self.sched),
+            "model_config_sha256": model_config_hash(self.sched), "runs": dict(self.runs),
+        }
 
     # ------------------------------------------------------------------ snapshot
     def budget(self) -> int:
@@ -266,6 +310,33 @@ class Controller:
                                      "decision_seq": self.adapter.n_decisions})
 
 
+def device_name(scheduler: Any) -> str:
+    """The scheduler's device, e.g. ``NVIDIA H100 80GB HBM3`` (CUDA) or ``cpu (x86_64)``."""
+    import platform
+
+    device = str(getattr(getattr(scheduler, "server_args", None), "device", "") or "")
+    if device.startswith("cuda"):
+        try:
+            import torch
+
+            return torch.cuda.get_device_name(torch.cuda.current_device())
+        except Exception:  # reported, not fatal
+            return "cuda (name unknown)"
+    return f"{device or 'unknown'} ({platform.machine()})"
+
+
+def model_config_hash(scheduler: Any) -> str:
+    """sha256 of the served model's Hugging Face config (sorted JSON): two servers of the same
+    model name but another config (size, layers, context) never share results."""
+    import hashlib
+
+    try:
+        cfg = scheduler.model_config.hf_config.to_dict()
+    except Exception:
+        return "unknown"
+    return hashlib.sha256(json.dumps(cfg, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def _is_abort(req: Any) -> bool:
     fr = getattr(req, "finished_reason", None)
     return fr is not None and type(fr).__name__ == "FINISH_ABORT"
@@ -359,6 +430,18 @@ def _around_flush_cache(original, self, *args, **kwargs):
     return out
 
 
+def _around_get_internal_state(original, self, *args, **kwargs):
+    out = original(self, *args, **kwargs)
+    ctl = _CTL
+    if ctl is not None and ctl.sched is self:
+        try:
+            out.internal_state["topas"] = ctl.info()
+        except Exception:
+            logger.exception("topas: cannot report the plugin's state")
+            out.internal_state["topas"] = {"plugin": "topas", "error": "the plugin failed to report its state"}
+    return out
+
+
 def register() -> None:
     """The entry point: register the hooks (SGLang applies them after all plugins ran)."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
@@ -372,4 +455,6 @@ def register() -> None:
     HookRegistry.register(f"{base}.schedule_policy.PrefillAdder.add_one_req", _around_add_one_req,
                           HookType.AROUND)
     HookRegistry.register(f"{base}.scheduler.Scheduler.flush_cache", _around_flush_cache, HookType.AROUND)
+    HookRegistry.register(f"{base}.scheduler.Scheduler.get_internal_state", _around_get_internal_state,
+                          HookType.AROUND)
     logger.info("topas plugin registered (policy %s)", os.environ.get("TOPAS_POLICY", "fcfs"))
