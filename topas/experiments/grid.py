@@ -12,6 +12,10 @@ Sizes: full = 500 tasks per run, 3 arrival seeds, loads 0.8-1.4x each trace's no
 quick = 40 tasks, 1 seed, two loads (for CI and a first look). Loads are multiples of the
 trace's ``meta["rate"]`` (see ``data/traces/README.md`` for what the nominal rate means).
 
+:func:`gpu_afternoon` is the named grid for a first measurement on a GPU box (about 3 h of
+arrivals on one server; see :data:`AFTERNOON` and the README's GPU-box section), and
+:func:`notebook_grid` the union of what the notebooks sweep (for ``scripts/reproduce.py``'s plan).
+
 Engine: the grids run on the simulator unless ``$TOPAS_ENGINE`` says ``sglang``
 (``make reproduce ENGINE=sglang`` sets it for the notebooks' kernels), in which case every run
 is replayed on the SGLang server at ``$TOPAS_SGLANG_URL`` and stored under its own keys, labelled
@@ -229,3 +233,87 @@ def robustness(
             for b in sz.bias:
                 add(w, p, s, {"output_estimator": "prior"}, prior_bias=b)
     return out
+
+
+# ----------------------------------------------------------------------------- gpu-afternoon
+
+
+@dataclass(frozen=True)
+class Afternoon:
+    """The ``gpu-afternoon`` grid: what a real server measures first, in about 3 h of arrivals.
+
+    A replay takes its arrivals' span of wall time on any hardware (tasks are submitted at their
+    arrival times), so the grid is sized in arrival time, not GPU work. Chosen from the simulator's
+    results (the shipped ``data/results/sim`` pack and the same grid on the simulator; README,
+    'Running on a GPU box'):
+
+    * every synthetic workload and MetaGPT-TL (the paper's real workflow with the largest
+      TOPAS-vs-baseline gap in the simulator), the first ``n_tasks[w]`` tasks of each;
+    * one load, 1.4x the nominal rate: the load where the simulator's TOPAS and best baseline differ
+      most on every one of these workloads (mean JCT, full grid: chain-3 -34 %, dag-4 +12 %,
+      dag-10-wide +42 %, MetaGPT-TL +203 %);
+    * TOPAS (and ``topas-plus`` once it is registered) against the baselines that are best somewhere
+      at that load in the simulator: LPM (chain-3, MetaGPT-TL), Parrot-FCFS (dag-4, dag-10-wide at
+      500 tasks) and SPF (dag-4 at this grid's 100 tasks); FCFS and Autellix-LAS trail them by 2-5x
+      there and are left out to fit the afternoon;
+    * one arrival seed (0): the afternoon buys breadth (workloads x policies), not spread.
+    """
+
+    n_tasks: tuple[tuple[str, int], ...] = (("chain-3", 100), ("dag-4", 100), ("dag-10-wide", 60),
+                                            ("metagpt-tl", 24))
+    load: float = 1.4
+    policies: tuple[str, ...] = ("topas", "topas-plus", "lpm", "parrot-fcfs", "spf")
+    seeds: tuple[int, ...] = (0,)
+
+
+AFTERNOON = Afternoon()
+#: The named grids ``scripts/reproduce.py --grid`` knows (``full`` and ``quick`` are the
+#: paper-figure grids of :func:`size`; ``gpu-afternoon`` is :func:`gpu_afternoon`).
+GRIDS = ("full", "quick", "gpu-afternoon")
+
+
+def gpu_afternoon(tasks: int | None = None, engine: str | None = None) -> list[Experiment]:
+    """The ``gpu-afternoon`` grid (:data:`AFTERNOON`); ``tasks`` overrides every workload's task
+    count (e.g. a tiny smoke run). Policies not registered in this topas (``topas-plus`` before it
+    exists) are left out."""
+    from topas.policies import available_policies
+
+    have = set(available_policies())
+    a = AFTERNOON
+    return [
+        Experiment(w, p, load=a.load, seed=s, n_tasks=tasks or n, engine=engine or default_engine())
+        for w, n in a.n_tasks for p in a.policies if p in have for s in a.seeds
+    ]
+
+
+def notebook_grid(quick: bool = False, engine: str | None = None) -> list[Experiment]:
+    """The experiments the notebooks sweep on ``engine`` (02-08: JCT vs load on every workload,
+    the ablations, the sensitivity grids, the mechanism runs), without duplicates: what ``make
+    reproduce`` runs after its table, for the plan it prints. Notebook 11 compares the two
+    *simulated* engines only and runs nothing on a server."""
+    import os
+
+    from topas.experiments.analysis import one_run_per_policy
+
+    engine = engine or default_engine()
+    old = os.environ.get(ENGINE_ENV)
+    os.environ[ENGINE_ENV] = engine
+    try:
+        exps = [*jct_vs_load(SYNTHETIC + METAGPT, quick=quick),
+                *ablations(("dag-4", "metagpt-tl"), load=1.2, quick=quick),
+                *sensitivity("dag-4", {"beta": (0.0, 0.5, 1.0, 2.0), "rho": (0.0, 0.5, 1.0, 2.0)}, quick=quick),
+                *sensitivity("dag-4", {"rho": (0.0, 0.5, 1.0, 2.0), "H_age": (15.0, 30.0, 60.0, 120.0)},
+                             quick=quick)]
+        exps += [e for e in one_run_per_policy(("dag-4", "dag-10-wide"), ("lpm", "spf", "parrot-fcfs", "topas"),
+                                               1.2, 0, size(quick).n_tasks, {})]
+    finally:
+        if old is None:
+            os.environ.pop(ENGINE_ENV, None)
+        else:
+            os.environ[ENGINE_ENV] = old
+    seen: dict[tuple, Experiment] = {}
+    for e in exps:
+        e = Experiment(e.workload, e.policy, e.params, profile=e.profile, rate=e.rate, load=e.load, seed=e.seed,
+                       n_tasks=e.n_tasks, engine=engine, kv_budget=e.kv_budget)
+        seen.setdefault((e.workload, e.policy, e.params, e.load, e.seed, e.n_tasks), e)
+    return list(seen.values())

@@ -112,8 +112,8 @@ def check_sweep(experiments: Iterable[Experiment], jobs: int | None, caller: str
 
 def workers(exps: Sequence[Experiment], jobs: int, ray_address: str | None) -> tuple[int, str | None]:
     """Where a sweep of ``exps`` runs: ``(jobs, Ray address or None)``. Replays on the ``sglang``
-    engine share one real server, so they run one at a time in this process (concurrent replays
-    would measure each other)."""
+    engine run in this process, one at a time per server (concurrent replays on one server would
+    measure each other; :func:`map_experiments` hands them to :mod:`topas.sglang.pool`)."""
     from topas.experiments.ray_backend import resolve_address
 
     if any(e.engine == "sglang" for e in exps):
@@ -133,6 +133,11 @@ def map_experiments(
     failure cancels the pending experiments and raises :class:`ExperimentFailed` naming the
     experiment (its cause is the original error). Specs are not checked here (see :func:`run_many`).
     """
+    if any(e.engine == "sglang" for e in exps):  # one replay at a time per server, in threads
+        from topas.experiments.plan import arrival_span
+        from topas.sglang.pool import map_on_servers
+
+        return map_on_servers(fn, exps, progress=progress, desc=desc, order=arrival_span)
     out: list[Any] = [None] * len(exps)
     bar = tqdm(total=len(exps), desc=desc, unit="run", disable=not progress)
     try:

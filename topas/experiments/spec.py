@@ -28,6 +28,10 @@ the result depends on, so a results store can reuse a result exactly when it is 
   they existed (its key still moves with ``code``); likewise a policy parameter declared with ``metadata={"key": "omit-default"}`` (added
   later, e.g. ``output_estimator``) is left out of ``params`` at its default
   (:func:`topas.policies.base.key_params`);
+* ``server`` (``engine="sglang"`` only): the identity of the SGLang server(s) it replays on
+  (:class:`topas.sglang.server.ServerIdentity`: model name and config hash, KV pool, SGLang
+  version, schedule policy, device, tensor parallelism, page size, plugin version), asked once
+  per process and server, so a result measured on one server is never reused for another;
 * ``schema``: :data:`KEY_SCHEMA`, bumped when the meaning of a result changes in a way none of
   the above captures (e.g. a change to how this module prepares a run).
 
@@ -391,6 +395,8 @@ class Experiment:
                 canon["knowledge"] = knowledge
             if self.arrivals != "poisson":
                 canon["arrivals"] = self.arrivals
+            if self.engine == "sglang":
+                canon["server"] = sglang_server_identity(self.policy)
         return self._cache["canonical"]
 
     def key(self) -> str:
@@ -495,14 +501,50 @@ def prepare(exp: Experiment) -> Prepared:
 SGLANG_URL_ENV = "TOPAS_SGLANG_URL"
 
 
-def sglang_url() -> str:
-    """The server URL from ``$TOPAS_SGLANG_URL``; :class:`ExperimentError` when unset."""
-    url = os.environ.get(SGLANG_URL_ENV, "").strip()
-    if not url:
+#: The identity (JSON of :class:`topas.sglang.server.ServerIdentity`) that ``engine="sglang"`` keys
+#: use when no server is named: to find stored measured results without a server
+#: (``make figures ENGINE=sglang``; ``scripts/reproduce.py`` sets it from the store).
+SGLANG_IDENTITY_ENV = "TOPAS_SGLANG_IDENTITY"
+
+
+def sglang_urls() -> list[str]:
+    """The server URLs from ``$TOPAS_SGLANG_URL`` (comma-separated: several identical servers
+    share a sweep); :class:`ExperimentError` when unset or malformed."""
+    from topas.sglang.server import ServerError, parse_servers
+
+    text = os.environ.get(SGLANG_URL_ENV, "").strip()
+    if not text:
         raise ExperimentError(
             f"engine 'sglang' replays on a running SGLang server: start one with `topas serve --policy "
             f"<name> -- <sglang args>` and set {SGLANG_URL_ENV}=http://HOST:PORT (or pass --server)")
-    return url
+    try:
+        return parse_servers(text)
+    except ServerError as e:
+        raise ExperimentError(f"${SGLANG_URL_ENV}: {e}") from None
+
+
+def sglang_url() -> str:
+    """The server this thread replays on: the one a multi-server sweep assigned to it
+    (:func:`topas.sglang.pool.current_server`), else the first of :func:`sglang_urls`."""
+    from topas.sglang.pool import current_server
+
+    return current_server() or sglang_urls()[0]
+
+
+def sglang_server_identity(policy: str | None = None) -> dict[str, Any]:
+    """The identity of the server(s) in ``$TOPAS_SGLANG_URL`` (the handshake: each must run the
+    topas plugin, able to run ``policy``, and all must be identical), or, with no server named,
+    ``$TOPAS_SGLANG_IDENTITY``. Raises :class:`topas.sglang.server.ServerError` (one line)."""
+    from topas.sglang.server import check_policy, common_identity
+
+    if not os.environ.get(SGLANG_URL_ENV, "").strip() and os.environ.get(SGLANG_IDENTITY_ENV):
+        return json.loads(os.environ[SGLANG_IDENTITY_ENV])
+    urls = sglang_urls()
+    ident = common_identity(urls)
+    if policy is not None:
+        for u in urls:
+            check_policy(u, policy)
+    return ident.as_dict()
 
 
 def run_experiment(exp: Experiment, progress: bool = False) -> "SimResult":

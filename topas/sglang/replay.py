@@ -31,6 +31,12 @@ plugin's preemptions (it re-queues them as retracted requests); engine retractio
 Times are seconds since the run's start (client clock); JCT = the client's receipt of the last
 stage's response - the task's scheduled arrival.
 
+Before the first request, the server is checked (:mod:`topas.sglang.server`, ``handshake``): it
+must run the topas plugin, able to run the run's policy, and its KV pool must hold every request's
+prompt and output (``l_a + x_v + y_v`` tokens), else SGLang would cut the output short. After the
+run, the plugin's decision count for it is read from ``/server_info``: a run the plugin made no
+decision for was scheduled by SGLang alone and raises :class:`ReplayError` (nothing is stored).
+
 Failure is loud: a request that fails (HTTP error, malformed response, aborted by the server),
 or a run that exceeds ``timeout_s``, raises :class:`ReplayError` and nothing is written.
 Connection errors before a request reaches the server (refused, reset while connecting) and
@@ -192,7 +198,12 @@ async def _replay(trace: Trace, server: str, policy: str | None, params: dict, r
                 raise ReplayError(f"request {task.id}/{s.id} aborted by the server: {fr.get('message')}")
             got = mi.get("completion_tokens")
             if got is not None and int(got) != int(s.output_tokens):
-                raise ReplayError(f"request {task.id}/{s.id}: {got} output tokens, expected {s.output_tokens}")
+                need = len(ids) + int(s.output_tokens)
+                raise ReplayError(
+                    f"request {task.id}/{s.id}: {got} output tokens, expected {s.output_tokens}; SGLang stops a "
+                    f"request early when its prompt + output ({need} tokens) do not fit its KV pool or context "
+                    f"length: give the server a larger pool (--max-total-tokens / --mem-fraction-static) or "
+                    f"--context-length")
             done.append(_Done(f"{task.id}/{s.id}", task.id, s.id, s.agent, s.input_tokens, ready, now(), mi))
             finished.set()
 
@@ -349,6 +360,46 @@ def build_replay_result(trace: Trace, policy_name: str, done: list[_Done], task_
     return SimResult(tasks, requests, prefix_events, timeline, dec, summary)
 
 
+def check_server(server: str, trace: Trace, policy: str | None) -> None:
+    """The handshake before a replay (see the module docstring); :class:`ReplayError` naming the fix."""
+    from topas.sglang import server as srv
+
+    try:
+        ident = srv.identity(server)
+        if policy is not None:
+            srv.check_policy(server, policy)
+    except srv.ServerError as e:
+        raise ReplayError(str(e)) from None
+    need, worst = 0, ""
+    for t in trace.tasks:
+        for s in t.stages:
+            n = trace.agents[s.agent].prefix_tokens + s.input_tokens + s.output_tokens
+            if n > need:
+                need, worst = n, f"{t.id}/{s.id}"
+    if need > ident.kv_pool_tokens:
+        raise ReplayError(
+            f"the KV pool of {server} ({ident.kv_pool_tokens} tokens) cannot hold request {worst} (prefix + "
+            f"input + output = {need} tokens), so SGLang would cut its output short: give the server a larger "
+            f"pool (--max-total-tokens / --mem-fraction-static) or replay fewer/shorter tasks")
+
+
+def check_decisions(server: str, run_id: str, policy: str) -> dict[str, Any]:
+    """The plugin's decision count of a finished run; :class:`ReplayError` when it made none (SGLang's
+    own scheduler ran every request, so the result would be mislabelled ``policy``)."""
+    from topas.sglang import server as srv
+
+    try:
+        runs = srv.run_decisions(server, run_id)
+    except srv.ServerError as e:
+        raise ReplayError(f"after the replay: {e}") from None
+    if not runs or runs["decisions"] == 0:
+        raise ReplayError(
+            f"the topas plugin on {server} made no decision for run {run_id} (policy {policy}): SGLang's own "
+            f"scheduler ran it, so it is not a {policy} result and is not kept; check the server's log for "
+            f"'topas' errors ({srv.PLUGIN_FIX})")
+    return runs
+
+
 def write_result_atomic(result: SimResult, out: str | os.PathLike) -> Path:
     """Write ``result`` to ``out`` (a directory) all at once: into a sibling temp dir, then rename."""
     out = Path(out)
@@ -381,6 +432,7 @@ def run_replay(
     send_policy: bool = True,
     wait_healthy_s: float = 60.0,
     progress: bool | Callable[[int, int], None] | None = None,
+    handshake: bool = True,
 ) -> SimResult:
     """Replay an experiment's trace against the SGLang server at ``server_url``.
 
@@ -393,7 +445,10 @@ def run_replay(
     if that file exists here). ``progress``: True for a progress bar on stderr, or a callable
     ``(tasks finished, tasks)``. ``flush_cache``: start from an
     empty radix cache (``POST /flush_cache``). ``out``: also write the tables there (atomically).
-    Raises :class:`ReplayError` if any request fails or the run exceeds ``timeout_s``.
+    ``handshake``: check the server first (plugin, policy, KV pool) and the plugin's decisions
+    after (see the module docstring).
+    Raises :class:`ReplayError` if any request fails or the run exceeds ``timeout_s``, the server
+    fails the handshake, or the plugin made no decision for the run.
     """
     import dataclasses
 
@@ -409,12 +464,19 @@ def run_replay(
     fixed = getattr(type(policy), "FIXED", None) or {}  # an ablation's fixed values may not be passed
     params = {k: v for k, v in dataclasses.asdict(policy.params).items() if k not in fixed}
     run_id = uuid.uuid4().hex[:12]
-    server = server_url.rstrip("/")
+    from topas.sglang import server as srv
+
+    try:
+        server = srv.check_url(server_url)
+    except srv.ServerError as e:
+        raise ReplayError(str(e)) from None
     # what the plugin's policy may know (issue 16): sent with every request, applied by the adapter
     knowledge = tuple(sorted(prepared.knowledge.settings().items())) if prepared.knowledge is not None else ()
 
     async def main():
         await wait_healthy(server, wait_healthy_s)
+        if handshake:
+            check_server(server, trace, policy.name if send_policy else None)
         return await _replay(trace, server, policy.name if send_policy else None, params if send_policy else {},
                              run_id, timeout_s, request_timeout_s, retries, flush_cache, progress, knowledge)
 
@@ -442,9 +504,16 @@ def run_replay(
     if decision_log is not None:
         time.sleep(0.2)  # the scheduler logs the last admissions asynchronously to our receipt
         log = read_decision_log(decision_log, run_id)
-    name = policy.name if send_policy else os.environ.get("TOPAS_POLICY", "server")
+    if send_policy:
+        name = policy.name
+    else:  # the server's own policy ran it: label the result with the policy the plugin names
+        name = str(srv.plugin_block(server, refresh=True).get("policy")) if handshake else "server"
+    plugin_runs = check_decisions(server, run_id, name) if handshake else None
     result = build_replay_result(trace, name, done, task_finish, wall, log, run_id, t0)
     result.summary["run_id"] = run_id
+    if plugin_runs is not None:
+        result.summary["plugin_decisions"] = plugin_runs["decisions"]
+        result.summary["plugin_fallbacks"] = plugin_runs["fallbacks"]
     if out is not None:
         write_result_atomic(result, out)
     return result
