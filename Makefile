@@ -3,6 +3,8 @@
 #   make reproduce              run every experiment and notebook -> data/results/, figures/
 #   make reproduce QUICK=1      the same, small (what CI-sized runs use)
 #   make reproduce ENGINE=sglang SERVER=http://HOST:PORT   replay every run on a real SGLang server
+#   make reproduce ENGINE=sglang GRID=gpu-afternoon SERVERS=URL1,URL2 YES=1   ~3 h of arrivals, split over servers
+#   make reproduce ... ARGS='--tasks 2 --plan'   any scripts/reproduce.py option (--plan: print the plan, stop)
 #   make reproduce RAY_ADDRESS=auto   run the sweeps on a Ray cluster
 #   make test                   the test suite (fast by default)
 
@@ -10,6 +12,8 @@ PY     ?= python3
 VENV   ?= .venv
 QUICK  ?= 0
 ENGINE ?= sim
+GRID   ?=
+YES    ?= 0
 
 VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
@@ -18,7 +22,7 @@ STAMP  := $(VENV)/.installed
 .PHONY: help install lock test test-sglang fidelity fidelity-contention reproduce figures pack check-results lab traces profiles bench clean
 
 help:  ## list the targets
-	@echo "Usage: make <target> [PY=python3] [VENV=.venv] [QUICK=0|1] [ENGINE=sim|sglang] [SERVER=URL] [RAY_ADDRESS=auto]"
+	@echo "Usage: make <target> [PY=python3] [VENV=.venv] [QUICK=0|1] [ENGINE=sim|sglang] [SERVER=URL] [SERVERS=URL1,URL2] [GRID=full|quick|gpu-afternoon] [YES=1] [ARGS=...] [RAY_ADDRESS=auto]"
 	@echo
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-zA-Z_-]*:.*## / {printf "  %-20s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
@@ -58,15 +62,20 @@ fidelity-contention:  ## prefixes competing for a small KV pool: simulator vs th
 	bash tools/sglang_cpu/build_env.sh
 	.venvs/sglang-cpu/bin/python scripts/fidelity_contention.py $(ARGS)
 
-reproduce: $(STAMP)  ## run all experiments and notebooks (QUICK=1 for a small run, ENGINE=sim|sglang)
-	$(VPY) scripts/reproduce.py --engine $(ENGINE) $(if $(filter 1,$(QUICK)),--quick,) \
-		$(if $(SERVER),--server $(SERVER),) $(if $(RAY_ADDRESS),--ray-address $(RAY_ADDRESS),)
+# The options every reproduce-like target passes to scripts/reproduce.py (ARGS: any other option).
+REPRO_OPTS = --engine $(ENGINE) $(if $(filter 1,$(QUICK)),--quick,) $(if $(GRID),--grid $(GRID),) \
+	$(if $(SERVER),--server $(SERVER),) $(if $(SERVERS),--servers $(SERVERS),) $(if $(filter 1,$(YES)),--yes,) \
+	$(if $(RAY_ADDRESS),--ray-address $(RAY_ADDRESS),)
+
+reproduce: $(STAMP)  ## run all experiments and notebooks (QUICK=1 small, ENGINE=sim|sglang, GRID=gpu-afternoon, SERVERS=..., YES=1, ARGS=...)
+	$(VPY) scripts/reproduce.py $(REPRO_OPTS) $(ARGS)
 
 figures: $(STAMP)  ## re-render figures and tables from the results store only (no simulation)
-	$(VPY) scripts/reproduce.py --figures-only
+	$(VPY) scripts/reproduce.py --figures-only $(if $(filter-out sim,$(ENGINE)),--engine $(ENGINE),) \
+		$(if $(filter 1,$(QUICK)),--quick,) $(if $(GRID),--grid $(GRID),) $(ARGS)
 
-pack: $(STAMP)  ## after a full reproduce: pack the results the figures need into data/results/$(ENGINE)/ (commit it)
-	$(VPY) scripts/pack_results.py --engine $(ENGINE)
+pack: $(STAMP)  ## after a reproduce: pack the results of the chosen grid into data/results/$(ENGINE)/ (commit it)
+	$(VPY) scripts/pack_results.py --engine $(ENGINE) $(if $(GRID),--grid $(GRID),) $(if $(filter 1,$(QUICK)),--grid quick,) $(ARGS)
 
 check-results: $(STAMP)  ## re-run a sample of stored results with the current code; compare (ARGS="--sample 20")
 	$(VPY) scripts/check_results.py $(ARGS)

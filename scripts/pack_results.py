@@ -18,7 +18,12 @@ commit at packing time, the environment (Python and library versions) and the pa
 is written beside the old one and swapped in with renames, so an interrupted run leaves the old
 pack whole; a pack over ``--max-mb`` (default 50) is refused.
 
-Usage: ``python scripts/pack_results.py [--engine sim] [--max-mb 50] [--log FILE]``
+Measured results (``--engine sglang``) are packed from what the store holds of the chosen grid
+(``--grid full|quick|gpu-afternoon``, :func:`topas.experiments.grid.named_grid`), without running
+the notebooks and without a server (the keys use the server identity the stored replays record):
+a GPU box that ran part of a grid ships that part; the manifest says how much of the grid it is.
+
+Usage: ``python scripts/pack_results.py [--engine sim] [--grid G] [--max-mb 50] [--log FILE]``
 (``--log`` reuses a store log from an earlier notebook run instead of executing the notebooks).
 """
 
@@ -86,6 +91,33 @@ def record_notebook_log(log: Path, engine: str) -> None:
                           executed_dir=Path(tmp) / "executed", progress=True)
 
 
+def measured_keys(grid: str) -> tuple[list[str], set[str], int]:
+    """The stored replays of a named grid (keys, those to ship in full: none, and the grid's size);
+    exits with one line when the store holds none of them."""
+    from topas.experiments.grid import named_grid
+    from topas.experiments.spec import SGLANG_IDENTITY_ENV, SGLANG_URL_ENV
+    from topas.sglang.server import ServerError, stored_identity
+
+    store = ResultStore()
+    try:
+        ident = stored_identity(store)
+    except ServerError as e:
+        raise SystemExit(f"error: {e}") from None
+    if ident is None:
+        raise SystemExit("error: the results store holds no replays (engine sglang); run "
+                         "`make reproduce ENGINE=sglang SERVER=URL` first")
+    os.environ.pop(SGLANG_URL_ENV, None)
+    os.environ[SGLANG_IDENTITY_ENV] = json.dumps(ident)
+    exps = named_grid(grid, engine="sglang")
+    keys = list(dict.fromkeys(e.key() for e in exps))
+    have = [k for k in keys if store.has(k)]
+    if not have:
+        raise SystemExit(f"error: the results store holds none of the {len(keys)} replays of grid {grid}; run "
+                         f"`make reproduce ENGINE=sglang GRID={grid} SERVER=URL` first")
+    print(f"{len(have)} of the {len(keys)} replays of grid {grid} are stored; packing them", flush=True)
+    return have, set(), len(keys)
+
+
 #: The engines whose results each pack holds (the simulated pack holds every engine model of the
 #: simulator, notebook 11's too).
 PACKED_ENGINES = {"sim": ("sim",), "sglang": ("sglang",)}
@@ -140,21 +172,30 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--engine", default="sim", choices=("sim", "sglang"))
     ap.add_argument("--max-mb", type=float, default=50.0)
+    ap.add_argument("--grid", default="full", choices=("full", "quick", "gpu-afternoon"),
+                    help="--engine sglang: pack what the store holds of this grid (default: full)")
     ap.add_argument("--log", type=Path, default=None,
                     help="a store log from an earlier notebook run (default: run the notebooks now)")
     args = ap.parse_args(argv)
 
-    if args.log is None:
-        args.log = Path(tempfile.mkstemp(prefix="topas-store-log-", suffix=".txt")[1])
-        print(f"executing the notebooks in store-only mode (log: {args.log})", flush=True)
-        record_notebook_log(args.log, args.engine)
-    keys, loaded = read_log(args.log)
+    grid_size = None
+    if args.engine == "sglang" and args.log is None:
+        keys, loaded, grid_size = measured_keys(args.grid)
+    else:
+        if args.log is None:
+            args.log = Path(tempfile.mkstemp(prefix="topas-store-log-", suffix=".txt")[1])
+            print(f"executing the notebooks in store-only mode (log: {args.log})", flush=True)
+            record_notebook_log(args.log, args.engine)
+        keys, loaded = read_log(args.log)
     final = REPO / "data" / "results" / args.engine
     tmp = final.parent / f".tmp-pack-{args.engine}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
         manifest = build_pack(keys, loaded, args.engine, tmp)
+        if grid_size is not None:
+            manifest.update({"grid": args.grid, "grid_experiments": grid_size})
+            (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         mb = manifest["bytes"] / 1e6
         if mb > args.max_mb:
             raise SystemExit(f"error: the pack would be {mb:.1f} MB, over --max-mb {args.max_mb:g}")
@@ -166,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    print(f"packed {manifest['n_experiments']} experiments ({manifest['n_full_tables']} with every table), "
+    of = f" of the {grid_size} of grid {args.grid}" if grid_size is not None else ""
+    print(f"packed {manifest['n_experiments']}{of} experiments ({manifest['n_full_tables']} with every table), "
           f"{mb:.1f} MB -> {final.relative_to(REPO)}")
     return 0
 

@@ -30,7 +30,22 @@ Outputs (each written atomically: a temporary file, then a rename), in ``--out-d
   and policies, every run's experiment key, and the environment (Python and library versions,
   commit, dirty flag; :func:`topas.provenance.environment`).
 
-Options: ``--quick`` (1 seed, 100 tasks unless given), ``--figures-only`` (re-renders the table
+On a GPU box (``--engine sglang``): ``--servers URL1,URL2,...`` (or ``--server URL``, or
+``$TOPAS_SGLANG_URL``) names one or more identical SGLang servers running the topas plugin;
+before anything runs, each is asked who it is and refused, in one line naming the fix, if it does
+not run the plugin (:mod:`topas.sglang.server`). Then the *plan* is printed: per stage, the
+replays still to run (those stored are skipped) and the wall time their arrivals take (a replay
+submits tasks at their arrival times, so that is its least wall time on any hardware), and on
+several servers the wall time with one replay per server at a time. Past ``--max-hours`` (default
+1) of wall time the run stops there unless ``--yes`` is given (``make reproduce YES=1``);
+``--plan`` prints the plan and stops. ``--grid gpu-afternoon``
+(:func:`topas.experiments.grid.gpu_afternoon`, about 3 h of arrivals on one server) runs only that
+grid and writes ``results_gpu_afternoon.{csv,md}`` to ``figures/sglang/gpu-afternoon/``; ``--tasks``
+then caps every workload's task count (a smoke run). Every replay is stored as it finishes; a
+restart resumes. Notebooks with nothing measured to show (01, 09-11) are not executed for
+``--engine sglang``: ``figures/sglang/NOT_MEASURED.md`` says why.
+
+Options: ``--quick`` (1 seed, 100 tasks unless given; the same as ``--grid quick``), ``--figures-only`` (re-renders the table
 from ``results_synthetic.csv`` and re-executes the notebooks on stored results only: the working
 store ``data/results/store``, then the results shipped in ``data/results/sim/``; nothing is
 simulated, a missing result fails naming it). Without it the notebooks simulate every result the
@@ -59,6 +74,19 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 WORKLOADS = ("chain-3", "dag-4", "dag-10-wide")
+GRIDS = ("full", "quick", "gpu-afternoon")
+AFTERNOON_TABLE = "results_gpu_afternoon"
+#: Notebooks with nothing measured on a server to show (trace statistics, the simulator-only
+#: explorer, the CPU fidelity study, the simulated engine-model comparison): not executed for
+#: --engine sglang, so figures/sglang/ holds measured results only.
+NOT_MEASURED = {
+    "01_workloads": "statistics of the traces, not of a run",
+    "09_weights_explorer": "an interactive explorer that simulates",
+    "10_fidelity": "the simulator against the CPU test server (make fidelity), not the GPU server",
+    "11_engine_model": "compares two simulated engines; nothing runs on the server",
+}
+#: Exit status of a refused or unreachable server (one line on stderr).
+EXIT_SERVER = 3
 BASELINES = ("fcfs", "lpm", "spf", "parrot-fcfs", "autellix-las")
 METRICS = (("mean", "jct_mean"), ("p99", "jct_p99"))  # (table name, summary key)
 TABLE = "results_synthetic"
@@ -71,6 +99,8 @@ COLUMNS = [
     "best_baseline_mean", "mean_vs_best_pct", "best_baseline_p99", "p99_vs_best_pct",
     "paper_mean_vs_best_pct", "paper_p99_vs_best_pct",
 ]
+#: Columns a table may lack (older tables): ``server`` names the SGLang server of measured rows.
+OPTIONAL_COLUMNS = ["server"]
 
 
 def kind_of(policy: str) -> str:
@@ -93,6 +123,9 @@ def write_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(text)
+        from topas.paths import usual_mode
+
+        usual_mode(tmp)  # mkstemp made it 0600
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -136,6 +169,8 @@ def aggregate(runs: list[dict], settings: dict) -> list[dict]:
     rows = []
     for (w, p), rs in groups.items():
         row = {"workload": w, "policy": p, "kind": kind_of(p), **settings}
+        if row.get("tasks") is None:  # a grid with its own task count per workload
+            row["tasks"] = max(int(r["n_tasks"]) for r in rs)
         for key in ("jct_mean", "jct_p99", "throughput_rps", "avg_decode_batch", "decision_wall_mean_ms"):
             vals = [float(r[key]) for r in rs]
             row[key] = sum(vals) / len(vals)
@@ -197,9 +232,15 @@ def render_markdown(rows: list[dict]) -> str:
         return "(no results)\n"
     s = rows[0]
     seeds = int(float(s["seeds"]))
+    tasks = {r["workload"]: int(float(r["tasks"])) for r in rows}
+    first = (f"first {next(iter(tasks.values()))} tasks of each trace" if len(set(tasks.values())) == 1 else
+             "first " + ", ".join(f"{n} tasks of {w}" for w, n in tasks.items()))
+    where = (f"Workloads measured on SGLang ({s['server']}), replayed at the traces' arrival times"
+             if s.get("server") else
+             f"Synthetic workloads on the simulator (engine `{s['engine']}`, profile `{s['profile']}`)")
     lines = [
-        f"Synthetic workloads on the simulator (engine `{s['engine']}`, profile `{s['profile']}`), "
-        f"first {int(float(s['tasks']))} tasks of each trace, Poisson arrivals at {float(s['load']):g}x "
+        f"{where}, "
+        f"{first}, Poisson arrivals at {float(s['load']):g}x "
         f"each trace's nominal rate, {seeds} arrival seed{'s' if seeds != 1 else ''}. JCT in seconds: "
         "mean over seeds, (min-max) across seeds. \"vs best baseline\" = (policy - best baseline) / "
         "best baseline, the best baseline chosen separately per metric among "
@@ -274,9 +315,9 @@ def render_text(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def emit(rows: list[dict], out_dir: Path) -> None:
-    csv_path, md_path = out_dir / f"{TABLE}.csv", out_dir / f"{TABLE}.md"
-    write_atomic(csv_path, csv_text(rows, COLUMNS))
+def emit(rows: list[dict], out_dir: Path, table: str = TABLE) -> None:
+    csv_path, md_path = out_dir / f"{table}.csv", out_dir / f"{table}.md"
+    write_atomic(csv_path, csv_text(rows, COLUMNS + OPTIONAL_COLUMNS))
     write_atomic(md_path, render_markdown(rows))
     print(render_text(rows))
     print(f"\nwrote {csv_path} and {md_path}")
@@ -291,6 +332,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--engine", choices=("sim", "sglang"), default="sim", help="engine (default: sim)")
     ap.add_argument("--server", default=None,
                     help="the SGLang server URL for --engine sglang (default: $TOPAS_SGLANG_URL)")
+    ap.add_argument("--servers", default=None, metavar="URL1,URL2,...",
+                    help="several identical SGLang servers (one per GPU): one replay per server at a time")
+    ap.add_argument("--grid", choices=GRIDS, default=None,
+                    help="full (default), quick (= --quick) or gpu-afternoon (about 3 h of arrivals, --engine sglang)")
+    ap.add_argument("--yes", action="store_true",
+                    help="run even when the plan's wall time exceeds --max-hours (make reproduce YES=1)")
+    ap.add_argument("--max-hours", type=float, default=1.0,
+                    help="ask for --yes past this many hours of planned wall time (default: 1)")
+    ap.add_argument("--plan", action="store_true", help="print the plan (replays, wall time) and stop")
     ap.add_argument("--quick", action="store_true", help="small run: 1 seed, 100 tasks (unless given)")
     ap.add_argument("--figures-only", action="store_true",
                     help=f"re-render the table from OUT_DIR/{TABLE}.csv without simulating")
@@ -309,16 +359,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--no-notebooks", action="store_true",
                     help="only the results table; do not execute the notebooks")
     args = ap.parse_args(argv)
+    if args.grid == "quick":
+        args.quick = True
+    args.grid = args.grid or ("quick" if args.quick else "full")
+    if args.grid == "gpu-afternoon" and args.engine != "sglang":
+        ap.error("--grid gpu-afternoon is a grid of replays on a real server: give --engine sglang")
+    if args.server and args.servers:
+        ap.error("give --server or --servers, not both")
     if args.seeds is None:
         args.seeds = 1 if args.quick else 3
-    if args.tasks is None:
+    if args.grid == "gpu-afternoon":
+        pass  # --tasks (if given) caps every workload of the grid
+    elif args.tasks is None:
         args.tasks = 100 if args.quick else 500
     if args.out_dir is None:
         args.out_dir = REPO / "figures" / "quick" if args.quick else REPO / "figures"
         if args.engine != "sim":  # measured results never overwrite the simulated figures
             args.out_dir = args.out_dir / args.engine
+        if args.grid == "gpu-afternoon":
+            args.out_dir = REPO / "figures" / args.engine / "gpu-afternoon"
     for name in ("seeds", "tasks"):
-        if getattr(args, name) < 1:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             ap.error(f"--{name} must be >= 1")
     if not (args.load > 0 and math.isfinite(args.load)):
         ap.error("--load must be a finite number > 0")
@@ -327,8 +388,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def figures_only(out_dir: Path) -> int:
-    path = out_dir / f"{TABLE}.csv"
+def figures_only(out_dir: Path, table: str = TABLE) -> int:
+    path = out_dir / f"{table}.csv"
     if not path.is_file():
         print(f"error: {path} not found; run scripts/reproduce.py (make reproduce) first to simulate",
               file=sys.stderr)
@@ -342,74 +403,183 @@ def figures_only(out_dir: Path) -> int:
     # derived columns are recomputed from the numbers (the paper's from data/paper/reported.csv)
     rows = add_comparisons(rows, paper_reported())
     print(f"re-rendering {path} (no simulation)")
-    emit(rows, out_dir)
+    emit(rows, out_dir, table)
+    return 0
+
+
+class NoServer(ValueError):
+    """--engine sglang without a server (a usage error: exit status 2)."""
+
+
+def connect(args: argparse.Namespace):
+    """The handshake with the SGLang server(s) of ``--engine sglang``: their common identity
+    (:class:`topas.sglang.server.ServerIdentity`); sets ``$TOPAS_SGLANG_URL`` for this process and
+    the notebooks' kernels. Raises ``topas.sglang.server.ServerError`` (one line)."""
+    from topas.experiments.spec import SGLANG_URL_ENV
+    from topas.sglang.server import common_identity, parse_servers
+
+    text = args.servers or args.server or os.environ.get(SGLANG_URL_ENV, "")
+    if not text.strip():
+        raise NoServer(f"--engine sglang replays on running SGLang servers: start one per GPU with "
+                          f"`topas serve` (README, 'Running on a GPU box') and pass SERVER=URL or "
+                          f"SERVERS=URL1,URL2 (--server / --servers) or set {SGLANG_URL_ENV}")
+    urls = parse_servers(text)
+    os.environ[SGLANG_URL_ENV] = ",".join(urls)
+    ident = common_identity(urls)
+    print(f"SGLang: {len(urls)} server(s) running the topas plugin: {ident.short} "
+          f"({', '.join(urls)})", flush=True)
+    return ident
+
+
+def table_experiments(args: argparse.Namespace, policies: list[str], profile: str) -> list:
+    from topas.experiments.grid import results_table
+
+    return results_table(args.quick, args.engine, args.load, args.seeds, args.tasks, profile, policies)
+
+
+def print_plan(args: argparse.Namespace, stages: list, servers: int) -> int:
+    """Print the plan; 0 to go on, else the exit status (``--plan``, or past ``--max-hours``
+    without ``--yes``)."""
+    from topas.experiments.plan import format_hours, plan_lines
+
+    lines, wall = plan_lines(stages, servers)
+    print(f"plan (grid {args.grid}, replays at each trace's arrival times):", flush=True)
+    print("\n".join(lines), flush=True)
+    if args.plan:
+        return -1  # stop here, exit status 0
+    if wall > args.max_hours * 3600 and not args.yes:
+        print(f"error: this plan takes at least {format_hours(wall)}, more than --max-hours {args.max_hours:g}; "
+              f"run it with --yes (make reproduce ... YES=1), or shrink it: GRID=gpu-afternoon, "
+              f"ARGS='--tasks N', more servers (SERVERS=URL1,URL2,...)", file=sys.stderr)
+        return 2
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.engine == "sglang":
-        from topas.experiments.spec import SGLANG_URL_ENV
-
-        server = args.server or os.environ.get(SGLANG_URL_ENV, "")
-        if not server:
-            print(f"error: --engine sglang replays on a running SGLang server: start one with "
-                  f"`topas serve` (README, 'Running on a GPU box') and pass --server URL "
-                  f"(make reproduce ENGINE=sglang SERVER=URL) or set {SGLANG_URL_ENV}", file=sys.stderr)
-            return 2
-        os.environ[SGLANG_URL_ENV] = server
     from topas.experiments.grid import ENGINE_ENV
+    from topas.experiments.local import ExperimentFailed
+    from topas.experiments.spec import ExperimentError, SGLANG_IDENTITY_ENV
+    from topas.sglang.server import ServerError
 
     os.environ[ENGINE_ENV] = args.engine  # the notebooks' grids run on the same engine
-    from topas.experiments.store import STORE_ONLY_ENV, USE_PACKS_ENV
+    from topas.experiments.store import STORE_ONLY_ENV, USE_PACKS_ENV, ResultStore
 
+    ident = None
+    try:
+        if args.engine == "sglang" and not (args.figures_only and not (args.server or args.servers)):
+            ident = connect(args)
+        elif args.engine == "sglang":  # figures from stored replays, no server: the store names it
+            from topas.sglang.server import ServerIdentity, stored_identity
+
+            stored = stored_identity(ResultStore())
+            if stored is not None:
+                os.environ[SGLANG_IDENTITY_ENV] = json.dumps(stored)
+                ident = ServerIdentity(**stored)
+    except NoServer as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (ServerError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_SERVER
+    if ident is not None:  # the notebooks' figures and tables say where they were measured
+        from topas.plots import MEASURED_ON_ENV
+
+        os.environ[MEASURED_ON_ENV] = ident.short
     if args.figures_only:
         # Figures from stored results only: the working store, then the results shipped in
         # data/results/<engine>/; a missing result fails naming it instead of simulating.
         os.environ[STORE_ONLY_ENV] = "1"
-        status = figures_only(args.out_dir)
-        return status or run_notebooks(args)
+        table = AFTERNOON_TABLE if args.grid == "gpu-afternoon" else TABLE
+        status = figures_only(args.out_dir, table)
+        return status or (0 if args.grid == "gpu-afternoon" else run_notebooks(args))
     os.environ[USE_PACKS_ENV] = "0"  # a reproduction simulates everything (resumable in the store)
+    try:
+        return reproduce(args, ident)
+    except (ServerError, ExperimentError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_SERVER
+    except ExperimentFailed as e:
+        if args.engine != "sglang":
+            raise
+        print(f"error: {e}; the replays finished before it are kept in the results store: run the "
+              f"same command again to resume", file=sys.stderr)
+        return 1
 
+
+def reproduce(args: argparse.Namespace, ident) -> int:
     from topas.engine.cost import DEFAULT_PROFILE
-    from topas.experiments import Experiment, run_many
+    from topas.experiments import grid, run_many
+    from topas.experiments.plan import Stage
+    from topas.experiments.store import ResultStore
     from topas.policies import available_policies
 
     if args.ray_address:
         from topas.experiments.ray_backend import RAY_ADDRESS_ENV
 
         os.environ[RAY_ADDRESS_ENV] = args.ray_address  # the notebooks' kernels inherit it
+    measured = args.engine == "sglang"
+    noun = "replays" if measured else "simulations"
     profile = args.profile or DEFAULT_PROFILE
     policies = available_policies()
-    seeds = list(range(args.seeds))
-    settings = {"engine": args.engine, "profile": profile, "load": args.load, "tasks": args.tasks,
-                "seeds": args.seeds}
-    print(f"synthetic comparison: {len(WORKLOADS)} workloads x {len(policies)} policies x {len(seeds)} "
-          f"seed(s), {args.tasks} tasks each, load {args.load:g}x nominal, profile {profile}", flush=True)
+    if args.grid == "gpu-afternoon":
+        table_exps = grid.gpu_afternoon(tasks=args.tasks, engine=args.engine)
+        policies = [p for p in grid.AFTERNOON.policies if p in policies]
+    else:
+        table_exps = table_experiments(args, policies, profile)
+    if measured:
+        from topas.experiments.spec import SGLANG_URL_ENV
+
+        store = ResultStore()
+        servers = len(os.environ[SGLANG_URL_ENV].split(","))
+        todo = [e for e in table_exps if not store.has(e)]
+        stages = [Stage("gpu-afternoon grid" if args.grid == "gpu-afternoon" else "results table", todo,
+                        len(table_exps) - len(todo))]
+        if args.grid != "gpu-afternoon" and not args.no_notebooks:
+            seen = {e.key() for e in table_exps}
+            nb = [e for e in grid.notebook_grid(quick=args.quick, engine=args.engine) if e.key() not in seen]
+            nb_todo = [e for e in nb if not store.has(e)]
+            stages.append(Stage("notebooks 02-08 (their grids)", nb_todo, len(nb) - len(nb_todo)))
+        status = print_plan(args, stages, servers)
+        if status:
+            return max(status, 0)
     runs: list[dict] = []
     t0 = time.perf_counter()
-    for k, w in enumerate(WORKLOADS, 1):
-        exps = [Experiment(w, p, profile=profile, load=args.load, seed=s, n_tasks=args.tasks, engine=args.engine)
-                for p in policies for s in seeds]
-        print(f"[{k}/{len(WORKLOADS)}] {w}: {len(exps)} simulations", flush=True)
+    workloads = list(dict.fromkeys(e.workload for e in table_exps))
+    tasks = sorted({e.n_tasks for e in table_exps})
+    print(f"{'gpu-afternoon grid' if args.grid == 'gpu-afternoon' else 'synthetic comparison'}: "
+          f"{len(workloads)} workloads x {len(policies)} policies x {len({e.seed for e in table_exps})} seed(s), "
+          f"{'/'.join(map(str, tasks))} tasks each, load {table_exps[0].load:g}x nominal, profile {profile}"
+          + (f", measured on SGLang ({ident.short})" if ident else ""), flush=True)
+    for k, w in enumerate(workloads, 1):
+        exps = [e for e in table_exps if e.workload == w]
+        print(f"[{k}/{len(workloads)}] {w}: {len(exps)} {noun}", flush=True)
         t = time.perf_counter()
         # read from and written to the results store run by run, so a restart re-runs nothing finished
         runs.extend(run_many(exps, jobs=args.jobs, progress=not args.no_progress, desc=w,
                              ray_address=args.ray_address))
-        print(f"[{k}/{len(WORKLOADS)}] {w}: done in {time.perf_counter() - t:.1f} s", flush=True)
-    print(f"all simulations done in {time.perf_counter() - t0:.1f} s\n", flush=True)
+        print(f"[{k}/{len(workloads)}] {w}: done in {time.perf_counter() - t:.1f} s", flush=True)
+    print(f"all {noun} done in {time.perf_counter() - t0:.1f} s\n", flush=True)
 
+    settings = {"engine": args.engine, "profile": profile, "load": table_exps[0].load,
+                "tasks": args.tasks if args.grid != "gpu-afternoon" else None,
+                "seeds": len({e.seed for e in table_exps}), "server": ident.short if ident else ""}
+    name = AFTERNOON_TABLE if args.grid == "gpu-afternoon" else TABLE
     run_cols = list(runs[0].keys())
     from topas.provenance import environment
 
-    inputs = {"settings": settings, "workloads": list(WORKLOADS), "policies": policies, "seeds": seeds,
+    inputs = {"settings": settings, "workloads": workloads, "policies": policies,
+              "seeds": sorted({e.seed for e in table_exps}),
               "runs": [{"workload": r["workload"], "policy": r["policy"], "seed": r["seed"], "key": r["key"]}
                        for r in runs],
               "environment": environment()}
-    write_atomic(args.out_dir / f"{TABLE}_inputs.json", json.dumps(inputs, indent=1) + "\n")
-    write_atomic(args.out_dir / f"{TABLE}_runs.csv", csv_text(runs, run_cols))
+    write_atomic(args.out_dir / f"{name}_inputs.json", json.dumps(inputs, indent=1) + "
+")
+    write_atomic(args.out_dir / f"{name}_runs.csv", csv_text(runs, run_cols))
     rows = sort_rows(add_comparisons(aggregate(runs, settings), paper_reported()), policies)
-    emit(rows, args.out_dir)
+    emit(rows, args.out_dir, name)
+    if args.grid == "gpu-afternoon":
+        return 0
     return run_notebooks(args)
 
 
@@ -420,16 +590,30 @@ def run_notebooks(args: argparse.Namespace) -> int:
     from topas.experiments.notebooks import NOTEBOOKS_DIR, NotebookFailed, execute_notebooks, notebook_paths
 
     executed = NOTEBOOKS_DIR / "executed" / ("quick" if args.quick else "full")
+    paths = notebook_paths(NOTEBOOKS_DIR)
+    if args.engine == "sglang":  # figures/sglang/ holds measured results only
+        executed = executed / args.engine
+        paths = [p for p in paths if p.stem not in NOT_MEASURED]
+        write_atomic(args.out_dir / "NOT_MEASURED.md", not_measured_text())
     print(f"\nnotebooks -> figures in {args.out_dir}, executed copies in {executed}", flush=True)
     t = time.perf_counter()
     try:
         execute_notebooks({"quick": bool(args.quick), "out_dir": str(args.out_dir)},
-                          notebook_paths(NOTEBOOKS_DIR), executed_dir=executed, progress=not args.no_progress)
+                          paths, executed_dir=executed, progress=not args.no_progress)
     except NotebookFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(f"notebooks done in {time.perf_counter() - t:.1f} s", flush=True)
     return 0
+
+
+def not_measured_text() -> str:
+    lines = ["# Notebooks with nothing measured on the SGLang server", "",
+             "`make reproduce ENGINE=sglang` writes only measured results here; these notebooks have "
+             "nothing measured on the server to show, so they were not executed for it (their "
+             "simulated figures are in `figures/`):", ""]
+    lines += [f"- `notebooks/{k}.ipynb`: {v}" for k, v in NOT_MEASURED.items()]
+    return "\n".join(lines) + "\n"
 
 
 def interrupted_message(argv: list[str] | None = None) -> str:

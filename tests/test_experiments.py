@@ -271,8 +271,11 @@ def test_sglang_experiments_need_a_server_url(monkeypatch):
     from topas.experiments.spec import SGLANG_URL_ENV
 
     monkeypatch.delenv(SGLANG_URL_ENV, raising=False)
+    monkeypatch.delenv("TOPAS_SGLANG_IDENTITY", raising=False)
     e = Experiment("dag-4", "fcfs", load=1.2, n_tasks=5, engine="sglang")
-    assert e.key() != Experiment("dag-4", "fcfs", load=1.2, n_tasks=5).key()
+    # the key names the server (tests/test_sglang_server.py), so without one there is no key
+    with pytest.raises(ExperimentError, match="TOPAS_SGLANG_URL"):
+        e.key()
     with pytest.raises(ExperimentError, match="TOPAS_SGLANG_URL"):
         run_experiment(e)
 
@@ -306,6 +309,7 @@ def test_sglang_sweeps_run_one_at_a_time_in_this_process(tmp_path, monkeypatch):
         return simulate(p.trace, p.policy, p.cost, p.config)
 
     monkeypatch.setenv(spec_mod.SGLANG_URL_ENV, "http://127.0.0.1:1")
+    monkeypatch.setattr(spec_mod, "sglang_server_identity", lambda policy=None: {"device": "test"})  # no handshake
     monkeypatch.setattr(spec_mod, "run_prepared",
                         lambda p, progress=False: fake_replay(p, spec_mod.sglang_url(), progress))
     exps = [Experiment("dag-4", "fcfs", load=1.2, seed=s, n_tasks=5, engine="sglang") for s in range(3)]

@@ -53,3 +53,26 @@ def traces_dir() -> Path:
 def profiles_dir() -> Path:
     """``data/profiles`` (:class:`DataNotFound` when missing)."""
     return _required("profiles")
+
+
+def umask() -> int:
+    """The process's umask (from /proc where there is one: os.umask can only read it by setting it,
+    which races with other threads creating files)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def usual_mode(path: str | os.PathLike[str]) -> None:
+    """Give ``path`` the mode a plain ``open``/``mkdir`` would (0666/0777 less the umask, so 0644 /
+    0755 by default): ``tempfile.mkstemp``/``mkdtemp`` make their files private (0600/0700), which a
+    temporary-then-rename write would otherwise keep."""
+    base = 0o777 if os.path.isdir(path) else 0o666
+    os.chmod(path, base & ~umask())

@@ -190,12 +190,27 @@ def _atomic_write(path: Path, write: Callable[[str], None]) -> Path:
     return path
 
 
+#: Set (by ``scripts/reproduce.py --engine sglang``) to the SGLang server's short identity: the
+#: figures and tables then say they were measured there (:func:`measured_caption`).
+MEASURED_ON_ENV = "TOPAS_MEASURED_ON"
+
+
+def measured_caption() -> str | None:
+    """``measured on SGLang (<server>)`` when ``$TOPAS_MEASURED_ON`` names a server, else ``None``."""
+    label = os.environ.get(MEASURED_ON_ENV, "").strip()
+    return f"measured on SGLang ({label})" if label else None
+
+
 def save_figure(fig: matplotlib.figure.Figure, name: str, out_dir: str | os.PathLike | None = None) -> list[Path]:
     """Write ``<out_dir>/<name>.png`` and ``<name>.pdf`` atomically; return both paths.
 
-    Metadata dates are dropped so that re-rendering unchanged data gives the same PDF.
+    Metadata dates are dropped so that re-rendering unchanged data gives the same PDF. With
+    ``$TOPAS_MEASURED_ON`` set the figure gets a footnote ``measured on SGLang (<server>)``.
     """
     out = figures_dir(out_dir)
+    caption = measured_caption()
+    if caption and not any(t.get_text() == caption for t in fig.texts):
+        fig.text(0.99, 0.0, caption, ha="right", va="top", fontsize=7, color="0.35")
     paths = []
     for fmt, meta in (("png", {"Software": None}), ("pdf", {"CreationDate": None, "Producer": None})):
         paths.append(
@@ -240,8 +255,11 @@ def save_table(
     out = figures_dir(out_dir)
     csv = _atomic_write(out / f"{name}.csv", lambda tmp: df.to_csv(tmp, index=False))
 
+    caption = measured_caption()
+
     def write_md(tmp: str) -> None:
-        Path(tmp).write_text(to_markdown(df, floatfmt), encoding="utf-8")
+        head = f"{caption[0].upper()}{caption[1:]}.\n\n" if caption else ""
+        Path(tmp).write_text(head + to_markdown(df, floatfmt), encoding="utf-8")
 
     md = _atomic_write(out / f"{name}.md", write_md)
     return [csv, md]
@@ -839,7 +857,8 @@ def plot_paper_vs_ours(table: pd.DataFrame):
     ys = np.arange(len(d))[::-1]
     ax.axvline(0, color="black", lw=1)
     ax.scatter(d["paper_value"], ys, facecolors="none", edgecolors="black", s=40, label="paper (reported)", zorder=3)
-    ax.scatter(d["ours_value"], ys, color=policy_color("topas"), s=40, label="ours (simulator)", zorder=4)
+    ours = "ours (measured on SGLang)" if measured_caption() else "ours (simulator)"
+    ax.scatter(d["ours_value"], ys, color=policy_color("topas"), s=40, label=ours, zorder=4)
     names = {"mean_jct": "mean JCT", "p99_jct": "p99 JCT", "request_throughput": "throughput"}
     comps = {"vs_best_baseline": "vs best baseline", "vs_topas_base": "vs TOPAS-base",
              "vs_single_component_min": "vs 1-component (min)", "vs_single_component_max": "vs 1-component (max)"}

@@ -286,6 +286,33 @@ def gpu_afternoon(tasks: int | None = None, engine: str | None = None) -> list[E
     ]
 
 
+def results_table(quick: bool = False, engine: str | None = None, load: float = 1.2, seeds: int | None = None,
+                  tasks: int | None = None, profile: str | None = None,
+                  policies: Sequence[str] | None = None) -> list[Experiment]:
+    """The runs of ``scripts/reproduce.py``'s results table: every synthetic workload under every
+    registered policy (default) at ``load``, seeds ``0..seeds-1`` (default 3; quick 1), the first
+    ``tasks`` tasks (default 500; quick 100)."""
+    from topas.engine.cost import DEFAULT_PROFILE
+    from topas.policies import available_policies
+
+    seeds = seeds if seeds is not None else (1 if quick else 3)
+    tasks = tasks if tasks is not None else (100 if quick else 500)
+    return [Experiment(w, p, profile=profile or DEFAULT_PROFILE, load=load, seed=s, n_tasks=tasks,
+                       engine=engine or default_engine())
+            for w in SYNTHETIC for p in (policies or available_policies()) for s in range(seeds)]
+
+
+def named_grid(name: str, engine: str | None = None) -> list[Experiment]:
+    """Every experiment of a named grid (:data:`GRIDS`): ``gpu-afternoon``, or the results table
+    and the notebooks' grids of ``full`` / ``quick`` (what ``make pack ENGINE=sglang GRID=...`` packs)."""
+    if name == "gpu-afternoon":
+        return gpu_afternoon(engine=engine)
+    if name not in GRIDS:
+        raise ExperimentError(f"unknown grid {name!r}; grids: {', '.join(GRIDS)}")
+    quick = name == "quick"
+    return [*results_table(quick, engine), *notebook_grid(quick, engine)]
+
+
 def notebook_grid(quick: bool = False, engine: str | None = None) -> list[Experiment]:
     """The experiments the notebooks sweep on ``engine`` (02-08: JCT vs load on every workload,
     the ablations, the sensitivity grids, the mechanism runs), without duplicates: what ``make

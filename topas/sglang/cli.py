@@ -74,7 +74,8 @@ def serve_cmd(policy, params, profile, decision_log, python, dummy, dry_run, sgl
 @click.option("--param", "params", multiple=True, metavar="K=V", help="A policy parameter (repeatable).")
 @arrival_options("Replay")
 @knowledge_options
-@click.option("--server", required=True, metavar="URL", help="The SGLang server, e.g. http://127.0.0.1:30000.")
+@click.option("--server", required=True, metavar="URL",
+              help="The SGLang server, e.g. http://127.0.0.1:30000; it must run the topas plugin (checked first).")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, metavar="DIR",
               help="Write the result tables (the simulator's format) to DIR/<table>.parquet.")
 @click.option("--decision-log", type=click.Path(dir_okay=False), default=None, metavar="FILE",
@@ -109,7 +110,12 @@ def replay_cmd(trace_name, policy, params, rate, load, seed, n_tasks, server, ou
                             send_policy=not server_policy, wait_healthy_s=min(60.0, timeout_s))
     except ReplayError as e:
         _fail(f"error: replay failed, nothing written: {e}")
+    except KeyboardInterrupt:
+        _fail("interrupted: the replay was stopped, nothing written")
     lines = simulate_summary_lines(prepared, result, out)
+    if server_policy:  # the server's own policy ran it: print the label the result is stored under
+        lines = [f"policy       {result.summary['policy']}  (the server's policy, --server-policy)"
+                 if ln.startswith("policy ") else ln for ln in lines]
     lines[-2 if out else -1] = f"wall time    {result.summary['sim_wall_s']:.2f} s (replay on {server})"
     click.echo("\n".join(lines))
     click.echo(json.dumps({"run_id": result.summary["run_id"], "cached_tokens": result.summary["cached_tokens"]}))

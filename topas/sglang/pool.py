@@ -42,7 +42,8 @@ def map_on_servers(
     """``[fn(e) for e in exps]`` with each call on one of ``servers`` (default: the servers of
     ``$TOPAS_SGLANG_URL``), at most one at a time per server, in the input order.
 
-    ``order(e)``: a priority (larger first) for handing out experiments, e.g. their arrival span.
+    ``order(e)``: a priority (larger first) for handing out experiments to several servers, e.g.
+    their arrival span (one server takes them in the input order).
     The first failure stops handing out experiments, waits for the replays in flight (their
     results, if ``fn`` stores them, are kept) and raises
     :class:`topas.experiments.local.ExperimentFailed` naming the experiment. On Ctrl-C nothing new
@@ -56,7 +57,7 @@ def map_on_servers(
     out: list[Any] = [None] * len(exps)
     todo: "queue.Queue[int]" = queue.Queue()
     idx = list(range(len(exps)))
-    if order is not None:
+    if order is not None and len(servers) > 1:  # on one server the order changes nothing
         idx.sort(key=lambda i: -order(exps[i]))
     for i in idx:
         todo.put(i)

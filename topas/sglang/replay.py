@@ -406,7 +406,10 @@ def write_result_atomic(result: SimResult, out: str | os.PathLike) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
+        from topas.paths import usual_mode
+
         result.to_parquet(tmp)
+        usual_mode(tmp)  # mkdtemp made it 0700
         if out.exists():
             shutil.rmtree(out)
         os.replace(tmp, out)

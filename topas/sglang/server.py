@@ -43,6 +43,7 @@ __all__ = [
     "check_policy",
     "run_decisions",
     "PLUGIN_FIX",
+    "stored_identity",
 ]
 
 #: How to make a server run the plugin (quoted by every refusal).
@@ -225,3 +226,23 @@ def run_decisions(url: str, run_id: str) -> dict[str, Any] | None:
         return None
     return {"policy": runs[0].get("policy"), "decisions": sum(int(r.get("decisions", 0)) for r in runs),
             "fallbacks": sum(int(r.get("fallbacks", 0)) for r in runs)}
+
+
+def stored_identity(store: Any) -> dict[str, Any] | None:
+    """The server identity of the ``engine="sglang"`` results in ``store`` (a
+    :class:`topas.experiments.store.ResultStore`: its root and packs) when they all share one, so
+    stored replays are found without a server (``make figures`` / ``make pack ENGINE=sglang``;
+    ``$TOPAS_SGLANG_IDENTITY``); ``None`` when there are none. Several: :class:`ServerError`."""
+    found: dict[str, dict[str, Any]] = {}
+    for base in (store.root, *store.packs):
+        if not base.is_dir():
+            continue
+        for meta in sorted(base.glob("*/*/meta.json")):
+            m = json.loads(meta.read_text())
+            server = (m.get("canonical") or {}).get("server")
+            if m.get("engine") == "sglang" and server:
+                found[json.dumps(server, sort_keys=True)] = server
+    if len(found) > 1:
+        raise ServerError(f"the results store holds replays of {len(found)} different SGLang servers; name the "
+                          f"one to use with --server URL (it must be running)")
+    return next(iter(found.values()), None)

@@ -114,3 +114,34 @@ class KnowledgeCheckingPolicy(FCFS):
             if any(c not in tv.stages for st in tv.stages.values() for c in st.children):
                 raise RuntimeError(f"task {tid} shows a child it has not reached")
         return super().decide(view)
+
+def tiny_data_dir(dest, n_tasks: int = 2, source=None):
+    """A ``$TOPAS_DATA`` folder whose traces have the real traces' names (the synthetic three and
+    MetaGPT-TL, what :func:`topas.experiments.grid.gpu_afternoon` runs) but token counts a tiny CPU
+    server replays in seconds: the synthetic ones are :func:`topas.workload.synthetic.scaled_down`,
+    MetaGPT-TL its first ``n_tasks`` tasks with every prefix, input and output capped (128, 32, 8
+    tokens). Profiles are linked from ``source`` (default: the repository's ``data/``)."""
+    import os
+    from pathlib import Path
+
+    from topas.paths import data_dir
+    from topas.workload.synthetic import scaled_down
+    from topas.workload.trace_io import read_trace, trace_from_dict, trace_to_dict, write_trace
+
+    dest = Path(dest)
+    src = Path(source) if source is not None else data_dir()
+    (dest / "traces").mkdir(parents=True, exist_ok=True)
+    if not (dest / "profiles").exists():
+        os.symlink((src / "profiles").resolve(), dest / "profiles")
+    for name in ("chain-3", "dag-4", "dag-10-wide"):
+        write_trace(scaled_down(name, n_tasks), dest / "traces" / f"{name}.json.gz")
+    d = trace_to_dict(read_trace(src / "traces" / "metagpt-tl.json.gz").head(n_tasks))
+    for a in d["agents"]:
+        a["prefix_tokens"] = min(a["prefix_tokens"], 128)
+        a["expected_output_tokens"] = min(a["expected_output_tokens"], 8.0)
+    for t in d["tasks"]:
+        for s in t["stages"]:
+            s["input_tokens"], s["output_tokens"] = min(s["input_tokens"], 32), min(s["output_tokens"], 8)
+    d["meta"] = {**d["meta"], "tiny": "token counts capped for the CPU test server"}
+    write_trace(trace_from_dict(d), dest / "traces" / "metagpt-tl.json.gz")
+    return dest
