@@ -115,11 +115,12 @@ class KnowledgeCheckingPolicy(FCFS):
                 raise RuntimeError(f"task {tid} shows a child it has not reached")
         return super().decide(view)
 
-def tiny_data_dir(dest, n_tasks: int = 2, source=None):
+def tiny_data_dir(dest, n_tasks: int = 2, source=None, max_stages: int = 8):
     """A ``$TOPAS_DATA`` folder whose traces have the real traces' names (the synthetic three and
     MetaGPT-TL, what :func:`topas.experiments.grid.gpu_afternoon` runs) but token counts a tiny CPU
     server replays in seconds: the synthetic ones are :func:`topas.workload.synthetic.scaled_down`,
-    MetaGPT-TL its first ``n_tasks`` tasks with every prefix, input and output capped (128, 32, 8
+    MetaGPT-TL its first ``n_tasks`` tasks, each cut to its first ``max_stages`` stages (in the
+    trace's order, parents before children) and every prefix, input and output capped (128, 32, 8
     tokens). Profiles are linked from ``source`` (default: the repository's ``data/``)."""
     import os
     from pathlib import Path
@@ -140,7 +141,10 @@ def tiny_data_dir(dest, n_tasks: int = 2, source=None):
         a["prefix_tokens"] = min(a["prefix_tokens"], 128)
         a["expected_output_tokens"] = min(a["expected_output_tokens"], 8.0)
     for t in d["tasks"]:
+        t["stages"] = t["stages"][:max_stages]
+        kept = {s["id"] for s in t["stages"]}
         for s in t["stages"]:
+            s["parents"] = [p for p in s["parents"] if p in kept]
             s["input_tokens"], s["output_tokens"] = min(s["input_tokens"], 32), min(s["output_tokens"], 8)
     d["meta"] = {**d["meta"], "tiny": "token counts capped for the CPU test server"}
     write_trace(trace_from_dict(d), dest / "traces" / "metagpt-tl.json.gz")
