@@ -24,6 +24,7 @@ is replayed on the SGLang server at ``$TOPAS_SGLANG_URL`` and stored under its o
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 from typing import Iterable, Mapping, Sequence
@@ -338,9 +339,7 @@ def notebook_grid(quick: bool = False, engine: str | None = None) -> list[Experi
             os.environ.pop(ENGINE_ENV, None)
         else:
             os.environ[ENGINE_ENV] = old
-    seen: dict[tuple, Experiment] = {}
+    seen: dict[Experiment, None] = {}
     for e in exps:
-        e = Experiment(e.workload, e.policy, e.params, profile=e.profile, rate=e.rate, load=e.load, seed=e.seed,
-                       n_tasks=e.n_tasks, engine=engine, kv_budget=e.kv_budget)
-        seen.setdefault((e.workload, e.policy, e.params, e.load, e.seed, e.n_tasks), e)
-    return list(seen.values())
+        seen.setdefault(dataclasses.replace(e, engine=engine), None)  # equal specs once
+    return list(seen)
