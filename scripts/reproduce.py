@@ -573,8 +573,7 @@ def reproduce(args: argparse.Namespace, ident) -> int:
               "runs": [{"workload": r["workload"], "policy": r["policy"], "seed": r["seed"], "key": r["key"]}
                        for r in runs],
               "environment": environment()}
-    write_atomic(args.out_dir / f"{name}_inputs.json", json.dumps(inputs, indent=1) + "
-")
+    write_atomic(args.out_dir / f"{name}_inputs.json", json.dumps(inputs, indent=1) + "\n")
     write_atomic(args.out_dir / f"{name}_runs.csv", csv_text(runs, run_cols))
     rows = sort_rows(add_comparisons(aggregate(runs, settings), paper_reported()), policies)
     emit(rows, args.out_dir, name)
