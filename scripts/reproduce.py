@@ -527,9 +527,14 @@ def reproduce(args: argparse.Namespace, ident) -> int:
         policies = [p for p in grid.AFTERNOON.policies if p in policies]
     else:
         table_exps = table_experiments(args, policies, profile)
+    if args.plan and not measured:
+        print("--plan: the simulator has no arrival wall time to plan (it runs as fast as it can); "
+              f"{len(table_exps)} simulations in the table, then the notebooks")
+        return 0
     if measured:
         from topas.experiments.spec import SGLANG_URL_ENV
 
+        print("planning (reading the traces to time their arrivals) ...", flush=True)
         store = ResultStore()
         servers = len(os.environ[SGLANG_URL_ENV].split(","))
         todo = [e for e in table_exps if not store.has(e)]

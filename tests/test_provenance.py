@@ -42,8 +42,12 @@ def test_fingerprint_follows_every_byte_of_the_code(tmp_path):
         provenance.code_fingerprint(("nope",), pkg)
 
 
-def test_each_engine_keys_on_its_own_code():
+def test_each_engine_keys_on_its_own_code(monkeypatch):
     from topas.experiments.spec import ENGINES
+
+    # an sglang key also names its server (tests/test_sglang_server.py); a recorded identity stands in
+    monkeypatch.delenv("TOPAS_SGLANG_URL", raising=False)
+    monkeypatch.setenv("TOPAS_SGLANG_IDENTITY", '{"device": "test"}')
 
     assert set(provenance.ENGINE_CODE) == set(ENGINES)
     fps = {e: provenance.engine_fingerprint(e) for e in provenance.ENGINE_CODE}
