@@ -544,7 +544,7 @@ def reproduce(args: argparse.Namespace, ident) -> int:
             seen = {e.key() for e in table_exps}
             nb = [e for e in grid.notebook_grid(quick=args.quick, engine=args.engine) if e.key() not in seen]
             nb_todo = [e for e in nb if not store.has(e)]
-            stages.append(Stage("notebooks 02-08 (their grids)", nb_todo, len(nb) - len(nb_todo)))
+            stages.append(Stage("notebooks 02-08, 14 (their grids)", nb_todo, len(nb) - len(nb_todo)))
         status = print_plan(args, stages, servers)
         if status:
             return max(status, 0)
