@@ -31,30 +31,11 @@ sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
 from topas.engine.metrics import WALL_CLOCK_KEYS  # noqa: E402
 from topas.experiments import Experiment, ResultStore, map_experiments  # noqa: E402
+from topas.experiments.store import experiment_of  # noqa: E402
 
 #: Canonical fields that are inputs (not code): when one differs, the comparison is meaningless.
 INPUT_FIELDS = ("trace_sha256", "n_tasks", "rate", "seed", "policy", "params", "profile_hash", "engine",
                 "engine_config")
-
-
-def engine_options_of(meta: dict) -> dict:
-    """The simulator options a stored result ran with: the fields of its ``engine_config`` that
-    differ from the default (stock SGLang) configuration."""
-    import dataclasses
-
-    from topas.engine.config import EngineConfig
-
-    default = json.loads(json.dumps(dataclasses.asdict(EngineConfig())))
-    stored = meta["canonical"].get("engine_config") or {}
-    return {k: v for k, v in stored.items() if k in default and default[k] != v}
-
-
-def experiment_of(meta: dict) -> Experiment:
-    s = meta["experiment"]
-    opts = engine_options_of(meta) if s["engine"] == "sim" else {}
-    return Experiment(s["workload"], s["policy"], json.loads(s["params"]), profile=s["profile"], rate=s["rate"],
-                      load=s["load"], seed=s["seed"], n_tasks=s["n_tasks"], engine=s["engine"],
-                      kv_budget=s["kv_budget"], engine_options=opts)
 
 
 def rerun_summary(exp: Experiment) -> dict:

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from topas.experiments import Experiment, ResultStore, grid, run_sweep
-from topas.experiments.spec import KNOWLEDGE_FIELDS
+from topas.experiments.store import experiment_of
 from topas.experiments.store import (
     MANIFEST,
     STORE_ONLY_ENV,
@@ -146,11 +146,7 @@ def test_committed_pack_is_not_stale(manifest):
     are re-run and re-packed (`make reproduce && make pack`)."""
     for e in manifest["experiments"]:
         meta = json.loads((PACK / e["key"][:2] / e["key"] / "meta.json").read_text())
-        spec = meta["experiment"]
-        fresh = Experiment(spec["workload"], spec["policy"], json.loads(spec["params"]), profile=spec["profile"],
-                           load=spec["load"], rate=spec["rate"], seed=spec["seed"], n_tasks=spec["n_tasks"],
-                           engine=spec["engine"], kv_budget=spec["kv_budget"],
-                           **{k: spec.get(k, v) for k, v in KNOWLEDGE_FIELDS.items()})
+        fresh = experiment_of(meta)
         what = ("the code changed since it was packed" if meta["canonical"].get("code") != fresh.canonical()["code"]
                 else "its inputs changed since it was packed")
         assert fresh.key() == e["key"], f"stale shipped result: {e['label']} ({what}; make reproduce && make pack)"

@@ -320,6 +320,27 @@ class ResultStore:
         return removed
 
 
+def experiment_of(meta: dict[str, Any]) -> Experiment:
+    """The :class:`Experiment` a stored result's ``meta.json`` describes: its spec, the knowledge
+    settings (defaults when the result predates them) and, for the simulator, the engine options
+    (the fields of its ``engine_config`` that differ from the default, stock-SGLang one). Its key
+    equals the stored one exactly when nothing it depends on (inputs or code) has changed."""
+    import dataclasses
+
+    from topas.engine.config import EngineConfig
+
+    s = meta["experiment"]
+    opts: dict[str, Any] = {}
+    if s["engine"] == "sim":
+        default = json.loads(json.dumps(dataclasses.asdict(EngineConfig())))
+        stored = meta["canonical"].get("engine_config") or {}
+        opts = {k: v for k, v in stored.items() if k in default and default[k] != v and k != "kv_budget"}
+    return Experiment(s["workload"], s["policy"], json.loads(s["params"]), profile=s["profile"], rate=s["rate"],
+                      load=s["load"], seed=s["seed"], n_tasks=s["n_tasks"], engine=s["engine"],
+                      kv_budget=s["kv_budget"], engine_options=opts,
+                      **{k: s.get(k, v) for k, v in KNOWLEDGE_FIELDS.items()})
+
+
 def _alive(pid: int) -> bool:
     if pid == os.getpid():
         return True
