@@ -251,19 +251,22 @@ def test_the_afternoon_grid_is_about_three_hours_on_one_server():
     assert {e.n_tasks for e in grid.gpu_afternoon(tasks=2, engine="sim")} == {2}
 
 
+class _Item:
+    """A stand-in experiment for the server pool: it only needs a label."""
+
+    def __init__(self, i):
+        self.i = i
+
+    def label(self):
+        return f"e{self.i}"
+
+
 def test_replays_run_one_per_server_at_a_time(monkeypatch):
     from topas.sglang.pool import current_server, map_on_servers
 
     busy: dict[str, int] = {}
     peak: dict[str, int] = {}
     lock = threading.Lock()
-
-    class E:
-        def __init__(self, i):
-            self.i = i
-
-        def label(self):
-            return f"e{self.i}"
 
     def fn(e):
         s = current_server()
@@ -275,7 +278,7 @@ def test_replays_run_one_per_server_at_a_time(monkeypatch):
             busy[s] -= 1
         return (e.i, s)
 
-    out = map_on_servers(fn, [E(i) for i in range(8)], servers=["http://a:1", "http://b:2"], progress=False)
+    out = map_on_servers(fn, [_Item(i) for i in range(8)], servers=["http://a:1", "http://b:2"], progress=False)
     assert [i for i, _ in out] == list(range(8))  # input order
     assert {s for _, s in out} == {"http://a:1", "http://b:2"} and set(peak.values()) == {1}
 
@@ -284,20 +287,13 @@ def test_a_failing_replay_stops_the_sweep_naming_it():
     from topas.experiments.local import ExperimentFailed
     from topas.sglang.pool import map_on_servers
 
-    class E:
-        def __init__(self, i):
-            self.i = i
-
-        def label(self):
-            return f"e{self.i}"
-
     def fn(e):
         if e.i == 1:
             raise RuntimeError("boom")
         return e.i
 
     with pytest.raises(ExperimentFailed, match="e1 failed: boom"):
-        map_on_servers(fn, [E(i) for i in range(4)], servers=["http://a:1"], progress=False)
+        map_on_servers(fn, [_Item(i) for i in range(4)], servers=["http://a:1"], progress=False)
 
 
 # ----------------------------------------------------------------------------- scripts/reproduce.py
