@@ -10,6 +10,7 @@ engine model of the figures before issue 12.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -82,6 +83,11 @@ class EngineConfig:
     #: request: a request reaches the scheduler this long after its parents finished (a root:
     #: half of it after its task arrived) and a task ends half of it after its last stage.
     request_latency_s: float = 0.0
+    #: Multiplies the profile's host<->GPU bandwidth ``B_swap`` (a slower or faster link). The
+    #: engine swaps only with ``host_tier``; policies see the scaled bandwidth in their cost model
+    #: (a real scheduler knows its hardware), so TOPAS, whose J_move and V_reuse are priced with
+    #: ``B_swap``, decides differently even without a host tier.
+    swap_bandwidth_scale: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("max_running_requests", "new_token_ratio_decay_steps", "retract_decode_steps",
@@ -98,6 +104,9 @@ class EngineConfig:
             raise ValueError("EngineConfig.min_new_token_ratio_factor must be in (0, 1]")
         if not self.request_latency_s >= 0:
             raise ValueError(f"EngineConfig.request_latency_s must be >= 0, got {self.request_latency_s}")
+        s = self.swap_bandwidth_scale
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not (math.isfinite(s) and s > 0):
+            raise ValueError(f"EngineConfig.swap_bandwidth_scale must be a finite number > 0, got {s!r}")
 
 
 #: The engine model of the figures before issue 12 (host tier for every policy, prefixes shared
@@ -113,7 +122,7 @@ LEGACY_ENGINE: Mapping[str, Any] = {
 
 #: The behaviour switches (the fields an experiment's ``engine_options`` may set).
 BEHAVIOURS = ("host_tier", "radix_cache", "prefill_prefix_sharing", "overlap_schedule", "admission_gate",
-              "full_output_reserve", "ignore_eos", "request_latency_s")
+              "full_output_reserve", "ignore_eos", "request_latency_s", "swap_bandwidth_scale")
 
 
 def engine_config(options: Mapping[str, Any] | None = None, **base: Any) -> EngineConfig:

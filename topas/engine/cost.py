@@ -278,6 +278,15 @@ class CostModel:
                                       "kv_budget_tokens": int(kv_budget_tokens)}
         return replace(self, kv_budget_tokens=int(kv_budget_tokens), meta=meta)
 
+    def with_swap_bandwidth_scale(self, scale: float) -> "CostModel":
+        """The same model with ``B_swap`` multiplied by ``scale`` (> 0): a slower or faster
+        host<->GPU link (``EngineConfig.swap_bandwidth_scale``)."""
+        if isinstance(scale, bool) or not isinstance(scale, numbers.Real) or not (math.isfinite(scale) and scale > 0):
+            raise ValueError(f"swap bandwidth scale must be a finite number > 0, got {scale!r}")
+        meta = dict(self.meta)
+        meta["swap_bandwidth_scale"] = {"profile_swap_bandwidth": self.swap_bandwidth, "scale": float(scale)}
+        return replace(self, swap_bandwidth=self.swap_bandwidth * float(scale), meta=meta)
+
     def numeric_fields(self) -> dict[str, float | int]:
         """The fields that determine every time and size this model produces (an optional field,
         e.g. ``prefill_c_cached_sq``, only when it is not 0)."""

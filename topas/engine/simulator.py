@@ -70,6 +70,8 @@ class Simulator:
         self.knowledge = knowledge or Knowledge()
         if cfg.kv_budget is not None:
             cost = cost.with_budget(cfg.kv_budget)
+        if cfg.swap_bandwidth_scale != 1.0:
+            cost = cost.with_swap_bandwidth_scale(cfg.swap_bandwidth_scale)
         self.cost = cost
         self.budget = cost.kv_budget_tokens
         self.chunk = cfg.max_prefill_tokens or cost.max_prefill_tokens
@@ -221,7 +223,7 @@ class Simulator:
         know = self.knowledge
         prefixes = {
             a: PrefixView(a, p.tokens, know.prior(a, p.agent.expected_output_tokens), p.resident, p.on_host,
-                          p.refcount, p.last_used)
+                          p.refcount, p.last_used, self._ghost.get(a, False))
             for a, p in self.prefixes.items()
         }
         running = tuple(r.view(now) for r in self._running())
@@ -238,6 +240,7 @@ class Simulator:
             tasks=tasks,
             cost=self.cost,
             decode_batch=len(self.decoding),
+            host_tier=self.config.host_tier,
         )
 
     def _running(self) -> Iterable[Request]:
@@ -274,12 +277,12 @@ class Simulator:
     def apply(self, d: Decision) -> int:
         """Apply a Decision (validating it); returns the number of requests admitted."""
         pname = self.policy.name
-        if not self.manages and (d.evict or d.load or d.preempt):
+        if not self.manages and (d.evict or d.load or (d.preempt and not self.policy.may_preempt)):
             moves = "; ".join(f"{k} {tuple(v)!r}" for k, v in
                               (("evict", d.evict), ("load", d.load), ("preempt", d.preempt)) if v)
             raise InfeasibleDecision(
                 f"policy {pname!r} does not manage prefixes (manages_prefixes = False) but returned {moves}; "
-                "such a policy may only return an admit order"
+                "such a policy may only return an admit order (and preemptions if it declares may_preempt)"
             )
         if len(set(d.admit)) != len(d.admit):
             dup = sorted({r for r in d.admit if d.admit.count(r) > 1})

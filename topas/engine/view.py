@@ -77,7 +77,12 @@ class RequestView:
 
 @dataclass(frozen=True, slots=True)
 class PrefixView:
-    """An agent's prefix: l_a tokens, where its KV is, and how many running requests use it."""
+    """An agent's prefix: l_a tokens, where its KV is, and how many running requests use it.
+
+    ``cached`` (prefix-managing policies only): not resident (not pinned) but still in the
+    engine's radix cache, so loading it again costs nothing until the LRU takes it; the engine's
+    own cache state, which a real scheduler reads from its radix tree.
+    """
 
     agent: str
     tokens: int
@@ -86,6 +91,7 @@ class PrefixView:
     on_host: bool
     refcount: int
     last_used: float
+    cached: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +112,9 @@ class EngineView:
     tasks: Mapping[str, TaskView]
     cost: CostModel
     decode_batch: int = 0  # requests in the current decode batch
+    #: whether the engine has a host KV tier (an evicted prefix is saved to host memory); a
+    #: server setting every scheduler knows
+    host_tier: bool = False
 
     @property
     def free_tokens(self) -> int:
@@ -126,8 +135,9 @@ class Decision:
     ``load`` (prefixes to bring to the GPU), then walks ``admit`` in order, admitting each
     request while SGLang's admission check passes and stopping at the first that does not.
 
-    Policies with ``manages_prefixes = False`` return only ``admit``; the engine then loads
-    prefixes on demand and evicts unreferenced ones by LRU, as SGLang's radix cache does.
+    Policies with ``manages_prefixes = False`` return only ``admit`` (and ``preempt`` if they
+    declare ``may_preempt``); the engine then loads prefixes on demand and evicts unreferenced
+    ones by LRU, as SGLang's radix cache does.
     """
 
     admit: tuple[str, ...] = ()

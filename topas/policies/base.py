@@ -27,11 +27,16 @@ class NoParams:
 
 
 class Policy(ABC):
-    """Base class: subclasses set ``name``, optionally ``Params`` and ``manages_prefixes``."""
+    """Base class: subclasses set ``name``, optionally ``Params``, ``manages_prefixes`` and
+    ``may_preempt``."""
 
     name: ClassVar[str]
     Params: ClassVar[type] = NoParams
     manages_prefixes: ClassVar[bool] = False
+    #: a policy that does not manage prefixes may still return ``Decision.preempt`` if it sets
+    #: this (a prefix-managing policy always may): the engine stops those requests, frees their
+    #: KV and rebuilds their generated tokens on readmission, as for TOPAS's preemptions
+    may_preempt: ClassVar[bool] = False
 
     def __init__(self, **params: Any) -> None:
         self.params = make_params(self.Params, params, policy=self.name)

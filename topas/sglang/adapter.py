@@ -484,8 +484,10 @@ class Adapter:
             resident = a in self.pinned or a in cached or refs.get(a, 0) > 0
             if resident:
                 prefix_tokens += p.tokens
+            # a managing policy's unpinned prefix that the radix tree still holds (a load re-pins it)
+            still_cached = manages and not resident and a in snap.cached
             prefixes[a] = PrefixView(a, p.tokens, self.knowledge.prior(a, p.expected_output), resident,
-                                     a in snap.host, refs.get(a, 0), p.last_used)
+                                     a in snap.host, refs.get(a, 0), p.last_used, still_cached)
         return EngineView(
             time=now,
             kv_budget=snap.kv_budget,
@@ -569,7 +571,7 @@ class Adapter:
         """The simulator's rules (``Simulator.apply``), on the view; raises InfeasibleDecision."""
         pname = self.policy.name
         manages = self.policy.manages_prefixes
-        if not manages and (d.evict or d.load or d.preempt):
+        if not manages and (d.evict or d.load or (d.preempt and not getattr(self.policy, "may_preempt", False))):
             raise InfeasibleDecision(
                 f"policy {pname!r} does not manage prefixes but returned evict/load/preempt")
         waiting = {r.rid: r for r in view.waiting}
