@@ -40,6 +40,12 @@ subject to ``sum_{a in R'} l_a + sum_{r in Q'} d_r(t) <= B_t`` (``topas_terms`` 
   prefix load can cost more than one short request gains), the single best request is admitted
   with its prefix anyway, so TOPAS can never stall the engine.
 
+Readings (docs/method.md "Readings"; ``topas.experiments.readings``): the choices the paper
+leaves open are parameters whose defaults are the reading above: ``search`` (local, local+ with
+drop-two-add-one moves, exhaustive), ``aging_form`` (log, linear), ``admit_norm`` (absolute,
+remaining), ``sibling_share`` (residual, equal, last), ``redo`` (decode, reprefill) and
+``move_cost`` (swap, engine).
+
 Ablations (docs/method.md "Ablations"): ``topas-no-reuse`` (V_reuse off), ``topas-no-aging``
 (g_i = 1), ``topas-base`` (neither), ``topas-request-only`` (no prefix search: requests are
 ordered by the same age-weighted progress and prefixes are left to the engine's SGLang
@@ -50,6 +56,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
@@ -64,6 +71,7 @@ from topas.policies.topas_terms import (
     expected_longest_path,
     j_move,
     j_redo,
+    j_redo_reprefill,
     j_revoke,
     lookahead_counts,
     v_reuse,
@@ -110,6 +118,33 @@ class TopasParams:
     #: observations) or "prior" (the prior only); see ``topas.policies.estimates``
     output_estimator: Literal["online", "prior"] = field(default="online", metadata=OMIT_DEFAULT)
 
+    # ---- readings: choices the paper leaves open (docs/method.md "Readings"); each default is
+    # the reading of the figures so far, and ``topas.experiments.readings`` lists the axes.
+    #: search over R' when the pool has more than M agents: "local" (add one, add two, drop
+    #: one, swap), "local+" (also drop two and add one, so a large prefix can displace two small
+    #: ones) or "exhaustive" (every subset of the pool whatever M: 2^|pool| prefix sets per
+    #: decision, those over the budget skipped before GREEDYPACK; 2,048 on MetaGPT-TL)
+    search: Literal["local", "local+", "exhaustive"] = field(default="local", metadata=OMIT_DEFAULT)
+    #: the form of g_i(t): "log" (1 + rho * log(1 + (t - tau_i) / H_age)) or "linear"
+    #: (1 + rho * (t - tau_i) / H_age)
+    aging_form: Literal["log", "linear"] = field(default="log", metadata=OMIT_DEFAULT)
+    #: J_admit's unit: "absolute" (g_i * Delta_task, seconds of critical path) or "remaining"
+    #: (g_i * Delta_task / L_i(H, t): the fraction of the task's remaining path committed)
+    admit_norm: Literal["absolute", "remaining"] = field(default="absolute", metadata=OMIT_DEFAULT)
+    #: how parallel siblings split g_i * Delta_task(F | H): "residual" (in proportion to their
+    #: expected residual times), "equal", or "last" (sequential conditioning read literally:
+    #: all to the last sibling in topological order, 0 to the others)
+    sibling_share: Literal["residual", "equal", "last"] = field(default="residual", metadata=OMIT_DEFAULT)
+    #: J_redo: "decode" (T_decode * y_r, the paper's) or "reprefill" (the engine rebuilds the y_r
+    #: tokens with one prefill of x_r + y_r on the cached prefix, plus the re-wait: the earliest
+    #: expected finish in Q', when the preempted request can be readmitted at the soonest)
+    redo: Literal["decode", "reprefill"] = field(default="decode", metadata=OMIT_DEFAULT)
+    #: J_move's prices: "swap" (an eviction without a host copy costs the swap mu * l_a / B_swap
+    #: even when the engine has no host tier) or "engine" (as the engine does it: without a host
+    #: tier an eviction only unpins (free) and a load is a prefill unless the prefix is still
+    #: cached (free); with one, as "swap")
+    move_cost: Literal["swap", "engine"] = field(default="swap", metadata=OMIT_DEFAULT)
+
     def __post_init__(self) -> None:
         checks = {
             "beta": self.beta >= 0, "rho": self.rho >= 0, "H_age": self.H_age > 0, "M": self.M >= 0,
@@ -119,14 +154,19 @@ class TopasParams:
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
             raise PolicyError(f"topas parameter {bad[0]}={getattr(self, bad[0])!r} is out of range")
+        for name, typ in typing.get_type_hints(type(self)).items():
+            choices = typing.get_args(typ) if typing.get_origin(typ) is Literal else ()
+            if choices and getattr(self, name) not in choices:
+                raise PolicyError(f"topas parameter {name}={getattr(self, name)!r} is not one of {choices}")
 
 
 class _TaskCtx:
     """One task during one decision: its unfinished stages, residual times and L_i(H) cache."""
 
-    __slots__ = ("view", "order", "children", "residual", "committed", "g", "_cache", "waiting")
+    __slots__ = ("view", "order", "children", "residual", "committed", "g", "_cache", "waiting", "share", "norm")
 
-    def __init__(self, tv: TaskView, residual: dict[str, Any], committed: frozenset[str], g: float) -> None:
+    def __init__(self, tv: TaskView, residual: dict[str, Any], committed: frozenset[str], g: float,
+                 share: str = "residual", norm: str = "absolute") -> None:
         self.view = tv
         self.order = tuple(s for s in tv.topo_order if s not in tv.done)
         self.children = {s: tv.stages[s].children for s in self.order}
@@ -135,6 +175,8 @@ class _TaskCtx:
         self.g = g
         self._cache: dict[frozenset[str], float] = {}
         self.waiting: list[RequestView] = []
+        self.share = share  # TopasParams.sibling_share
+        self.norm = norm  # TopasParams.admit_norm
 
     def L(self, h: frozenset[str]) -> float:
         """L_i(H, t)."""
@@ -148,13 +190,22 @@ class _TaskCtx:
         return self.g * (self.L(h) - self.L(h | frozenset(stages)))
 
     def frontier_gains(self) -> dict[str, float]:
-        """Each waiting stage's share of g_i(t) * Delta_task(F | H, t), F = the waiting stages."""
+        """Each waiting stage's share of g_i(t) * Delta_task(F | H, t), F = the waiting stages
+        (in topological order), split by ``share`` and, with ``norm == "remaining"``, divided by
+        L_i(H, t)."""
         frontier = tuple(r.stage_id for r in self.waiting)
         if not frontier:
             return {}
         total = self.gain(self.committed, frontier)
+        if self.norm == "remaining":
+            remaining = self.L(self.committed)
+            total = total / remaining if remaining > 0 else 0.0
         if len(frontier) == 1:
             return {frontier[0]: total}
+        if self.share == "equal":
+            return {s: total / len(frontier) for s in frontier}
+        if self.share == "last":
+            return {s: total if s == frontier[-1] else 0.0 for s in frontier}
         size = {s: float(np.mean(self.residual[s])) if isinstance(self.residual[s], np.ndarray)
                 else self.residual[s] for s in frontier}
         norm = sum(size.values())
@@ -267,8 +318,9 @@ class _DecisionCtx:
         for tid in sorted({r.task_id for r in view.waiting}):
             tv = tasks[tid]
             res = {s: residual(s, tv, gen.get(f"{tid}/{s}", 0)) for s in tv.topo_order if s not in tv.done}
-            g = aging(view.time, tv.arrival, p.rho, p.H_age) if p.aging else 1.0
-            self.tasks[tid] = _TaskCtx(tv, res, frozenset(running_by_task.get(tid, ())), g)
+            g = aging(view.time, tv.arrival, p.rho, p.H_age, p.aging_form) if p.aging else 1.0
+            self.tasks[tid] = _TaskCtx(tv, res, frozenset(running_by_task.get(tid, ())), g,
+                                       p.sibling_share, p.admit_norm)
         # n_a(t) lookahead: pending stages whose unfinished parents are all ready (waiting or
         # running) are the only ones that can count for some Q'.
         self.pending: list[tuple[str, tuple[str, ...]]] = []  # (agent, unfinished parent rids)
@@ -326,6 +378,13 @@ class _DecisionCtx:
             pv = view.prefixes[r.agent]
             rem = est.expected_remaining(r.agent, pv.expected_output_tokens, r.generated)
             self.run_demand[r.rid] = r.kv_tokens + int(p.output_reserve * rem)
+        if p.redo == "reprefill":
+            #: expected time to finish of each request that may be in Q' (for the re-wait)
+            self.finish_in = {r.rid: est.expected_remaining(r.agent, view.prefixes[r.agent].expected_output_tokens,
+                                                            r.generated) * op.tpot for r in view.running}
+            for r in self.cands:
+                z = self.tasks[r.task_id].residual[r.stage_id]
+                self.finish_in[r.rid] = float(np.mean(z)) if isinstance(z, np.ndarray) else z
 
         # prefix moves
         self.move_in: dict[str, float] = {}
@@ -336,6 +395,13 @@ class _DecisionCtx:
             self.reload[a] = swap
             self.move_in[a] = swap if pv.on_host else view.cost.prefill_time([(pv.tokens, 0)])
             self.move_out[a] = 0.0 if pv.on_host else swap
+            if p.move_cost == "engine":
+                # without a host tier an eviction unpins (free) and a still cached prefix is
+                # pinned again for free; with one, an eviction writes the host copy (a swap)
+                if pv.cached:
+                    self.move_in[a] = 0.0
+                if not view.host_tier:
+                    self.move_out[a] = 0.0
         self.r_t = view.resident
         self._busy = frozenset(self.running_by_agent)
         self.prefix_len = {a: pv.tokens for a, pv in view.prefixes.items()}
@@ -382,7 +448,7 @@ class _DecisionCtx:
         terms = {
             "J_admit": gains,
             "J_move": j_move(moved_in, moved_out, affected),
-            "J_redo": j_redo((r.generated for r in preempt), self.tpot),
+            "J_redo": self._redo(preempt, preempt_ids, admit),
             "J_revoke": j_revoke(self._credit(r) for r in preempt),
             "V_reuse": v_reuse(p.beta, self._lookahead(preempt_ids, admit), self.reload, sorted(resident))
             if p.reuse else 0.0,
@@ -390,14 +456,28 @@ class _DecisionCtx:
         score = terms["J_admit"] - terms["J_move"] - terms["J_redo"] - terms["J_revoke"] + terms["V_reuse"]
         return _Plan(resident, admit, sorted(r.rid for r in preempt), score, terms)
 
+    def _redo(self, preempt: list[RequestView], preempt_ids: set[str], admit: list[tuple[str, float]]) -> float:
+        """J_redo of the preempted requests (``TopasParams.redo``)."""
+        if not preempt:
+            return 0.0
+        if self.p.redo == "decode":
+            return j_redo((r.generated for r in preempt), self.tpot)
+        # reprefill: one prefill of x_r + y_r on the cached prefix, after waiting to be readmitted
+        # at the earliest expected finish in Q' (none: no wait)
+        q = [self.finish_in[r.rid] for r in self.view.running if r.rid not in preempt_ids]
+        q.extend(self.finish_in[rid] for rid, _ in admit)
+        rewait = min(q, default=0.0)
+        prefills = [self.cost.prefill_time([(r.input_tokens + r.generated, self.prefix_len[r.agent])]) for r in preempt]
+        return j_redo_reprefill(prefills, [rewait] * len(preempt))
+
     def _credit(self, r: RequestView) -> float:
         """lambda_r, or with ``revalue_credit`` lambda_r * g_i(t) / g_i(t_admit)."""
         lam = self.policy.credits.get(r.rid, 0.0)
         if not self.p.revalue_credit or not self.p.aging or r.admitted_time is None:
             return lam
         tv = self.view.tasks[r.task_id]
-        then = aging(r.admitted_time, tv.arrival, self.p.rho, self.p.H_age)
-        return lam * aging(self.view.time, tv.arrival, self.p.rho, self.p.H_age) / then
+        then = aging(r.admitted_time, tv.arrival, self.p.rho, self.p.H_age, self.p.aging_form)
+        return lam * aging(self.view.time, tv.arrival, self.p.rho, self.p.H_age, self.p.aging_form) / then
 
     def _lookahead(self, preempted: set[str], admit: list[tuple[str, float]]) -> dict[str, int]:
         """``lookahead_counts(self.pending, Q')``, recomputing only the stages Q' changes."""
@@ -445,7 +525,7 @@ class _DecisionCtx:
         """The best post-decision state and the number of prefix sets evaluated."""
         self._best: _Plan | None = None
         self._consider(self.r_t)
-        if len(self.pool) <= self.p.M:
+        if len(self.pool) <= self.p.M or self.p.search == "exhaustive":
             for k in range(len(self.pool) + 1):
                 for combo in itertools.combinations(self.pool, k):
                     self._consider(self.must | frozenset(combo))
@@ -468,16 +548,20 @@ class _DecisionCtx:
         return True
 
     def _local_search(self) -> None:
-        """From R_t: single additions; pair additions when stuck; then deletions and swaps."""
+        """From R_t: single additions; pair additions when stuck; then deletions and swaps; with
+        ``search="local+"`` then drop-two-add-one moves."""
         for _ in range(4 * len(self.pool) + 4):
             cur = self._best.resident if self._best is not None else self.r_t
             outside = [a for a in self.pool if a not in cur]
             inside = sorted(cur - self.must)
-            neighbourhoods = (
+            neighbourhoods = [
                 [cur | {a} for a in outside],
                 [cur | {a, b} for a, b in itertools.combinations(outside, 2)],
                 [cur - {a} for a in inside] + [(cur - {a}) | {b} for a in inside for b in outside],
-            )
+            ]
+            if self.p.search == "local+":
+                neighbourhoods.append(
+                    [(cur - {a, b}) | {c} for a, b in itertools.combinations(inside, 2) for c in outside])
             for moves in neighbourhoods:
                 # evaluate the whole neighbourhood (no short-circuit), keep the best
                 if sum([self._consider(frozenset(m)) for m in moves]):

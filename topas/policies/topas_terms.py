@@ -20,9 +20,16 @@ from typing import Collection, Iterable, Mapping, Sequence
 import numpy as np
 
 
-def aging(t: float, tau: float, rho: float, h_age: float) -> float:
-    """``g_i(t) = 1 + rho * log(1 + (t - tau_i) / H_age)``; scales only the admission term."""
-    return 1.0 + rho * math.log1p(max(t - tau, 0.0) / h_age)
+def aging(t: float, tau: float, rho: float, h_age: float, form: str = "log") -> float:
+    """``g_i(t) = 1 + rho * log(1 + (t - tau_i) / H_age)`` (``form="log"``, the paper's), or
+    ``1 + rho * (t - tau_i) / H_age`` (``form="linear"``, a reading parameter); scales only the
+    admission term."""
+    x = max(t - tau, 0.0) / h_age
+    if form == "log":
+        return 1.0 + rho * math.log1p(x)
+    if form == "linear":
+        return 1.0 + rho * x
+    raise ValueError(f"aging form {form!r} is not one of ('log', 'linear')")
 
 
 def expected_longest_path(
@@ -106,6 +113,13 @@ def j_move(move_in_times: Iterable[float], move_out_times: Iterable[float], affe
 def j_redo(generated_tokens: Iterable[int], t_decode: float) -> float:
     """``J_redo = sum over preempted r of T_decode * y_r(t)``: generated tokens to rebuild."""
     return t_decode * sum(generated_tokens)
+
+
+def j_redo_reprefill(prefill_times: Iterable[float], rewait_times: Iterable[float]) -> float:
+    """``J_redo`` as the engine pays it (reading ``redo="reprefill"``): each preempted ``r`` is
+    rebuilt by one prefill of its suffix input + ``y_r(t)`` generated tokens on its cached prefix
+    (``prefill_times``), after waiting again to be readmitted (``rewait_times``)."""
+    return float(sum(prefill_times)) + float(sum(rewait_times))
 
 
 def j_revoke(credits: Iterable[float]) -> float:
