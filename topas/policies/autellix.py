@@ -34,14 +34,26 @@ The algorithm, term by term (method names in brackets):
 
 Deviations and interpretations (stated plainly):
 
-- **No preemption.** Autellix preempts a running call when it is demoted below a waiting call
-  of a higher queue. This policy does not manage prefixes (``manages_prefixes = False``, so the
-  engine loads prefixes on demand and evicts by LRU, as for FCFS/LPM), and the engine's
-  interface then allows only an admission order, so a running call always runs to completion.
-  Demotion therefore only matters for a call the *engine* retracted (decode out of memory): it
-  returns to the waiting queue in the queue of its ``base + attained``, i.e. behind fresher calls.
-  The alternative (managing prefixes so as to be allowed to preempt) would add prefix decisions
-  Autellix never makes; we chose the simpler, honest option.
+- **Preemption is a parameter** (``preempt``, default off: the figures' reading). Autellix
+  preempts a running call when it is demoted below a waiting call of a higher queue. This policy
+  does not manage prefixes (``manages_prefixes = False``: the engine loads prefixes on demand and
+  evicts by LRU, as for FCFS/LPM). With ``preempt=False`` it returns only an admission order, so
+  a running call runs to completion and demotion matters only for a call the *engine* retracted
+  (decode out of memory): it returns to the waiting queue in the queue of its ``base +
+  attained``, behind fresher calls. With ``preempt=True`` (``may_preempt``: the engine accepts
+  preemptions from a policy that does not manage prefixes, and stops the call as it stops a
+  retracted one: its KV is freed and its generated tokens are rebuilt by a prefill when it is
+  readmitted) the rule is [``preemption``]: at a decision where the highest-priority waiting call
+  was already offered to the engine at our previous decision and is still waiting (the engine
+  could not admit it: memory or the batch is full) and the lowest-priority running call (highest
+  queue; among equals the one admitted last) sits in a strictly lower queue, that running call
+  is preempted, one per decision (the engine decides again as soon as a request leaves the
+  batch). Strictly lower: two calls of one queue never preempt each other, so there is no
+  ping-pong; the victim keeps its attained service and waits in its queue. Autellix's code is
+  not public; this is the vLLM priority scheduler's rule (preempt the lowest-priority running
+  request while a higher-priority one cannot be scheduled), which Autellix builds on, without
+  its memory accounting (a non-clairvoyant policy does not know the engine's output
+  reservations; a refusal is what it observes).
 - The critical-path scalar uses the call's *inherited* priority, even if the call was promoted
   in the meantime (promotion is a fairness device and should not erase what was learnt about the
   program's critical path).
@@ -68,10 +80,10 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from topas.engine.view import Decision, EngineView, RequestView
-from topas.policies.base import Policy, PolicyError, register
+from topas.policies.base import OMIT_DEFAULT, Policy, PolicyError, register
 
 
 @dataclass(frozen=True)
@@ -85,6 +97,9 @@ class AutellixParams:
     #: Promote a waiting call to Q_1 when (task wait + call wait) / (task service + call service)
     #: reaches this ratio.
     beta_starve: float = 4.0
+    #: Preempt a running call demoted below a waiting call that the engine could not admit (the
+    #: real Autellix's behaviour; off: running calls run to completion). See the module docstring.
+    preempt: bool = field(default=False, metadata=OMIT_DEFAULT)
 
 
 @dataclass
@@ -116,6 +131,7 @@ def call_wait(r: RequestView, now: float) -> float:
 class AutellixLAS(Policy):
     name = "autellix-las"
     Params = AutellixParams
+    may_preempt = True  # only with the parameter preempt=True
 
     def __init__(self, **params) -> None:
         super().__init__(**params)
@@ -136,6 +152,7 @@ class AutellixLAS(Policy):
     def reset(self) -> None:
         self._tasks: dict[str, _Task] = {}
         self._calls: dict[str, _Call] = {}
+        self._offered: set[str] = set()  # the calls of our last admission order
 
     # ------------------------------------------------------------------ terms
     def queue_ranges(self) -> list[tuple[float, float]]:
@@ -209,4 +226,16 @@ class AutellixLAS(Policy):
                 c.base = 0.0
                 c.promotions += 1
         order = sorted(view.waiting, key=lambda r: (self.level(r), r.ready_time, r.rid))
-        return Decision(admit=tuple(r.rid for r in order))
+        preempt = self.preemption(view, order) if self.params.preempt else ()
+        self._offered = {r.rid for r in order}
+        return Decision(admit=tuple(r.rid for r in order), preempt=preempt)
+
+    def preemption(self, view: EngineView, order: list[RequestView]) -> tuple[str, ...]:
+        """The running call to preempt (at most one): the lowest-priority one, if it sits in a
+        strictly lower queue than the head of ``order`` and the engine refused that head at our
+        previous decision."""
+        if not order or not view.running or order[0].rid not in self._offered:
+            return ()
+        head = order[0]
+        victim = max(view.running, key=lambda r: (self.level(r), r.admitted_time or 0.0, r.rid))
+        return (victim.rid,) if self.level(victim) > self.level(head) else ()
