@@ -18,7 +18,7 @@ runs only what is missing, so a killed sweep resumes where it stopped::
     result = store.load(exp)                      # the stored tables (a SimResult)
 """
 
-from topas.experiments import grid
+from topas.experiments import grid, readings
 from topas.experiments.local import ExperimentFailed, map_experiments, run_many, run_row
 from topas.experiments.spec import (
     Experiment,
@@ -39,6 +39,7 @@ __all__ = [
     "grid",
     "map_experiments",
     "prepare",
+    "readings",
     "resolve_trace_path",
     "run_experiment",
     "run_many",
