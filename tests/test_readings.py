@@ -228,11 +228,17 @@ def test_remaining_normalisation_values_a_request_by_the_share_of_its_task_it_co
     tasks = [("chain", 0.0, chain, ()), ("single", 0.0, [("S", "short", 100, ())], ())]
     view = _view(prefixes, tasks)
     _, absolute = _ctx(view)
+    _, fraction = _ctx(view, admit_norm="fraction")
     _, remaining = _ctx(view, admit_norm="remaining")
-    assert absolute.cands[0].task_id == "chain" and remaining.cands[0].task_id == "single"
-    tc = remaining.tasks["chain"]
-    assert remaining.gain["chain/A"] == pytest.approx(tc.g * tc.residual["A"] / tc.L(frozenset()))
-    assert remaining.gain["single/S"] == pytest.approx(remaining.tasks["single"].g)  # all of its path
+    assert absolute.cands[0].task_id == "chain"
+    assert fraction.cands[0].task_id == "single" and remaining.cands[0].task_id == "single"
+    tc = fraction.tasks["chain"]
+    assert fraction.gain["chain/A"] == pytest.approx(tc.g * tc.residual["A"] / tc.L(frozenset()))
+    assert fraction.gain["single/S"] == pytest.approx(fraction.tasks["single"].g)  # all of its path
+    # "remaining": the same fractions, in seconds of the decision's mean remaining path
+    mean_path = (tc.L(frozenset()) + fraction.tasks["single"].L(frozenset())) / 2
+    for rid in ("chain/A", "single/S"):
+        assert remaining.gain[rid] == pytest.approx(fraction.gain[rid] * mean_path)
 
 
 @pytest.mark.parametrize("share", ["residual", "equal", "last"])

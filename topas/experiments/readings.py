@@ -89,7 +89,7 @@ def _axes() -> tuple[Axis, ...]:
         Axis("aging_form", T, "aging_form", "log", ("linear",),
              "the form of g_i(t) (log as the summaries give it; strength and growth are not published)"),
         Axis("rho", T, "rho", 0.5, (1.0, 2.0), "the aging strength rho: its value is in the unpublished supplement"),
-        Axis("admit_norm", T, "admit_norm", "absolute", ("remaining",),
+        Axis("admit_norm", T, "admit_norm", "absolute", ("remaining", "fraction"),
              "whether J_admit counts seconds of critical path or the fraction of the task's remaining path"),
         Axis("sibling_share", T, "sibling_share", "residual", ("equal", "last"),
              "how sequential conditioning splits Delta_task among parallel siblings of one frontier"),

@@ -128,9 +128,11 @@ class TopasParams:
     #: the form of g_i(t): "log" (1 + rho * log(1 + (t - tau_i) / H_age)) or "linear"
     #: (1 + rho * (t - tau_i) / H_age)
     aging_form: Literal["log", "linear"] = field(default="log", metadata=OMIT_DEFAULT)
-    #: J_admit's unit: "absolute" (g_i * Delta_task, seconds of critical path) or "remaining"
-    #: (g_i * Delta_task / L_i(H, t): the fraction of the task's remaining path committed)
-    admit_norm: Literal["absolute", "remaining"] = field(default="absolute", metadata=OMIT_DEFAULT)
+    #: J_admit's unit: "absolute" (g_i * Delta_task, seconds of critical path), "fraction"
+    #: (g_i * Delta_task / L_i(H, t): the fraction of the task's remaining path committed,
+    #: unitless beside the other terms' seconds) or "remaining" (that fraction times the mean
+    #: L_i(H, t) of the decision's tasks: ranked by fraction, back in seconds)
+    admit_norm: Literal["absolute", "remaining", "fraction"] = field(default="absolute", metadata=OMIT_DEFAULT)
     #: how parallel siblings split g_i * Delta_task(F | H): "residual" (in proportion to their
     #: expected residual times), "equal", or "last" (sequential conditioning read literally:
     #: all to the last sibling in topological order, 0 to the others)
@@ -191,13 +193,13 @@ class _TaskCtx:
 
     def frontier_gains(self) -> dict[str, float]:
         """Each waiting stage's share of g_i(t) * Delta_task(F | H, t), F = the waiting stages
-        (in topological order), split by ``share`` and, with ``norm == "remaining"``, divided by
-        L_i(H, t)."""
+        (in topological order), split by ``share`` and, unless ``norm == "absolute"``, divided by
+        L_i(H, t) (the caller rescales "remaining")."""
         frontier = tuple(r.stage_id for r in self.waiting)
         if not frontier:
             return {}
         total = self.gain(self.committed, frontier)
-        if self.norm == "remaining":
+        if self.norm != "absolute":
             remaining = self.L(self.committed)
             total = total / remaining if remaining > 0 else 0.0
         if len(frontier) == 1:
@@ -355,9 +357,13 @@ class _DecisionCtx:
         for r in sorted(view.waiting, key=lambda r: (r.task_id, self.tasks[r.task_id].order.index(r.stage_id))):
             self.tasks[r.task_id].waiting.append(r)
         self.gain: dict[str, float] = {}
+        scale = 1.0
+        if p.admit_norm == "remaining":  # fractions, in seconds of the decision's mean remaining path
+            paths = [tc.L(tc.committed) for tc in self.tasks.values()]
+            scale = float(np.mean(paths)) if paths else 1.0
         for tid, tc in self.tasks.items():
             for stage, g in tc.frontier_gains().items():
-                self.gain[f"{tid}/{stage}"] = g
+                self.gain[f"{tid}/{stage}"] = g * scale
         by_agent: dict[str, list[RequestView]] = {}
         for r in view.waiting:
             by_agent.setdefault(r.agent, []).append(r)
