@@ -172,6 +172,18 @@ def test_preempted_requests_resume_and_complete(server):
     _check_admission_follows_decisions(recs)
 
 
+def test_autellix_with_preemption_is_accepted_by_the_plugin(server):
+    """Autellix-LAS with ``preempt=True`` does not manage prefixes but declares ``may_preempt``:
+    the adapter accepts its decisions (no fallback), and whatever it preempts resumes and
+    completes. (Whether a preemption fires on this small run depends on the server's timing.)"""
+    trace, res, recs = _replay(server, "dag-4", "autellix-las", {"preempt": True}, seed=3)
+    _check_complete(trace, res)
+    assert not [r for r in recs if r["kind"] == "decision" and r["fallback"]]
+    preempted = [rid for r in recs if r["kind"] == "decision" for rid in r["preempt"]]
+    assert res.summary["preemptions"] == len(preempted)
+    print(f"\nautellix-las preempt=True: {len(preempted)} preemptions")
+
+
 def test_a_burst_misses_its_prefix_where_the_simulator_says(server, tmp_path):
     """Contention, request by request (topas.fidelity.contention): three agents' requests at t=0
     on a pool that holds two of their prefixes, under FCFS. The server's ``cached_tokens`` say which
