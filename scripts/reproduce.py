@@ -84,6 +84,7 @@ NOT_MEASURED = {
     "09_weights_explorer": "an interactive explorer that simulates",
     "10_fidelity": "the simulator against the CPU test server (make fidelity), not the GPU server",
     "11_engine_model": "compares two simulated engines; nothing runs on the server",
+    "12_when_claims_hold": "a simulator study (capacity search, ~1,000 runs over the space of readings): days of arrivals on a server",
 }
 #: Exit status of a refused or unreachable server (one line on stderr).
 EXIT_SERVER = 3

@@ -62,6 +62,12 @@ EXPECTED: dict[str, list[str]] = {
                           "fidelity_path.csv", "fidelity_path.md", "fidelity_contention.csv", "fidelity_contention.md"],
     "11_engine_model.ipynb": ["engine_model.png", "engine_model.pdf", "engine_model_table.csv", "engine_model_table.md",
                               "engine_model_shift.csv", "engine_model_shift.md"],
+    "12_when_claims_hold.ipynb": [
+        *(f"{n}.{ext}" for n in ("capacity_jct_vs_load", "headroom", "reading_space") for ext in ("png", "pdf")),
+        *(f"{n}.{ext}" for n in ("capacity_table", "operating_points_table", "headroom_table", "reading_space_table",
+                                 "reading_space_spread", "topas_plus_table", "topas_plus_selection",
+                                 "claims_ablations_table", "verdict_table") for ext in ("csv", "md")),
+    ],
     "14_robustness.ipynb": [
         *(f"robustness_{n}.{ext}" for n in ("noise", "bias", "dag", "arrivals", "estimator") for ext in ("png", "pdf")),
         *(f"robustness_{n}.{ext}" for n in ("table", "verdict", "stability", "estimator_table") for ext in ("csv", "md")),
