@@ -1,38 +1,40 @@
-"""Capacity (saturated throughput) of a policy on a workload, and loads defined from it.
+"""Capacity of a policy on a workload, and loads defined from it.
 
 A load of "1.2x" the trace's nominal rate means little by itself: one policy may run far below
 its capacity there while another is already overloaded. This module measures each policy's
 capacity on the simulator and expresses operating points as fractions of the best baseline's.
 
-**Method** (:func:`saturated_throughput`). Run ``Experiment(workload, policy, load=L_sat,
-n_tasks=N, seed=s)`` with ``L_sat`` well above every policy's capacity (default 4x nominal), so
-that a queue is present for most of the run. Sort the task completions and take the *steady
-window* ``[t_lo, t_hi]`` between the ``q_lo`` and ``q_hi`` completion quantiles (default 25% and
-75%): it leaves out the warm-up (the queue building up) and the drain (after the last arrival the
-queue empties and batches shrink). At 4x nominal every task has arrived long before ``t_hi``, but
-at ``t_hi`` a quarter of the tasks still waits, so the engine is still saturated.
+**Capacity = the largest stable arrival rate** (:func:`stable_capacity`, the number
+:func:`capacity_table` reports and :func:`operating_points` uses). Run ``N`` tasks at ``1x``
+nominal; double the load while the run is stable, halve it while it is not, then bisect the
+bracket ``steps`` times. A run is *stable* (:func:`is_stable`) when both indicators say so:
 
-Two estimates over that window:
+* last-quarter / first-quarter mean JCT by arrival (:func:`stability_ratio`) at most 1.5: a
+  growing queue makes late tasks wait longer than early ones. Blind to a policy that starves
+  old tasks (LPM at 2x nominal on DAG-4: ratio 0.86 with a mean JCT 4x the 1x one);
+* completions / arrivals over the arrival window after warm-up (:func:`completion_ratio`) at
+  least 0.9: an overloaded engine completes at its own rate, whatever it starves.
 
-* ``tasks/s (count)``: tasks completed in the window / its length: the suggested estimate. It is
-  biased upward for size-based policies (SPF, LAS): under saturation they finish the cheap tasks
-  first and leave the expensive ones for the drain, so the window is rich in cheap tasks;
-* ``tasks/s`` (the reported capacity, *work-normalised*): the unloaded service time
-  (:func:`topas.experiments.solo.stage_solo_time`, the request alone on an empty engine) of the
-  requests that finished in the window, per second of window, divided by the mean unloaded work
-  of a task of the run (:func:`topas.experiments.solo.task_work`). It counts what the engine
-  served, whatever tasks it came from, in units of "an average task", so the choice of which
-  tasks to finish first does not inflate it; it is what a stable queue must sustain (all tasks,
-  cheap and expensive, must eventually be served).
+The answer is the largest load found stable (conservative); the table also gives the smallest
+found unstable. Resolution: 1/16 of nominal from a [1, 2] bracket with 4 steps, but a run of
+``N`` tasks cannot tell an overload of a few percent from a stable load (the queue grows too
+slowly), so small ``N`` overestimates; see ``docs/capacity.md`` for the effect of ``N``.
+
+**Deep-queue throughput** (:func:`saturated_throughput`, reported beside it). Run at ``L_sat``
+(default 4x nominal) so that a queue is always present, and measure completions per second in
+the steady window between the 25% and 75% completion quantiles (leaving out warm-up and drain),
+as a count of tasks (``count``) and work-normalised (the unloaded service time of the requests
+finished in the window per second, divided by a task's mean: robust to a policy finishing cheap
+tasks first or draining tasks whose early stages ran before the window). **It is not the
+capacity on this engine**: throughput under a deep queue depends on ``L_sat`` and is often
+*lower* than the largest stable rate (congestion collapse: with many tasks admitted, all agents'
+prefixes and many reservations compete for the KV pool; Parrot-FCFS on DAG-4 sustains 1.0x
+nominal but completes 0.71-0.96x under a deep queue), and for FCFS it grows with ``L_sat``
+(0.96x at 1.5x, 1.38x at 6x, work-normalised). Use it to see how a policy degrades in overload.
 
 ``x nominal`` divides by the trace's ``meta["rate"]``, the unit of ``Experiment(load=...)``.
-
-:func:`capacity_table` runs these experiments through :func:`topas.experiments.run_sweep` (so
-results are cached in the store and a killed run resumes) and tabulates them with the best
-baseline per workload; :func:`operating_points` turns capacities into loads (fractions of the
-best baseline's capacity, and points beyond it); :func:`stability_table` gives the per-run
-stability indicator (last-quarter / first-quarter mean JCT by arrival) of any experiments.
-How the estimate depends on ``L_sat`` and ``N`` is measured in ``docs/capacity.md``.
+Every run goes through the results store (:func:`topas.experiments.run_sweep`), so a table is
+cached and a killed measurement resumes.
 """
 
 from __future__ import annotations
