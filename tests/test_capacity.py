@@ -131,3 +131,11 @@ def test_cli_capacity_prints_the_table_and_names_bad_inputs(tmp_path):
     assert r.exit_code == 1 and "unknown policy 'bogus'" in r.stderr
     r = runner.invoke(main, ["capacity", "nope", "--store", str(tmp_path)])
     assert r.exit_code == 1 and "unknown workload 'nope'" in r.stderr
+
+
+def test_capacity_over_seeds_is_the_smallest_by_default(store):
+    per_seed = [stable_capacity("dag-4", "fcfs", n_tasks=120, seed=s, steps=2, store=store).lo for s in (0, 1)]
+    kw = dict(n_tasks=120, seeds=(0, 1), steps=2, load_sat=None, store=store, progress=False)
+    assert capacity_table(["dag-4"], ["fcfs"], **kw)["capacity x nominal"].item() == min(per_seed)
+    assert capacity_table(["dag-4"], ["fcfs"], over_seeds="mean", **kw)["capacity x nominal"].item() == \
+        pytest.approx(sum(per_seed) / 2)

@@ -407,7 +407,8 @@ def simulate_cmd(trace_name: str, policy: str, params: tuple[str, ...], rate: fl
               show_default=True, help="Comma-separated policies to measure.")
 @click.option("--tasks", "n_tasks", type=click.IntRange(min=8), default=None, metavar="N",
               help="Tasks per run [default: 200; more resolves marginal overload better].")
-@click.option("--seed", type=int, default=0, show_default=True, help="Arrival seed.")
+@click.option("--seed", "seeds", type=int, multiple=True, default=(0,), show_default=True,
+              help="Arrival seed (repeatable: the capacity is then the smallest over the seeds).")
 @click.option("--load-sat", type=click.FloatRange(min=0, min_open=True), default=None, metavar="X",
               help="Saturating load (x nominal) of the deep-queue throughput columns [default: 4].")
 @click.option("--steps", type=click.IntRange(min=0), default=4, show_default=True,
@@ -416,7 +417,7 @@ def simulate_cmd(trace_name: str, policy: str, params: tuple[str, ...], rate: fl
               help="An engine behaviour switch (repeatable; default: the stock engine).")
 @click.option("--store", "store_root", type=click.Path(path_type=Path, file_okay=False), default=None,
               metavar="DIR", help="Results store to read and write [default: data/results/store].")
-def capacity_cmd(workloads: tuple[str, ...], policies: str, n_tasks: int | None, seed: int,
+def capacity_cmd(workloads: tuple[str, ...], policies: str, n_tasks: int | None, seeds: tuple[int, ...],
                  load_sat: float | None, steps: int, engine_opts: tuple[str, ...], store_root: Path | None) -> None:
     """Measure each policy's capacity on each WORKLOAD and print the table.
 
@@ -440,16 +441,17 @@ def capacity_cmd(workloads: tuple[str, ...], policies: str, n_tasks: int | None,
         options = dict(parse_param_strings(engine_opts))
         for w in workloads:
             for p in names:
-                capacity_experiment(w, p, n, seed, load_sat or DEFAULT_LOAD_SAT, engine_options=options).key()
+                capacity_experiment(w, p, n, seeds[0], load_sat or DEFAULT_LOAD_SAT, engine_options=options).key()
     except (ExperimentError, PolicyError, ProfileError, TraceError, FileNotFoundError) as e:
         fail(f"error: {e}")
     store = ResultStore(store_root) if store_root is not None else ResultStore()
-    table = capacity_table(list(workloads), names, n_tasks=n, seeds=(seed,), load_sat=load_sat or DEFAULT_LOAD_SAT,
+    table = capacity_table(list(workloads), names, n_tasks=n, seeds=seeds, load_sat=load_sat or DEFAULT_LOAD_SAT,
                            steps=steps, engine_options=options, store=store, progress=sys.stderr.isatty())
     cols = ["workload", "policy", "capacity x nominal", "unstable at", "capacity tasks/s", "saturated x nominal",
             "saturated count x nominal", "best baseline", "fraction of best baseline", "runs", "wall_s"]
     click.echo(table[cols].to_string(index=False, float_format=lambda v: f"{v:.3g}"))
-    click.echo(f"({n} tasks per run, seed {seed}; capacity = largest stable load found, x nominal)")
+    click.echo(f"({n} tasks per run, seed(s) {', '.join(map(str, seeds))}; capacity = largest stable load found, "
+               "x nominal; the smallest over the seeds)")
 
 
 # ----------------------------------------------------------------------------- topas policies

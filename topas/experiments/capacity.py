@@ -280,8 +280,10 @@ def capacity_table(workloads: Sequence[str], policies: Sequence[str] = BASELINES
                    load_sat: float | None = DEFAULT_LOAD_SAT, steps: int = 4,
                    engine_options: Mapping[str, Any] | None = None, store: Any = None,
                    baselines: Sequence[str] = BASELINES, unstable_above: float = STABLE_RATIO,
-                   progress: bool = True) -> pd.DataFrame:
-    """Capacities of ``policies`` on ``workloads``, one row per pair (means over ``seeds``):
+                   over_seeds: str = "min", progress: bool = True) -> pd.DataFrame:
+    """Capacities of ``policies`` on ``workloads``, one row per pair (over ``seeds``: the
+    ``over_seeds`` of each column, ``"min"`` (default: conservative, a load below it was stable
+    for every arrival sample) or ``"mean"``):
 
     * ``capacity x nominal`` / ``capacity tasks/s``: the largest load found stable
       (:func:`stable_capacity`, ``steps`` bisection steps), and ``unstable at`` the smallest
@@ -297,6 +299,8 @@ def capacity_table(workloads: Sequence[str], policies: Sequence[str] = BASELINES
     naming it. Runs are cached in ``store`` (see :func:`topas.experiments.run_sweep`)."""
     from topas.experiments.store import ResultStore
 
+    if over_seeds not in ("min", "mean"):
+        raise ValueError(f"over_seeds must be 'min' or 'mean', got {over_seeds!r}")
     for w in workloads:
         for p in policies:
             capacity_experiment(w, p, n_tasks, 0, load_sat or DEFAULT_LOAD_SAT, None, engine_options).key()
@@ -324,7 +328,7 @@ def capacity_table(workloads: Sequence[str], policies: Sequence[str] = BASELINES
     df = pd.DataFrame(rows)
     cols = [c for c in df.columns if c not in ("workload", "policy", "seed", "nominal rate", "runs", "wall_s")]
     table = (df.groupby(["workload", "policy"], sort=False)
-             .agg(**{c: (c, "mean") for c in cols}, **{"nominal rate": ("nominal rate", "first"),
+             .agg(**{c: (c, over_seeds) for c in cols}, **{"nominal rate": ("nominal rate", "first"),
                   "seeds": ("seed", "nunique"), "runs": ("runs", "sum"), "wall_s": ("wall_s", "sum")})
              .reset_index())
     best, frac = [], []
