@@ -28,7 +28,7 @@ finished in the window per second, divided by a task's mean: robust to a policy 
 tasks first or draining tasks whose early stages ran before the window). **It is not the
 capacity on this engine**: throughput under a deep queue depends on ``L_sat`` and is often
 *lower* than the largest stable rate (congestion collapse: with many tasks admitted, all agents'
-prefixes and many reservations compete for the KV pool; Parrot-FCFS on DAG-4 sustains 1.0x
+prefixes and many reservations compete for the KV pool; Parrot-FCFS on DAG-4 sustains ~0.85-1.1x
 nominal but completes 0.71-0.96x under a deep queue), and for FCFS it grows with ``L_sat``
 (0.96x at 1.5x, 1.38x at 6x, work-normalised). Use it to see how a policy degrades in overload.
 
