@@ -20,6 +20,7 @@ from topas.experiments.capacity import (
     saturated_throughput,
     stability_ratio,
     stability_table,
+    stable_capacities,
     stable_capacity,
 )
 from topas.experiments.store import ResultStore
@@ -139,3 +140,12 @@ def test_capacity_over_seeds_is_the_smallest_by_default(store):
     assert capacity_table(["dag-4"], ["fcfs"], **kw)["capacity x nominal"].item() == min(per_seed)
     assert capacity_table(["dag-4"], ["fcfs"], over_seeds="mean", **kw)["capacity x nominal"].item() == \
         pytest.approx(sum(per_seed) / 2)
+
+
+def test_searches_in_lockstep_probe_the_same_loads_as_one_at_a_time(tmp_path):
+    cases = [("chain-3", "fcfs", 0), ("dag-4", "lpm", 0)]
+    together = stable_capacities(cases, n_tasks=60, steps=2, store=ResultStore(tmp_path / "a"), jobs=1)
+    alone = [stable_capacity(w, p, n_tasks=60, seed=s, steps=2, store=ResultStore(tmp_path / "b"))
+             for w, p, s in cases]
+    assert [(c.lo, c.hi, c.probes) for c in together] == [(c.lo, c.hi, c.probes) for c in alone]
+    assert all(len(c.probes) >= 3 for c in together)  # a bracket, then two bisection steps

@@ -1081,7 +1081,7 @@ def plot_headroom(table: pd.DataFrame, panel_size: tuple[float, float] = (3.2, 2
                 st["marker"] = "s"
             styles.setdefault(name if kind != "measured" else policy_label(name) if name != "best baseline" else name, st)
             ax.plot(d["fraction"], d["mean JCT"], **st)
-        ax.set_yscale("log")
+        _tidy_y_axis(ax, True)
         ax.set_title(workload_label(w))
         ax.set_xlabel(FRACTION_LABEL)
         ax.set_ylabel("mean JCT (s), log scale" if j == 0 else "")

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Generator, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -56,6 +56,7 @@ __all__ = [
     "CapacityEstimate",
     "StableCapacity",
     "stable_capacity",
+    "stable_capacities",
     "capacity_experiment",
     "estimate_from_tables",
     "saturated_throughput",
@@ -231,26 +232,21 @@ def stable_capacity(workload: str, policy: str, n_tasks: int = DEFAULT_TASKS, se
     stability is monotone in the load; a noisy indicator near the threshold can make the answer
     land anywhere inside the region where runs are borderline. Runs are cached in ``store``.
     ``lo`` is ``min_load`` when even that is unstable, ``hi`` is ``inf`` when ``max_load`` is stable."""
-    from topas.experiments.store import ResultStore, run_sweep
+    (c,) = stable_capacities([(workload, policy, seed)], n_tasks, start, steps, unstable_above, min_completion,
+                             max_load, min_load, params, engine_options, store, progress, jobs=1)
+    return c
 
-    st = store if isinstance(store, ResultStore) else ResultStore(store)
-    probes: list[tuple[float, float]] = []
 
-    def stable(load: float) -> bool:
-        e = Experiment(workload, policy, dict(params or {}), load=round(load, 6), seed=seed, n_tasks=n_tasks,
-                       engine_options=dict(engine_options or {}))
-        run_sweep([e], st, jobs=1, progress=progress, desc=f"capacity {workload}/{policy}@{load:g}")
-        tasks = st.load_table(e, "tasks")
-        probes.append((round(load, 6), stability_ratio(tasks), completion_ratio(tasks)))
-        return is_stable(tasks, unstable_above, min_completion)
-
+def _search(start: float, steps: int, max_load: float, min_load: float) -> Generator[float, bool, tuple[float, float]]:
+    """The doubling/halving-then-bisection search of :func:`stable_capacity` as a coroutine: it
+    yields the next load to probe, is sent whether that load was stable, and returns ``(lo, hi)``."""
     lo, hi = 0.0, math.inf
     load = float(start)
-    if stable(load):
+    if (yield load):
         lo = load
         while hi == math.inf and load < max_load:
             load = min(2 * load, max_load)
-            if stable(load):
+            if (yield load):
                 lo = load
             else:
                 hi = load
@@ -258,7 +254,7 @@ def stable_capacity(workload: str, policy: str, n_tasks: int = DEFAULT_TASKS, se
         hi = load
         while lo == 0.0 and load > min_load:
             load = max(load / 2, min_load)
-            if stable(load):
+            if (yield load):
                 lo = load
             else:
                 hi = load
@@ -267,12 +263,50 @@ def stable_capacity(workload: str, policy: str, n_tasks: int = DEFAULT_TASKS, se
     if math.isfinite(hi):
         for _ in range(steps):
             mid = 0.5 * (lo + hi)
-            if stable(mid):
+            if (yield mid):
                 lo = mid
             else:
                 hi = mid
-    nominal = Experiment(workload, policy, load=1.0).resolve_rate()
-    return StableCapacity(workload, policy, lo, hi, float(nominal), n_tasks, seed, tuple(probes))
+    return lo, hi
+
+
+def stable_capacities(cases: Sequence[tuple[str, str, int]], n_tasks: int = DEFAULT_TASKS, start: float = 1.0,
+                      steps: int = 4, unstable_above: float = STABLE_RATIO, min_completion: float = MIN_COMPLETION,
+                      max_load: float = 16.0, min_load: float = 1 / 16, params: Mapping[str, Any] | None = None,
+                      engine_options: Mapping[str, Any] | None = None, store: Any = None,
+                      progress: bool = False, jobs: int | None = None) -> list[StableCapacity]:
+    """:func:`stable_capacity` for every ``(workload, policy, seed)`` of ``cases`` at once: the
+    searches advance in lockstep, each round's probes running as one sweep (``jobs`` worker
+    processes, ``None``: one per core), so independent searches use every core. The same probes
+    and results as one search at a time."""
+    from topas.experiments.store import ResultStore, run_sweep
+
+    st = store if isinstance(store, ResultStore) else ResultStore(store)
+    searches = {i: _search(start, steps, max_load, min_load) for i in range(len(cases))}
+    probes: dict[int, list[tuple[float, float, float]]] = {i: [] for i in searches}
+    pending = {i: next(g) for i, g in searches.items()}
+    done: dict[int, tuple[float, float]] = {}
+    rounds = 0
+    while pending:
+        rounds += 1
+        exps = {i: Experiment(cases[i][0], cases[i][1], dict(params or {}), load=round(load, 6), seed=cases[i][2],
+                              n_tasks=n_tasks, engine_options=dict(engine_options or {}))
+                for i, load in pending.items()}
+        run_sweep(list(exps.values()), st, jobs=jobs, progress=progress, desc=f"capacity round {rounds}")
+        nxt = {}
+        for i, e in exps.items():
+            tasks = st.load_table(e, "tasks")
+            probes[i].append((round(pending[i], 6), stability_ratio(tasks), completion_ratio(tasks)))
+            try:
+                nxt[i] = searches[i].send(is_stable(tasks, unstable_above, min_completion))
+            except StopIteration as stop:
+                done[i] = stop.value
+        pending = nxt
+    out = []
+    for i, (w, p, seed) in enumerate(cases):
+        nominal = Experiment(w, p, load=1.0).resolve_rate()
+        out.append(StableCapacity(w, p, done[i][0], done[i][1], float(nominal), n_tasks, seed, tuple(probes[i])))
+    return out
 
 
 def capacity_table(workloads: Sequence[str], policies: Sequence[str] = BASELINES + ("topas",),
@@ -307,24 +341,22 @@ def capacity_table(workloads: Sequence[str], policies: Sequence[str] = BASELINES
     st = store if isinstance(store, ResultStore) else ResultStore(store)
     pairs = [(w, p) for w in workloads for p in policies]
     rows = []
-    from tqdm.auto import tqdm
-
-    for w, p in tqdm(pairs, desc="capacity", unit="pair", disable=not progress):
-        for s in seeds:
-            c = stable_capacity(w, p, n_tasks, s, steps=steps, unstable_above=unstable_above,
-                                engine_options=engine_options, store=st)
-            exps = [Experiment(w, p, load=l, seed=s, n_tasks=n_tasks, engine_options=dict(engine_options or {}))
-                    for l, *_ in c.probes]
-            row = {"workload": w, "policy": p, "seed": s, "capacity x nominal": c.x_nominal,
-                   "capacity tasks/s": c.tasks_per_s, "unstable at": c.hi, "nominal rate": c.nominal_rate}
-            if load_sat is not None:
-                e = saturated_throughput(w, p, n_tasks, s, load_sat, engine_options=engine_options, store=st)
-                row["saturated x nominal"] = e.x_nominal
-                row["saturated count x nominal"] = e.count_x_nominal
-                exps.append(capacity_experiment(w, p, n_tasks, s, load_sat, None, engine_options))
-            row["runs"] = len(exps)
-            row["wall_s"] = sum(float(st.meta(e)["summary"].get("sim_wall_s", 0.0)) for e in exps)
-            rows.append(row)
+    cases = [(w, p, s) for w, p in pairs for s in seeds]
+    found = stable_capacities(cases, n_tasks, steps=steps, unstable_above=unstable_above,
+                              engine_options=engine_options, store=st, progress=progress)
+    for (w, p, s), c in zip(cases, found):
+        exps = [Experiment(w, p, load=l, seed=s, n_tasks=n_tasks, engine_options=dict(engine_options or {}))
+                for l, *_ in c.probes]
+        row = {"workload": w, "policy": p, "seed": s, "capacity x nominal": c.x_nominal,
+               "capacity tasks/s": c.tasks_per_s, "unstable at": c.hi, "nominal rate": c.nominal_rate}
+        if load_sat is not None:
+            e = saturated_throughput(w, p, n_tasks, s, load_sat, engine_options=engine_options, store=st)
+            row["saturated x nominal"] = e.x_nominal
+            row["saturated count x nominal"] = e.count_x_nominal
+            exps.append(capacity_experiment(w, p, n_tasks, s, load_sat, None, engine_options))
+        row["runs"] = len(exps)
+        row["wall_s"] = sum(float(st.meta(e)["summary"].get("sim_wall_s", 0.0)) for e in exps)
+        rows.append(row)
     df = pd.DataFrame(rows)
     cols = [c for c in df.columns if c not in ("workload", "policy", "seed", "nominal rate", "runs", "wall_s")]
     table = (df.groupby(["workload", "policy"], sort=False)

@@ -383,8 +383,8 @@ class ClaimsSize:
     seeds: tuple[int, ...]
 
 
-CLAIMS_FULL = ClaimsSize(capacity_tasks=200, capacity_steps=3, fractions=(0.5, 0.8, 0.95), beyond=(1.2,),
-                         op_tasks=1000, reading_fractions=(0.8, 0.95, 1.2), reading_tasks=200,
+CLAIMS_FULL = ClaimsSize(capacity_tasks=600, capacity_steps=3, fractions=(0.5, 0.8, 0.95), beyond=(1.2,),
+                         op_tasks=1000, reading_fractions=(0.5, 0.8, 1.2), reading_tasks=200,
                          reading_tasks_metagpt=60, seeds=(0,))
 CLAIMS_QUICK = ClaimsSize(capacity_tasks=30, capacity_steps=1, fractions=(0.8,), beyond=(1.2,), op_tasks=40,
                           reading_fractions=(0.8, 1.2), reading_tasks=30, reading_tasks_metagpt=12, seeds=(0,))
