@@ -14,8 +14,13 @@ Runs go through the results store (``run_sweep``), so a killed selection resumes
 ``data/results/selection/topas_plus_selection.csv`` (one row per candidate and point; atomic) and
 prints the ranking and the chosen variant.
 
+``--confirm`` is the step after the choice: ``topas-plus`` with its defaults (the chosen variant,
+untouched) and ``topas`` against the baselines on MetaGPT-SOP and MetaGPT-TL (loads 0.8, 1.0,
+1.2 unless ``--loads``), written to ``data/results/selection/topas_plus_metagpt.csv``.
+
     python scripts/select_topas_plus.py                      # 300 tasks, seeds 0-1, loads 0.8-1.4
     python scripts/select_topas_plus.py --tasks 60 --seeds 1 --loads 1.2   # a smoke test
+    python scripts/select_topas_plus.py --confirm            # then, once: the MetaGPT workloads
 """
 
 from __future__ import annotations
@@ -53,16 +58,26 @@ CANDIDATES: dict[str, dict] = {
 }
 TIE = 0.005  # worst ratios within 0.5% count as a tie
 OUT = data_dir() / "results" / "selection" / "topas_plus_selection.csv"
+#: --confirm: the held-out workloads, run only with the chosen defaults
+HELD_OUT = ("metagpt-sop", "metagpt-tl")
+CONFIRM_POLICIES = ("topas-plus", "topas")
+CONFIRM_OUT = OUT.with_name("topas_plus_metagpt.csv")
 
 
-def experiments(tasks: int, seeds: int, loads: list[float]) -> tuple[list[Experiment], list[tuple[str, Experiment]]]:
+def experiments(tasks: int, seeds: int, loads: list[float], workloads=WORKLOADS,
+                candidates: dict[str, tuple[str, dict]] | None = None
+                ) -> tuple[list[Experiment], list[tuple[str, Experiment]]]:
+    """Baseline runs and (variant name, run) pairs; ``candidates`` maps a variant name to
+    (policy, params), by default every topas-plus candidate."""
+    if candidates is None:
+        candidates = {name: ("topas-plus", params) for name, params in CANDIDATES.items()}
     base, cands = [], []
-    for wl in WORKLOADS:
+    for wl in workloads:
         for load in loads:
             for seed in range(seeds):
                 base += [Experiment(wl, b, load=load, seed=seed, n_tasks=tasks) for b in BASELINES]
-                cands += [(name, Experiment(wl, "topas-plus", params, load=load, seed=seed, n_tasks=tasks))
-                          for name, params in CANDIDATES.items()]
+                cands += [(name, Experiment(wl, pol, params, load=load, seed=seed, n_tasks=tasks))
+                          for name, (pol, params) in candidates.items()]
     return base, cands
 
 
@@ -109,15 +124,21 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", type=int, default=300)
     ap.add_argument("--seeds", type=int, default=2, help="arrival seeds 0..N-1")
-    ap.add_argument("--loads", type=float, nargs="+", default=[0.8, 1.0, 1.2, 1.4])
+    ap.add_argument("--loads", type=float, nargs="+", help="default: 0.8 1.0 1.2 1.4 (--confirm: 0.8 1.0 1.2)")
+    ap.add_argument("--confirm", action="store_true",
+                    help="run the chosen topas-plus (its defaults) and topas on the MetaGPT workloads")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (default 1: the machine is shared)")
     ap.add_argument("--store", type=Path, help="results store (default: the working store)")
-    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--out", type=Path, help=f"default: {OUT} (--confirm: {CONFIRM_OUT})")
     args = ap.parse_args(argv)
-    if args.tasks < 1 or args.seeds < 1 or any(not (x > 0) for x in args.loads):
+    loads = args.loads or ([0.8, 1.0, 1.2] if args.confirm else [0.8, 1.0, 1.2, 1.4])
+    if args.tasks < 1 or args.seeds < 1 or any(not (x > 0) for x in loads):
         ap.error("--tasks and --seeds must be >= 1 and every load > 0")
     store = ResultStore(args.store) if args.store else ResultStore()
-    base_exps, cand_exps = experiments(args.tasks, args.seeds, args.loads)
+    if args.confirm:
+        return confirm(args, loads, store)
+    args.out = args.out or OUT
+    base_exps, cand_exps = experiments(args.tasks, args.seeds, loads)
     base = run_sweep(base_exps, store, jobs=args.jobs, desc="baselines")
     cand = run_sweep([e for _, e in cand_exps], store, jobs=args.jobs, desc="topas-plus candidates")
     cand.insert(0, "variant", [name for name, _ in cand_exps])
@@ -129,6 +150,24 @@ def main(argv: list[str] | None = None) -> int:
     chosen = r.iloc[0]["variant"]
     print(f"\nchosen: {chosen!r} -> topas-plus defaults {CANDIDATES[chosen]}")
     print(f"per-point table: {args.out}")
+    return 0
+
+
+def confirm(args: argparse.Namespace, loads: list[float], store: ResultStore) -> int:
+    """The chosen topas-plus, untouched (no parameter given: its defaults), on the held-out workloads."""
+    out = args.out or CONFIRM_OUT
+    base_exps, runs = experiments(args.tasks, args.seeds, loads, workloads=HELD_OUT,
+                                  candidates={p: (p, {}) for p in CONFIRM_POLICIES})
+    base = run_sweep(base_exps, store, jobs=args.jobs, desc="baselines")
+    res = run_sweep([e for _, e in runs], store, jobs=args.jobs, desc="topas-plus and topas")
+    res.insert(0, "variant", [name for name, _ in runs])
+    t = table(base, res).rename(columns={"variant": "policy"})
+    write_atomic(t, out)
+    pd.set_option("display.width", 200)
+    cols = ["policy", "workload", "load", "jct_mean", "best_baseline_jct_mean", "ratio_jct_mean",
+            "jct_p99", "best_baseline_jct_p99", "ratio_jct_p99", "decision_ms"]
+    print(t[cols].to_string(index=False, float_format=lambda x: f"{x:.3f}"))
+    print(f"per-point table: {out}")
     return 0
 
 

@@ -164,3 +164,48 @@ def test_runs_as_an_experiment_with_its_parameters_by_name():
 def test_bad_parameters_are_refused_by_name(bad):
     with pytest.raises(PolicyError, match=next(iter(bad))):
         make_policy("topas-plus", **bad)
+
+
+# ----------------------------------------------------------------------- the selection script
+def _selection_script():
+    import importlib.util
+
+    from topas.paths import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("select_topas_plus", REPO_ROOT / "scripts" / "select_topas_plus.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_selection_rule_is_the_smallest_worst_ratio_then_the_geometric_mean():
+    import pandas as pd
+
+    mod = _selection_script()
+    t = pd.DataFrame([  # variant, ratio of mean, ratio of p99 at two points
+        ("steady", 0.99, 1.00), ("steady", 0.95, 0.97),
+        ("spiky", 0.50, 0.50), ("spiky", 0.60, 1.20),   # far better on average, loses one point
+        ("also steady", 1.002, 0.90), ("also steady", 0.90, 0.90),  # ties "steady"'s worst (0.5%)
+    ], columns=["variant", "ratio_jct_mean", "ratio_jct_p99"]).assign(decision_ms=0.1)
+    r = mod.ranking(t)
+    assert list(r["variant"]) == ["also steady", "steady", "spiky"]
+    assert r.loc[2, "worst_ratio"] == pytest.approx(1.2) and not r.loc[2, "tied_best"]
+
+
+def test_selection_runs_the_synthetic_workloads_only(tmp_path, capsys):
+    import pandas as pd
+
+    mod = _selection_script()
+    out = tmp_path / "sel.csv"
+    assert mod.main(["--tasks", "8", "--seeds", "1", "--loads", "1.2", "--store", str(tmp_path / "store"),
+                     "--out", str(out)]) == 0
+    t = pd.read_csv(out)
+    assert set(t["workload"]) == {"chain-3", "dag-4", "dag-10-wide"}
+    assert set(t["variant"]) == set(mod.CANDIDATES)
+    assert set(t["best_baseline_jct_mean"]) <= set(mod.BASELINES)
+    assert "chosen:" in capsys.readouterr().out
+    # the candidate that stands for the defaults spells out exactly today's defaults
+    from topas.policies.topas_plus import TopasPlusParams
+
+    chosen = mod.CANDIDATES["residency+path, H_age 60 s"]
+    assert {k: getattr(TopasPlusParams(), k) for k in chosen} == chosen
