@@ -2,7 +2,8 @@
 
 docs/method.md "What the paper reports": 1.9 ms per decision on average, 0.31% of wall time (MetaGPT-SOP,
 0.15 task/s). Our target (the TOPAS issue) on this 2-core machine: mean < 1 ms and p99 < 5 ms per
-decision. Two workloads, both under the default engine profile (``load_profile()``):
+decision; for ``topas-plus`` (issue 13, ours) mean < 0.5 ms on DAG-10-Wide. ``--policy`` takes one
+or more policies (default: ``topas`` and ``topas-plus``), each timed on each workload. Two workloads, both under the default engine profile (``load_profile()``):
 
 * DAG-10-Wide, ``data/traces/dag-10-wide.json.gz`` (10 agents, 8 parallel siblings), its first
   ``--tasks`` tasks re-timed to Poisson arrivals at ``--rate-mult`` x the trace's ``meta["rate"]``
@@ -20,6 +21,7 @@ waiting queue it decided over. ``--cprofile N`` then runs the workload once more
 prints the N functions with the most own time inside ``decide``.
 
     python benchmarks/decision_latency.py                     # 200 tasks each, 1.5x load
+    python benchmarks/decision_latency.py --policy topas-plus --workload dag-10-wide
     python benchmarks/decision_latency.py --tasks 100 --rate-mult 1.0 --cprofile 15
 """
 
@@ -47,6 +49,8 @@ from topas.workload.trace_io import read_trace
 
 TARGET_MEAN_MS = 1.0
 TARGET_P99_MS = 5.0
+#: per-policy targets (mean ms, p99 ms) where they differ from the above
+TARGETS = {"topas-plus": (0.5, TARGET_P99_MS)}
 #: MetaGPT-TL base load (docs/method.md: the ablation's 0.0175 task/s)
 TL_RATE = 0.0175
 TL_ROLES = ("ProductManager", "Architect", "ProjectManager", "Engineer", "QaEngineer", "DataAnalyst",
@@ -119,8 +123,9 @@ def run(name: str, trace: Trace, policy_name: str, cost, top: int) -> bool:
     print(f"   share of simulated time {w.sum() / 1e3 / s['makespan']:.4%}  (paper: 0.31%, 1.9 ms mean)")
     if len(cands):
         print(f"   prefix sets evaluated per decision  mean {cands.mean():.1f}  max {cands.max():.0f}")
-    met = mean < TARGET_MEAN_MS and p99 < TARGET_P99_MS
-    print(f"   target mean < {TARGET_MEAN_MS} ms and p99 < {TARGET_P99_MS} ms: {'MET' if met else 'MISSED'}")
+    t_mean, t_p99 = TARGETS.get(policy_name, (TARGET_MEAN_MS, TARGET_P99_MS))
+    met = mean < t_mean and p99 < t_p99
+    print(f"   target mean < {t_mean} ms and p99 < {t_p99} ms: {'MET' if met else 'MISSED'}")
     if top:  # a second, profiled run (cProfile slows decide() down several times)
         policy = make_policy(policy_name)
         prof = _Profiled(policy)
@@ -141,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate-mult", type=float, default=1.5,
                     help="arrival rate as a multiple of the workload's base rate (default 1.5)")
     ap.add_argument("--seed", type=int, default=0, help="arrival (and TL workload) seed")
-    ap.add_argument("--policy", default="topas", help="policy name (default topas; any TOPAS ablation works)")
+    ap.add_argument("--policy", nargs="+", default=["topas", "topas-plus"],
+                    help="policy names (default: topas topas-plus; any policy works)")
     ap.add_argument("--profile", default=DEFAULT_PROFILE, help="engine profile name or path")
     ap.add_argument("--workload", choices=("both", "dag-10-wide", "metagpt-tl-like"), default="both")
     ap.add_argument("--cprofile", type=int, default=0, metavar="N",
@@ -156,12 +162,13 @@ def main(argv: list[str] | None = None) -> int:
           f"{os.cpu_count()} CPUs visible, {platform.machine()}; engine {cost.name}, "
           f"KV budget {cost.kv_budget_tokens} tokens\n")
     met = True
-    if args.workload in ("both", "dag-10-wide"):
-        met &= run("DAG-10-Wide", dag10wide(args.tasks, args.rate_mult, args.seed), args.policy, cost, args.cprofile)
-    if args.workload in ("both", "metagpt-tl-like"):
-        met &= run("MetaGPT-TL-like star", metagpt_tl_like(args.tasks, args.rate_mult, args.seed), args.policy, cost,
-                   args.cprofile)
-    print(f"overall: {'MET' if met else 'MISSED'} (mean < {TARGET_MEAN_MS} ms and p99 < {TARGET_P99_MS} ms per decision)")
+    for policy in args.policy:
+        if args.workload in ("both", "dag-10-wide"):
+            met &= run("DAG-10-Wide", dag10wide(args.tasks, args.rate_mult, args.seed), policy, cost, args.cprofile)
+        if args.workload in ("both", "metagpt-tl-like"):
+            met &= run("MetaGPT-TL-like star", metagpt_tl_like(args.tasks, args.rate_mult, args.seed), policy, cost,
+                       args.cprofile)
+    print(f"overall: {'MET' if met else 'MISSED'} (each policy's targets per decision)")
     return 0 if met or not args.strict else 1
 
 

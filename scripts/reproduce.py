@@ -104,11 +104,17 @@ COLUMNS = [
 OPTIONAL_COLUMNS = ["server"]
 
 
+#: policies of our own design (not the paper's, not a baseline, not an ablation): issue 13's topas-plus
+OURS = ("topas-plus",)
+
+
 def kind_of(policy: str) -> str:
     if policy in BASELINES:
         return "baseline"
     if policy == "topas":
         return "topas"
+    if policy in OURS:
+        return "ours"
     if policy.startswith("topas-"):
         return "ablation"
     return "other"
@@ -199,7 +205,7 @@ def add_comparisons(rows: list[dict], paper: dict[tuple[str, str], float]) -> li
                 continue
             best = min(base, key=lambda r: (r[key], r["policy"]))
             for r in rs:
-                if r["kind"] in ("topas", "ablation", "other"):
+                if r["kind"] in ("topas", "ours", "ablation", "other"):
                     r[f"best_baseline_{name}"] = best["policy"]
                     r[f"{name}_vs_best_pct"] = 100.0 * (r[key] - best[key]) / best[key] if best[key] else None
                 if r["kind"] == "topas":
@@ -209,7 +215,7 @@ def add_comparisons(rows: list[dict], paper: dict[tuple[str, str], float]) -> li
 
 def sort_rows(rows: list[dict], policies: list[str]) -> list[dict]:
     worder = {w: i for i, w in enumerate(WORKLOADS)}
-    korder = {"baseline": 0, "topas": 1, "ablation": 2, "other": 3}
+    korder = {"baseline": 0, "topas": 1, "ours": 2, "ablation": 3, "other": 4}
     porder = {p: i for i, p in enumerate(policies)}
     return sorted(rows, key=lambda r: (worder.get(r["workload"], len(worder)), r["workload"],
                                        korder[r["kind"]], porder.get(r["policy"], len(porder)), r["policy"]))
@@ -257,6 +263,8 @@ def render_markdown(rows: list[dict]) -> str:
         policy = f"**{r['policy']}**" if r["kind"] == "topas" else r["policy"]
         if r["kind"] == "ablation":
             policy += " (ablation)"
+        elif r["kind"] == "ours":
+            policy += " (ours, not the paper's)"
         elif r["kind"] == "other":
             policy += " (not a baseline)"
 
@@ -281,7 +289,7 @@ def render_text(rows: list[dict]) -> str:
               "mean vs best", "p99 vs best", "paper mean", "paper p99")
     out = []
     for r in rows:
-        tag = {"ablation": " (abl.)", "other": " (other)"}.get(r["kind"], "")
+        tag = {"ablation": " (abl.)", "ours": " (ours)", "other": " (other)"}.get(r["kind"], "")
 
         def vs(name: str) -> str:
             p = _pct(r.get(f"{name}_vs_best_pct"))

@@ -37,7 +37,7 @@ def test_nothing_refers_outside_the_repository():
     assert not bad, "references outside the repository:\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize("doc", ["method.md", "design.md", "capacity.md"])
+@pytest.mark.parametrize("doc", ["method.md", "design.md", "capacity.md", "topas_plus.md"])
 def test_docs_name_only_code_that_exists(doc):
     text = (DOCS / doc).read_text()
     paths = set(re.findall(r"`((?:topas|scripts|tests|data)/[A-Za-z0-9_./-]+\.(?:py|md|csv|json))`", text))
@@ -61,3 +61,15 @@ def test_method_covers_every_term_and_parameter():
     for func in ("aging", "expected_longest_path", "delta_task", "j_admit", "j_move", "j_redo", "j_revoke",
                  "v_reuse", "lookahead_counts"):
         assert f"`{func}`" in text, func
+
+
+def test_topas_plus_doc_covers_every_parameter_and_says_it_is_ours():
+    text = (DOCS / "topas_plus.md").read_text()
+    assert "ours" in text.splitlines()[0] and "not the paper" in text.splitlines()[0]
+    import dataclasses
+
+    from topas.policies.topas_plus import TopasPlusParams
+
+    for f in dataclasses.fields(TopasPlusParams):
+        assert f"`{f.name}`" in text, f"docs/topas_plus.md does not document TopasPlusParams.{f.name}"
+    assert "topas_plus.md" in (DOCS / "method.md").read_text()

@@ -235,7 +235,8 @@ def test_reproduce_quick_end_to_end(tmp_path):
         assert x["best_baseline_mean"] in baselines and x["best_baseline_p99"] in baselines
         base = [float(y["jct_mean"]) for y in rows if y["workload"] == x["workload"] and y["policy"] in baselines]
         assert float(x["mean_vs_best_pct"]) == pytest.approx(100 * (float(x["jct_mean"]) - min(base)) / min(base))
-    assert all(x["kind"] == "ablation" for x in rows if x["policy"].startswith("topas-"))
+    assert all(x["kind"] == ("ours" if x["policy"] == "topas-plus" else "ablation")
+               for x in rows if x["policy"].startswith("topas-"))
     assert all(x["paper_mean_vs_best_pct"] == "" for x in rows if x["policy"] != "topas")
     md = (out / "results_synthetic.md").read_text()
     assert "paper (reported)" in md and "| dag-10-wide | **topas** |" in md

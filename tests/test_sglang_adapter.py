@@ -94,7 +94,7 @@ class Mirror(Simulator):
 
 CASES = [
     ("fcfs", {}), ("lpm", {}), ("spf", {}), ("parrot-fcfs", {}), ("autellix-las", {}),
-    ("topas", {}), ("topas", {"beta": 0.5}), ("topas-base", {}),
+    ("topas", {}), ("topas", {"beta": 0.5}), ("topas-base", {}), ("topas-plus", {}),
 ]
 
 

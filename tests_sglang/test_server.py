@@ -100,7 +100,7 @@ def _check_admission_follows_decisions(recs):
 
 
 @pytest.mark.parametrize("workload", ["chain-3", "dag-4"])
-@pytest.mark.parametrize("policy", ["fcfs", "topas"])
+@pytest.mark.parametrize("policy", ["fcfs", "topas", "topas-plus"])
 def test_replay_under_a_policy(server, workload, policy):
     trace, res, recs = _replay(server, workload, policy)
     _check_complete(trace, res)

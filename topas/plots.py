@@ -46,6 +46,7 @@ POLICY_ORDER: tuple[str, ...] = (
     "parrot-fcfs",
     "autellix-las",
     "topas",
+    "topas-plus",
     "topas-no-reuse",
     "topas-no-aging",
     "topas-base",
@@ -61,6 +62,7 @@ POLICY_LABELS: dict[str, str] = {
     "parrot-fcfs": "Parrot-FCFS",
     "autellix-las": "Autellix-LAS",
     "topas": "TOPAS",
+    "topas-plus": "TOPAS+ (ours)",
     "topas-no-reuse": "TOPAS w/o reuse",
     "topas-no-aging": "TOPAS w/o aging",
     "topas-base": "TOPAS-base",
@@ -77,11 +79,11 @@ POLICY_COLORS: dict[str, str] = {
     "parrot-fcfs": "#0072B2",  # blue
     "autellix-las": "#CC79A7",  # reddish purple
     "topas": "#D55E00",  # vermillion
+    "topas-plus": "#FF4A00",  # ours, not the paper's: a brighter red-orange
     "topas-no-reuse": "#EE8A4F",
     "topas-no-aging": "#F5B48A",
     "topas-base": "#A04600",
     "topas-request-only": "#6B2F00",
-    "topas-plus": "#000000",  # black: ours, not the paper's
 }
 
 #: Colours for names not in POLICY_COLORS, chosen by a stable hash of the name (none of them is
