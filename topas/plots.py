@@ -51,7 +51,6 @@ POLICY_ORDER: tuple[str, ...] = (
     "topas-no-aging",
     "topas-base",
     "topas-request-only",
-    "topas-plus",
 )
 
 #: Display names.
@@ -67,7 +66,6 @@ POLICY_LABELS: dict[str, str] = {
     "topas-no-aging": "TOPAS w/o aging",
     "topas-base": "TOPAS-base",
     "topas-request-only": "TOPAS request-only",
-    "topas-plus": "TOPAS+ (ours)",
 }
 
 #: One fixed colour per policy. Baselines: Okabe-Ito (colour-blind safe); TOPAS: vermillion,
