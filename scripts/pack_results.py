@@ -5,12 +5,16 @@ the repository (``make pack``; run it after ``make reproduce``, then commit the 
 What goes in: every experiment the notebooks' sweeps return (they are executed here in
 store-only mode, with ``$TOPAS_STORE_LOG`` recording what they touch, so nothing is simulated
 and a missing result fails, naming it), with its ``meta.json`` (spec, summary, provenance) and
-its per-task table; the per-request table of every experiment with arrival seed 0, so every
-configuration of every grid ships per-request detail for one seed (the other seeds are
-replicas with other arrival draws); and every table of the experiments the notebooks load in
-full (mechanism and overhead). All tables of all runs would be 68 MB (the MetaGPT runs have
-~4,000 requests each); the issue's limit is 50 MB. Results of other engines are left out
-(``--engine`` picks one).
+its per-task table; the per-request table of every experiment with arrival seed 0 and the
+default knowledge settings, so every configuration of the figures' grids ships per-request
+detail for one seed (the other seeds are replicas with other arrival draws; notebook 14's
+degraded-knowledge variants ship their tasks only); and every table of the experiments the
+notebooks load in full (mechanism and overhead). Experiments whose sweeps use only their summaries
+(``run_sweep(..., tables=False)``: notebook 12's capacity probes, operating points and ~1,000
+runs over the space of readings) ship their ``meta.json`` alone, which holds the summary and the
+stability indicators. All tables of all runs would be over 70 MB (the MetaGPT runs have ~4,000
+requests each); the issue's limit is 50 MB. Results of other engines are left out (``--engine``
+picks one).
 
 ``manifest.json`` lists every experiment (key, label, engine, the tables shipped, the commit that
 produced it, whether its tree was dirty, its code fingerprint) with the package version, the
@@ -55,27 +59,42 @@ from topas.provenance import environment  # noqa: E402
 SCHEMA = "topas.results-pack/1"
 
 
-def shipped_tables(seed: int, loaded: bool) -> list[str]:
-    """The tables a pack keeps of one experiment (see the module docstring)."""
+#: The knowledge settings of an experiment that the figures' grids use (notebook 14 degrades them).
+DEFAULT_KNOWLEDGE = {"prior_noise": 0.0, "prior_bias": 1.0, "dag_visibility": "full", "arrivals": "poisson"}
+
+
+def shipped_tables(experiment: dict, loaded: bool, summary_only: bool = False) -> list[str]:
+    """The tables a pack keeps of one experiment (its ``meta.json`` ``experiment`` fields; see the
+    module docstring)."""
     if loaded:
         return list(TABLES)
-    return ["tasks", "requests"] if seed == 0 else ["tasks"]
+    if summary_only:
+        return []
+    default = all(experiment.get(k, v) == v for k, v in DEFAULT_KNOWLEDGE.items())
+    return ["tasks", "requests"] if experiment.get("seed") == 0 and default else ["tasks"]
 
 
-def read_log(path: Path) -> tuple[list[str], set[str]]:
-    """The keys the sweeps returned (first-seen order) and the keys loaded in full."""
+def read_log(path: Path) -> tuple[list[str], set[str], set[str]]:
+    """The keys the sweeps returned (first-seen order), the keys loaded in full and the keys
+    whose summaries alone were used (``summary`` lines; a key also swept or loaded is not one)."""
     swept: dict[str, None] = {}
     loaded: set[str] = set()
+    summary_only: set[str] = set()
+    tabled: set[str] = set()
     for n, line in enumerate(path.read_text().splitlines(), 1):
         kind, _, key = line.partition(" ")
-        if kind == "sweep":
+        if kind == "summary":
             swept[key] = None
+            summary_only.add(key)
+        elif kind == "sweep":
+            swept[key] = None
+            tabled.add(key)
         elif kind == "load":
             loaded.add(key)
             swept[key] = None
         else:
             raise ValueError(f"{path}:{n}: not a store-log line: {line!r}")
-    return list(swept), loaded
+    return list(swept), loaded, summary_only - tabled - loaded
 
 
 def record_notebook_log(log: Path, engine: str) -> None:
@@ -123,7 +142,7 @@ def measured_keys(grid: str) -> tuple[list[str], set[str], int]:
 PACKED_ENGINES = {"sim": ("sim",), "sglang": ("sglang",)}
 
 
-def build_pack(keys: list[str], loaded: set[str], engine: str, dest: Path) -> dict:
+def build_pack(keys: list[str], loaded: set[str], summary_only: set[str], engine: str, dest: Path) -> dict:
     """Copy the results into ``dest`` (a new folder) and return the manifest."""
     store = ResultStore()
     experiments = []
@@ -135,7 +154,7 @@ def build_pack(keys: list[str], loaded: set[str], engine: str, dest: Path) -> di
         src = store.locate(key)
         out = dest / key[:2] / key
         out.mkdir(parents=True)
-        tables = shipped_tables(meta["experiment"]["seed"], key in loaded)
+        tables = shipped_tables(meta["experiment"], key in loaded, key in summary_only)
         for t in tables:
             if not (src / f"{t}.parquet").is_file():
                 raise FileNotFoundError(f"{src / f'{t}.parquet'} is missing: re-run {meta['label']}")
@@ -181,18 +200,19 @@ def main(argv: list[str] | None = None) -> int:
     grid_size = None
     if args.engine == "sglang" and args.log is None:
         keys, loaded, grid_size = measured_keys(args.grid)
+        summary_only: set[str] = set()
     else:
         if args.log is None:
             args.log = Path(tempfile.mkstemp(prefix="topas-store-log-", suffix=".txt")[1])
             print(f"executing the notebooks in store-only mode (log: {args.log})", flush=True)
             record_notebook_log(args.log, args.engine)
-        keys, loaded = read_log(args.log)
+        keys, loaded, summary_only = read_log(args.log)
     final = REPO / "data" / "results" / args.engine
     tmp = final.parent / f".tmp-pack-{args.engine}-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        manifest = build_pack(keys, loaded, args.engine, tmp)
+        manifest = build_pack(keys, loaded, summary_only, args.engine, tmp)
         if grid_size is not None:
             manifest.update({"grid": args.grid, "grid_experiments": grid_size})
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")

@@ -48,10 +48,11 @@ def packed(tmp_path, monkeypatch):
     for sub in ("traces", "profiles"):
         (data / sub).symlink_to(REPO_ROOT / "data" / sub)
     monkeypatch.setenv("TOPAS_DATA", str(data))
-    exps = [exp(0), exp(1), exp(2)]
+    exps = [exp(0), exp(1), exp(2), exp(3), exp(0, prior_bias=2.0)]
     run_sweep(exps, ResultStore(work), jobs=1, progress=False)
     log = tmp_path / "log.txt"
-    log.write_text("".join(f"sweep {e.key()}\n" for e in exps) + f"load {exps[1].key()}\n")
+    log.write_text("".join(f"sweep {e.key()}\n" for e in exps[:3]) + f"load {exps[1].key()}\n"
+                   f"summary {exps[3].key()}\nsweep {exps[4].key()}\nsummary {exps[0].key()}\n")
     mod = load_pack_script()
     monkeypatch.setattr(mod, "ResultStore", lambda: ResultStore(work))
     dest = tmp_path / "data" / "results" / "sim"
@@ -62,12 +63,15 @@ def packed(tmp_path, monkeypatch):
 
 def test_pack_holds_tasks_of_all_requests_of_seed_0_and_every_table_of_the_loaded(packed):
     exps, dest, manifest, _ = packed
-    assert manifest["n_experiments"] == 3 and manifest["n_full_tables"] == 1
+    assert manifest["n_experiments"] == 5 and manifest["n_full_tables"] == 1
     assert json.loads((dest / MANIFEST).read_text()) == manifest
     tables = {e["key"]: e["tables"] for e in manifest["experiments"]}
-    assert tables[exps[0].key()] == ["tasks", "requests"]
+    assert tables[exps[0].key()] == ["tasks", "requests"]  # swept too: a summary use does not trim it
     assert tables[exps[1].key()] == list(TABLES)
     assert tables[exps[2].key()] == ["tasks"]
+    assert tables[exps[3].key()] == []  # only its summary was used: meta.json alone
+    assert tables[exps[4].key()] == ["tasks"]  # seed 0, but degraded knowledge (notebook 14): no requests
+    assert sorted(p.name for p in (dest / exps[3].key()[:2] / exps[3].key()).iterdir()) == ["meta.json"]
 
 
 def test_default_store_reads_the_pack_after_the_working_store(packed, tmp_path):
@@ -75,6 +79,7 @@ def test_default_store_reads_the_pack_after_the_working_store(packed, tmp_path):
     store = ResultStore()
     assert store.packs == [dest] and store.root == tmp_path / "data" / "results" / "store"
     assert all(store.has(e) for e in exps) and store.keys() == sorted(e.key() for e in exps)
+    assert run_sweep([exps[3]], store, jobs=1, progress=False, tables=False)["jct_mean"].notna().all()
     assert store.keys(packs=False) == []
     full = store.load(exps[1])
     pd.testing.assert_frame_equal(full.requests, ResultStore(work).load(exps[1]).requests)
@@ -113,8 +118,11 @@ def test_store_log_records_sweeps_and_full_loads(tmp_path, monkeypatch):
     s.load(exp(1))
     assert log.read_text().split("\n")[:-1] == [f"sweep {exp(0).key()}", f"sweep {exp(1).key()}",
                                                 f"load {exp(1).key()}"]
-    keys, loaded = load_pack_script().read_log(log)
-    assert keys == [exp(0).key(), exp(1).key()] and loaded == {exp(1).key()}
+    run_sweep([exp(2)], s, jobs=1, progress=False, tables=False)
+    assert log.read_text().split("\n")[-2] == f"summary {exp(2).key()}"
+    keys, loaded, summary_only = load_pack_script().read_log(log)
+    assert keys == [exp(0).key(), exp(1).key(), exp(2).key()] and loaded == {exp(1).key()}
+    assert summary_only == {exp(2).key()}
     (tmp_path / "bad.txt").write_text("sweep abc\nnonsense\n")
     with pytest.raises(ValueError, match=r"bad.txt:2: not a store-log line"):
         load_pack_script().read_log(tmp_path / "bad.txt")

@@ -7,6 +7,7 @@ live only in ``decisions.wall_s`` and the ``*_wall_*`` summary keys.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -113,6 +114,9 @@ def build_result(sim: "Simulator", wall_seconds: float) -> SimResult:
         "jct_p50": percentile(jct, 50),
         "jct_p90": percentile(jct, 90),
         "jct_p99": percentile(jct, 99),
+        # stability indicators (issue 13; topas.experiments.capacity)
+        "jct_last_first_quarter": stability_ratio(tasks) if len(tasks) else float("nan"),
+        "completion_ratio": completion_ratio(tasks) if len(tasks) else float("nan"),
         "makespan": makespan,
         "throughput_rps": len(requests) / makespan if makespan > 0 else float("nan"),
         "throughput_tps": len(tasks) / makespan if makespan > 0 else float("nan"),
@@ -148,3 +152,29 @@ def _time_weighted_util(timeline: pd.DataFrame, budget: int) -> float:
     dt = np.diff(t)
     total = dt.sum()
     return float((used[:-1] * dt).sum() / total / budget) if total > 0 else 0.0
+
+
+def stability_ratio(tasks: pd.DataFrame) -> float:
+    """Last-quarter / first-quarter mean JCT, tasks ordered by arrival: near 1 when the queue is
+    bounded, well above 1 when it keeps growing (the load is beyond the policy's capacity).
+    Blind to a policy that starves old tasks (LPM): its first quarter waits as long as its last."""
+    t = tasks.sort_values("arrival", kind="stable")
+    q = max(1, len(t) // 4)
+    return float(t["jct"].iloc[-q:].mean() / t["jct"].iloc[:q].mean())
+
+
+def completion_ratio(tasks: pd.DataFrame, skip: float = 0.25) -> float:
+    """Tasks completed / tasks arrived over the arrival window after warm-up: from the arrival
+    of the ``skip`` quantile task to the last arrival. A bounded queue completes what arrives
+    (ratio near 1, up to the change in the number of tasks in the system); an overloaded engine
+    completes at its own rate ``mu < lambda`` (ratio near ``mu / lambda``), whichever tasks it
+    starves. Robust where :func:`stability_ratio` is not."""
+    arr = np.sort(tasks["arrival"].to_numpy(dtype=float))
+    fin = tasks["finish"].to_numpy(dtype=float)
+    i0 = int(math.floor(skip * (len(arr) - 1)))
+    t0, t1 = arr[i0], arr[-1]
+    arrived = len(arr) - 1 - i0
+    if arrived < 1 or not t1 > t0:
+        return float("nan")
+    done = int(((fin > t0) & (fin <= t1)).sum())
+    return done / arrived

@@ -46,6 +46,7 @@ from typing import Any, Generator, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from topas.engine.metrics import completion_ratio, stability_ratio
 from topas.experiments.spec import Experiment, ExperimentError
 
 __all__ = [
@@ -292,13 +293,14 @@ def stable_capacities(cases: Sequence[tuple[str, str, int]], n_tasks: int = DEFA
         exps = {i: Experiment(cases[i][0], cases[i][1], dict(params or {}), load=round(load, 6), seed=cases[i][2],
                               n_tasks=n_tasks, engine_options=dict(engine_options or {}))
                 for i, load in pending.items()}
-        run_sweep(list(exps.values()), st, jobs=jobs, progress=progress, desc=f"capacity round {rounds}")
+        run_sweep(list(exps.values()), st, jobs=jobs, progress=progress, desc=f"capacity round {rounds}",
+                  tables=False)
         nxt = {}
         for i, e in exps.items():
-            tasks = st.load_table(e, "tasks")
-            probes[i].append((round(pending[i], 6), stability_ratio(tasks), completion_ratio(tasks)))
+            ratio, completion = indicators(st, e)
+            probes[i].append((round(pending[i], 6), ratio, completion))
             try:
-                nxt[i] = searches[i].send(is_stable(tasks, unstable_above, min_completion))
+                nxt[i] = searches[i].send(stable_by(ratio, completion, unstable_above, min_completion))
             except StopIteration as stop:
                 done[i] = stop.value
         pending = nxt
@@ -414,30 +416,20 @@ def operating_experiments(points: pd.DataFrame, policies: Sequence[str] = BASELI
             for r in points.to_dict("records") for p in policies for s in seeds]
 
 
-def stability_ratio(tasks: pd.DataFrame) -> float:
-    """Last-quarter / first-quarter mean JCT, tasks ordered by arrival: near 1 when the queue is
-    bounded, well above 1 when it keeps growing (the load is beyond the policy's capacity).
-    Blind to a policy that starves old tasks (LPM): its first quarter waits as long as its last."""
-    t = tasks.sort_values("arrival", kind="stable")
-    q = max(1, len(t) // 4)
-    return float(t["jct"].iloc[-q:].mean() / t["jct"].iloc[:q].mean())
+def indicators(store: Any, e: Experiment) -> tuple[float, float]:
+    """``(last/first quarter JCT, completion ratio)`` of a stored run: from its summary (every
+    run since issue 13 records both), else from its tasks table."""
+    summary = store.meta(e)["summary"]
+    if "jct_last_first_quarter" in summary and "completion_ratio" in summary:
+        return float(summary["jct_last_first_quarter"]), float(summary["completion_ratio"])
+    tasks = store.load_table(e, "tasks")
+    return stability_ratio(tasks), completion_ratio(tasks)
 
 
-def completion_ratio(tasks: pd.DataFrame, skip: float = 0.25) -> float:
-    """Tasks completed / tasks arrived over the arrival window after warm-up: from the arrival
-    of the ``skip`` quantile task to the last arrival. A bounded queue completes what arrives
-    (ratio near 1, up to the change in the number of tasks in the system); an overloaded engine
-    completes at its own rate ``mu < lambda`` (ratio near ``mu / lambda``), whichever tasks it
-    starves. Robust where :func:`stability_ratio` is not."""
-    arr = np.sort(tasks["arrival"].to_numpy(dtype=float))
-    fin = tasks["finish"].to_numpy(dtype=float)
-    i0 = int(math.floor(skip * (len(arr) - 1)))
-    t0, t1 = arr[i0], arr[-1]
-    arrived = len(arr) - 1 - i0
-    if arrived < 1 or not t1 > t0:
-        return float("nan")
-    done = int(((fin > t0) & (fin <= t1)).sum())
-    return done / arrived
+def stable_by(ratio: float, completion: float, unstable_above: float = STABLE_RATIO,
+              min_completion: float = MIN_COMPLETION) -> bool:
+    """:func:`is_stable` from the two indicators."""
+    return ratio <= unstable_above and completion >= min_completion
 
 
 def is_stable(tasks: pd.DataFrame, unstable_above: float = STABLE_RATIO,
@@ -445,7 +437,7 @@ def is_stable(tasks: pd.DataFrame, unstable_above: float = STABLE_RATIO,
     """A run is stable when its last/first quarter JCT is at most ``unstable_above`` and it
     completes at least ``min_completion`` of what arrives after warm-up (:func:`completion_ratio`;
     with 0.9 an overload of about 10% or more is caught, less may pass as stable)."""
-    return stability_ratio(tasks) <= unstable_above and completion_ratio(tasks) >= min_completion
+    return stable_by(stability_ratio(tasks), completion_ratio(tasks), unstable_above, min_completion)
 
 
 def stability_table(experiments: Iterable[Experiment], store: Any = None,
@@ -459,9 +451,9 @@ def stability_table(experiments: Iterable[Experiment], store: Any = None,
     st = store if isinstance(store, ResultStore) else ResultStore(store)
     rows = []
     for e in experiments:
-        tasks = st.load_table(e, "tasks")
+        ratio, completion = indicators(st, e)
         rows.append({"workload": e.workload, "policy": e.policy, "load": e.load, "seed": e.seed,
-                     "key": e.key(), "jct_mean": float(tasks["jct"].mean()),
-                     "last/first quarter JCT": stability_ratio(tasks), "completion ratio": completion_ratio(tasks),
-                     "stable": is_stable(tasks, unstable_above, min_completion)})
+                     "key": e.key(), "jct_mean": float(st.meta(e)["summary"]["jct_mean"]),
+                     "last/first quarter JCT": ratio, "completion ratio": completion,
+                     "stable": stable_by(ratio, completion, unstable_above, min_completion)})
     return pd.DataFrame(rows)

@@ -234,13 +234,13 @@ def headroom_table(workloads: Sequence[str], loads: Sequence[float] | Mapping[st
         for load in per[w]:
             shown = list(baselines) + ([policy] if policy and policy not in baselines else [])
             exps = {(q, s): Experiment(w, q, load=load, seed=s, n_tasks=n_tasks) for q in shown for s in seeds}
-            df = run_sweep(list(exps.values()), st, jobs=1, progress=progress, desc=f"headroom {w}@{load:g}")
+            df = run_sweep(list(exps.values()), st, progress=progress, desc=f"headroom {w}@{load:g}", tables=False)
             df["policy_"] = [q for q, _ in exps]
             means = df.groupby("policy_", sort=False)["jct_mean"].mean()
             best = means[means.index.isin(baselines)].idxmin()
             best_mean = float(means[best])
             relax = [headroom_experiments(w, load, best, n_tasks, s, kv_factor) for s in seeds]
-            rel = run_sweep([r[k] for r in relax for k in ("free prefixes", "large KV")], st, jobs=1,
+            rel = run_sweep([r[k] for r in relax for k in ("free prefixes", "large KV")], st, tables=False,
                             progress=progress, desc=f"relaxations {w}@{load:g}")
             free = float(rel["jct_mean"].iloc[0::2].mean())
             large = float(rel["jct_mean"].iloc[1::2].mean())

@@ -41,7 +41,8 @@ loading a table a pack left out raises :class:`TrimmedResult`, naming it.
 
 **Store-only mode.** With ``$TOPAS_STORE_ONLY=1`` (``make figures`` sets it) :func:`run_sweep`
 runs nothing: a missing result raises :class:`MissingResults` naming the experiments.
-``$TOPAS_STORE_LOG=<file>`` appends ``sweep <key>`` for every experiment a sweep returns and
+``$TOPAS_STORE_LOG=<file>`` appends ``sweep <key>`` for every experiment a sweep returns
+(``summary <key>`` for a sweep that uses only the summaries: ``run_sweep(..., tables=False)``) and
 ``load <key>`` for every full load, which is how ``scripts/pack_results.py`` learns what to ship.
 ``$TOPAS_STORE=<dir>`` moves the default store's root (the working store) elsewhere.
 ``$TOPAS_USE_PACKS=0`` makes the default store ignore the packs (``make reproduce`` sets it, so a
@@ -392,9 +393,12 @@ def run_sweep(
     progress: bool = True,
     desc: str = "sweep",
     ray_address: str | None = None,
+    tables: bool = True,
 ) -> pd.DataFrame:
     """Run the experiments that ``store`` does not hold yet and return the summaries of all of
     them (one row per experiment, in the input order; see :meth:`ResultStore.summaries`).
+    ``tables=False`` says the caller uses the summaries only: a pack then ships these
+    experiments' ``meta.json`` without their tables (notebook 12's ~1,000 runs).
 
     Every spec is checked first (a bad workload, policy, parameter or profile raises its own
     error before anything runs). Experiments with equal keys run once. ``jobs``: worker processes
@@ -405,7 +409,8 @@ def run_sweep(
     with :class:`topas.experiments.ExperimentFailed` naming it; results already stored are kept,
     so re-running the sweep resumes where it stopped (so does a sweep stopped by Ctrl-C).
     """
-    store, keys = ensure_stored(experiments, store, jobs, progress, desc, ray_address, "run_sweep")
+    store, keys = ensure_stored(experiments, store, jobs, progress, desc, ray_address, "run_sweep",
+                                log="sweep" if tables else "summary")
     return store.summaries(keys)
 
 
@@ -417,6 +422,7 @@ def ensure_stored(
     desc: str = "sweep",
     ray_address: str | None = None,
     caller: str = "run_sweep",
+    log: str = "sweep",
 ) -> tuple[ResultStore, list[str]]:
     """Run what ``store`` lacks of ``experiments`` (each result stored as it finishes) and return
     the store and the experiments' keys in the input order: the engine of :func:`run_sweep` and
@@ -451,5 +457,5 @@ def ensure_stored(
             map_experiments(fn, todo, jobs=min(jobs, len(todo)), progress=progress, desc=desc)
     keys = [e.key() for e in exps]
     for k in keys:
-        _log("sweep", k)
+        _log(log, k)
     return store, keys
