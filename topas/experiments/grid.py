@@ -353,7 +353,7 @@ def notebook_grid(quick: bool = False, engine: str | None = None) -> list[Experi
 CLAIM_POLICIES = BASELINES + ("topas", "topas-plus")
 #: The reading axes crossed in notebook 12's small factorial: those that moved TOPAS most in the
 #: one-at-a-time runs of issue 13's first measurement (DAG-4 and MetaGPT-TL at 1.0x nominal, 200
-#: tasks; notes in docs/readings.md): the host tier for TOPAS only, the search's moves and J_admit's
+#: tasks; docs/method.md "Readings"): the host tier for TOPAS only, the search's moves and J_admit's
 #: normalisation. The host tier takes none / topas-only only, so every baseline keeps its default
 #: run as the reference.
 FACTORIAL_AXES: Mapping[str, tuple[object, ...]] = {
