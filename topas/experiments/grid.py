@@ -12,7 +12,7 @@ Sizes: full = 500 tasks per run, 3 arrival seeds, loads 0.8-1.4x each trace's no
 quick = 40 tasks, 1 seed, two loads (for CI and a first look). Loads are multiples of the
 trace's ``meta["rate"]`` (see ``data/traces/README.md`` for what the nominal rate means).
 
-:func:`gpu_afternoon` is the named grid for a first measurement on a GPU box (about 3 h of
+:func:`gpu_afternoon` is the named grid for a first measurement on a GPU box (about 3.8 h of
 arrivals on one server; see :data:`AFTERNOON` and the README's GPU-box section), and
 :func:`notebook_grid` the union of what the notebooks sweep (for ``scripts/reproduce.py``'s plan).
 
@@ -242,7 +242,7 @@ def robustness(
 
 @dataclass(frozen=True)
 class Afternoon:
-    """The ``gpu-afternoon`` grid: what a real server measures first, in about 3 h of arrivals.
+    """The ``gpu-afternoon`` grid: what a real server measures first, in under 4 h of arrivals on one server (half an hour on 8).
 
     A replay takes its arrivals' span of wall time on any hardware (tasks are submitted at their
     arrival times), so the grid is sized in arrival time, not GPU work. Chosen from the simulator's
@@ -254,7 +254,7 @@ class Afternoon:
     * one load, 1.4x the nominal rate: the load where the simulator's TOPAS and best baseline differ
       most on every one of these workloads (mean JCT, full grid: chain-3 -34 %, dag-4 +12 %,
       dag-10-wide +42 %, MetaGPT-TL +203 %);
-    * TOPAS (and ``topas-plus`` once it is registered) against the baselines that are best somewhere
+    * TOPAS and ``topas-plus`` (ours, issue 13) against the baselines that are best somewhere
       at that load in the simulator: LPM (chain-3, MetaGPT-TL), Parrot-FCFS (dag-4, dag-10-wide at
       500 tasks) and SPF (dag-4 at this grid's 100 tasks); FCFS and Autellix-LAS trail them by 2-5x
       there and are left out to fit the afternoon;
