@@ -60,7 +60,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
-from topas.engine.metrics import SimResult, percentile
+from topas.engine.metrics import SimResult, completion_ratio, percentile, stability_ratio
 from topas.sglang.adapter import DECISION_COLUMNS, RequestMeta
 from topas.sglang.tokens import request_ids
 from topas.workload.model import Trace
@@ -336,6 +336,8 @@ def build_replay_result(trace: Trace, policy_name: str, done: list[_Done], task_
         "jct_p50": percentile(jct, 50),
         "jct_p90": percentile(jct, 90),
         "jct_p99": percentile(jct, 99),
+        "jct_last_first_quarter": stability_ratio(tasks) if len(tasks) else nan,
+        "completion_ratio": completion_ratio(tasks) if len(tasks) else nan,
         "makespan": makespan,
         "throughput_rps": len(requests) / makespan if makespan > 0 else nan,
         "throughput_tps": len(tasks) / makespan if makespan > 0 else nan,
