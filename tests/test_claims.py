@@ -36,18 +36,33 @@ def test_operating_table_compares_each_policy_with_the_best_baseline_of_its_poin
 
 
 def test_topas_plus_goal_is_ties_at_stable_points_and_ten_percent_where_a_baseline_thrashes():
+    def row(fraction, mean, p99, lead=float("nan"), best_unstable=False):
+        return {"policy": "topas-plus", "workload": "w", "fraction": fraction,
+                "regime": "below" if fraction < 1 else "beyond", "mean vs best %": mean, "p99 vs best %": p99,
+                "a baseline is unstable": lead == lead, "lead over unstable baselines %": lead,
+                "best baseline is unstable": best_unstable}
     rows = pd.DataFrame([
-        {"policy": "topas-plus", "workload": "w", "fraction": 0.5, "regime": "below", "mean vs best %": 1.5,
-         "p99 vs best %": -3.0, "a baseline is unstable": False},
-        {"policy": "topas-plus", "workload": "w", "fraction": 0.8, "regime": "below", "mean vs best %": -8.0,
-         "p99 vs best %": -3.0, "a baseline is unstable": True},
-        {"policy": "topas-plus", "workload": "w", "fraction": 0.95, "regime": "below", "mean vs best %": -12.0,
-         "p99 vs best %": 1.0, "a baseline is unstable": True},
-        {"policy": "topas-plus", "workload": "w", "fraction": 1.2, "regime": "beyond", "mean vs best %": 30.0,
-         "p99 vs best %": 30.0, "a baseline is unstable": True},
+        row(0.5, 1.5, -3.0),                       # a tie with the best baseline: met
+        row(0.6, 1.5, 2.5),                        # p99 behind by more than a tie
+        row(0.8, -2.0, -3.0, lead=60.0),           # others thrash; 60% ahead of them: met
+        row(0.9, -2.0, -3.0, lead=8.0),            # only 8% ahead of a thrashing baseline
+        row(0.95, -8.0, 1.0, lead=40.0, best_unstable=True),   # the best baseline thrashes: needs -10%
+        row(0.96, -12.0, 1.0, lead=40.0, best_unstable=True),
+        row(1.2, 30.0, 30.0, lead=5.0),            # beyond capacity: shown, not judged
     ])
     goal = claims.policy_vs_best(rows, "topas-plus")["meets goal"].tolist()
-    assert goal == [True, False, True, "n/a (beyond capacity)"]
+    assert goal == [True, False, True, False, False, True, "n/a (beyond capacity)"]
+
+
+def test_operating_table_measures_the_lead_over_the_baselines_that_thrash():
+    runs = pd.DataFrame([
+        _run("w", 0.8, "lpm", 100.0, 200.0), _run("w", 0.8, "fcfs", 400.0, 900.0, stable=False),
+        _run("w", 0.8, "spf", 250.0, 500.0, stable=False), _run("w", 0.8, "topas-plus", 95.0, 190.0),
+    ])
+    runs["stable"] = runs["stable"].astype(bool)
+    t = claims.operating_table(runs).set_index("policy")
+    assert t.loc["topas-plus", "lead over unstable baselines %"] == pytest.approx(62.0)  # vs SPF's 250 s
+    assert bool(t.loc["topas-plus", "a baseline is unstable"]) and not t.loc["topas-plus", "best baseline is unstable"]
 
 
 def test_reading_space_pairs_each_reading_with_the_baselines_same_reading_or_their_default():

@@ -1094,8 +1094,10 @@ def plot_headroom(table: pd.DataFrame, panel_size: tuple[float, float] = (3.2, 2
 
 def plot_reading_space(table: pd.DataFrame, metric: str = "mean", panel_size: tuple[float, float] = (3.0, 2.8)):
     """Per workload: TOPAS's change against the best baseline under every reading (grey dots),
-    at each operating point; the default reading (the figures') in TOPAS's colour, the best
-    reading of each point labelled. ``table``: :func:`topas.experiments.claims.reading_space_table`."""
+    at each operating point; the default reading (the figures') in TOPAS's colour; a symmetric log
+    axis where the changes span 30x or more. ``table``: :func:`topas.experiments.claims.reading_space_table`."""
+    from matplotlib import ticker
+
     workloads = list(dict.fromkeys(table["workload"]))
     col = f"{metric} vs best %"
     fig, axes = plt.subplots(1, len(workloads), figsize=(panel_size[0] * len(workloads), panel_size[1] + 0.8),
@@ -1118,6 +1120,8 @@ def plot_reading_space(table: pd.DataFrame, metric: str = "mean", panel_size: tu
         ax.set_title(workload_label(w))
         if needs_log_scale(sub[col].abs() + 1, 30):
             ax.set_yscale("symlog", linthresh=50)
+            ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+        ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:+,.0f}" if v else "0"))
         ax.set_ylabel(f"TOPAS vs best baseline, {metric} JCT (%)" if j == 0 else "")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncol=2)

@@ -98,30 +98,43 @@ def operating_table(runs: pd.DataFrame, stability: pd.DataFrame | None = None,
             b = base.loc[base[col].idxmin()]
             g[f"best baseline ({name})"] = b["policy"]
             g[f"{name} vs best %"] = [pct(v, b[col]) for v in g[col]]
-        g["a baseline is unstable"] = bool((~base["stable"].astype(bool)).any()) if "stable" in base else False
+        unstable = base[~base["stable"].astype(bool)] if "stable" in base else base.iloc[:0]
+        g["a baseline is unstable"] = len(unstable) > 0
+        best = base.loc[base["mean JCT"].idxmin()] if len(base) else None
+        g["best baseline is unstable"] = bool(best is not None and "stable" in base and not best["stable"])
+        # the smallest lead (%, positive = ahead) over the baselines that are unstable at this point
+        g["lead over unstable baselines %"] = [
+            min(-pct(v, u) for u in unstable["mean JCT"]) if len(unstable) else np.nan for v in g["mean JCT"]]
         out.append(g)
     return pd.concat(out, ignore_index=True) if out else t
 
 
 def policy_vs_best(table: pd.DataFrame, policy: str, goal_pct: float = -10.0) -> pd.DataFrame:
     """One policy's rows of an :func:`operating_table`, with whether it meets issue 13's goal for
-    ``topas-plus`` at each stable point (below the best baseline's capacity): mean and p99 at or
-    below the best baseline (within :data:`TIE_PCT`), and the mean ahead by ``-goal_pct`` % or more
-    where a baseline is unstable (thrashes). Points beyond capacity are shown, not judged."""
+    ``topas-plus`` at each stable point (below the best baseline's capacity). Our reading of the
+    goal ("at or below the best baseline ..., ahead by 10% or more wherever a baseline thrashes"):
+    mean and p99 at or below the best baseline (within :data:`TIE_PCT`); the mean ahead of every
+    baseline that is unstable at that point (thrashes) by ``-goal_pct`` % or more; and, where the
+    best baseline itself is unstable, ahead of it by as much. Points beyond capacity are shown, not
+    judged."""
     rows = table[table["policy"] == policy].copy()
     meets: list[object] = []
     for r in rows.to_dict("records"):
         m, p = r["mean vs best %"], r["p99 vs best %"]
         if r["regime"] != "below":
             meets.append("n/a (beyond capacity)")
-        elif r.get("a baseline is unstable"):
-            meets.append(bool(m <= goal_pct and p <= TIE_PCT))
-        else:
-            meets.append(bool(m <= TIE_PCT and p <= TIE_PCT))
+            continue
+        ok = m <= TIE_PCT and p <= TIE_PCT
+        lead = r.get("lead over unstable baselines %", np.nan)
+        if r.get("a baseline is unstable") and np.isfinite(lead):
+            ok = ok and lead >= -goal_pct
+        if r.get("best baseline is unstable"):
+            ok = ok and m <= goal_pct
+        meets.append(bool(ok))
     rows["meets goal"] = meets
     keep = ["workload", "fraction", "regime", "load", "mean JCT", "p99 JCT", "best baseline (mean)",
-            "mean vs best %", "best baseline (p99)", "p99 vs best %", "a baseline is unstable", "stable",
-            "meets goal", "tasks", "seeds"]
+            "mean vs best %", "best baseline (p99)", "p99 vs best %", "a baseline is unstable",
+            "lead over unstable baselines %", "best baseline is unstable", "stable", "meets goal", "tasks", "seeds"]
     return rows[[c for c in keep if c in rows]].reset_index(drop=True)
 
 
