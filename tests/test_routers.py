@@ -1,0 +1,156 @@
+"""Each router's rule, exactly, on hand-built cluster states (topas/cluster/routers, docs/cluster.md)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from topas.cluster.routers import RouterError, available_routers, make_router, router_class
+from topas.cluster.routers.sglang_cache_aware import CacheAwareParams
+from topas.cluster.state import EngineState, RouteRequest
+
+
+def engines(*loads: int) -> list[EngineState]:
+    return [EngineState(index=i, in_flight=n) for i, n in enumerate(loads)]
+
+
+def req(rid: str, agent: str = "A", l: int = 100, x: int = 50, t: float = 0.0) -> RouteRequest:
+    return RouteRequest(rid=rid, task_id=rid.split("/")[0], stage_id=rid.split("/")[-1], agent=agent,
+                        prefix_tokens=l, input_tokens=x, time=t)
+
+
+def fresh(name: str, n: int, seed: int = 0, **params):
+    r = make_router(name, params)
+    r.reset(n, seed)
+    return r
+
+
+# ----------------------------------------------------------------------------- registry
+
+
+def test_registry_lists_the_routers_and_names_the_valid_ones_on_a_bad_name():
+    assert {"round-robin", "least-load", "power-of-two", "sglang-cache-aware"} <= set(available_routers())
+    with pytest.raises(RouterError, match=r"unknown router 'nope'; valid routers: .*round-robin"):
+        router_class("nope")
+
+
+def test_router_parameters_are_checked_and_coerced_from_strings():
+    r = make_router("sglang-cache-aware", {"cache_threshold": "0.5", "balance_abs_threshold": "8"})
+    assert r.params.cache_threshold == 0.5 and r.params.balance_abs_threshold == 8
+    with pytest.raises(RouterError, match=r"has no parameter 'beta'; valid parameters: .*cache_threshold"):
+        make_router("sglang-cache-aware", {"beta": 1})
+    with pytest.raises(RouterError, match=r"'balance_abs_threshold': 'many' is not a valid int"):
+        make_router("sglang-cache-aware", {"balance_abs_threshold": "many"})
+    with pytest.raises(RouterError, match=r"cache_threshold must be in \[0, 1\]"):
+        make_router("sglang-cache-aware", {"cache_threshold": 2})
+    with pytest.raises(RouterError, match=r"'round-robin' has no parameter 'x'; valid parameters: \(none\)"):
+        make_router("round-robin", {"x": 1})
+
+
+# ----------------------------------------------------------------------------- simple routers
+
+
+def test_round_robin_cycles_through_the_engines_from_0_and_restarts_on_reset():
+    r = fresh("round-robin", 3)
+    assert [r.route(req(f"t{i}/A"), engines(9, 0, 0)) for i in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+    r.reset(3)
+    assert r.route(req("u/A"), engines(0, 0, 0)) == 0
+
+
+def test_least_load_picks_the_fewest_in_flight_ties_to_the_lowest_index():
+    r = fresh("least-load", 4)
+    assert r.route(req("t/A"), engines(3, 1, 2, 5)) == 1
+    assert r.route(req("t/A"), engines(2, 1, 1, 5)) == 1
+    assert r.route(req("t/A"), engines(0, 0, 0, 0)) == 0
+
+
+def test_power_of_two_takes_the_less_loaded_of_two_seeded_draws():
+    loads = (5, 0, 9, 3)
+    r = fresh("power-of-two", 4, seed=7)
+    rng = random.Random("power-of-two:7")  # the documented draw
+    for i in range(50):
+        a, b = rng.sample(range(4), 2)
+        want = b if loads[b] < loads[a] else a
+        assert r.route(req(f"t{i}/A"), engines(*loads)) == want
+    # deterministic per seed; the heaviest engine is never chosen
+
+    def picks(seed: int) -> list[int]:
+        r = fresh("power-of-two", 4, seed=seed)
+        return [r.route(req(f"t{i}/A"), engines(*loads)) for i in range(20)]
+
+    assert picks(3) == picks(3) and picks(3) != picks(4)
+    r = fresh("power-of-two", 4, seed=1)
+    assert 2 not in {r.route(req(f"t{i}/A"), engines(*loads)) for i in range(100)}
+    assert fresh("power-of-two", 1).route(req("t/A"), engines(4)) == 0
+
+
+def test_power_of_two_ties_go_to_the_first_engine_drawn():
+    r = fresh("power-of-two", 2, seed=0)
+    rng = random.Random("power-of-two:0")
+    for i in range(10):
+        a, _ = rng.sample(range(2), 2)
+        assert r.route(req(f"t{i}/A"), engines(4, 4)) == a
+
+
+# ----------------------------------------------------------------------------- sglang-cache-aware
+
+
+def test_cache_aware_defaults_are_sglang_router_0_3_2_cli_defaults():
+    p = CacheAwareParams()
+    assert (p.cache_threshold, p.balance_abs_threshold, p.balance_rel_threshold, p.eviction_interval_secs,
+            p.max_tree_size) == (0.3, 64, 1.5, 60.0, 2**26)
+
+
+def test_cache_aware_cold_start_goes_to_the_smallest_tree_then_follows_the_prefix():
+    r = fresh("sglang-cache-aware", 3)
+    # empty trees: no match, smallest tree (all 0) -> lowest index
+    assert r.route(req("t1/A", l=100, x=50), engines(0, 0, 0)) == 0
+    assert r.trees[0].size == 150
+    # same agent: match 100/150 > 0.3 -> the worker holding the prefix, although it is busier
+    assert r.route(req("t2/A", l=100, x=50), engines(5, 0, 0)) == 0
+    assert r.trees[0].size == 200  # the prefix is counted once, each input once
+    # another agent: no match -> smallest tree (engine 1, then engine 2)
+    assert r.route(req("t3/B", agent="B", l=10, x=10), engines(2, 0, 0)) == 1
+    assert r.route(req("t4/C", agent="C", l=10, x=30), engines(2, 1, 0)) == 2
+
+
+def test_cache_aware_match_rate_must_exceed_the_threshold():
+    r = fresh("sglang-cache-aware", 2)
+    assert r.route(req("t1/A", l=30, x=70), engines(0, 0)) == 0  # cold: engine 0
+    # rate 30/100 = 0.3, not > 0.3: the smallest tree (engine 1, empty)
+    assert r.route(req("t2/A", l=30, x=70), engines(0, 0)) == 1
+    # rate 30/99 > 0.3: the holder of the prefix node (the lowest index of 0 and 1)
+    assert r.route(req("t3/A", l=30, x=69), engines(0, 0)) == 0
+
+
+def test_cache_aware_imbalance_needs_both_thresholds_and_goes_to_the_least_loaded():
+    r = fresh("sglang-cache-aware", 2)
+    r.route(req("t0/A"), engines(0, 0))  # engine 0 holds A's prefix
+    # 70 - 0 > 64 and 70 > 1.5 * 0: imbalanced -> least loaded, despite the match
+    assert r.route(req("t1/A"), engines(70, 0)) == 1
+    assert "A" in r.trees[1].prefixes  # the tree is updated in the imbalanced branch too
+    # difference 60 <= 64: balanced -> the prefix holder
+    assert r.route(req("t2/A"), engines(100, 40)) == 0
+    # difference 65 > 64 but 200 <= 1.5 * 135: balanced
+    assert r.route(req("t3/A"), engines(200, 135)) == 0
+    # difference 65 and 200 > 1.5 * 130 = 195: imbalanced
+    assert r.route(req("t4/A"), engines(200, 130)) == 1
+
+
+def test_cache_aware_evicts_lru_leaves_per_worker_every_interval():
+    r = fresh("sglang-cache-aware", 2, max_tree_size=120, eviction_interval_secs=10)
+    r.route(req("t1/A", l=100, x=50, t=0.0), engines(0, 0))
+    r.route(req("t2/A", l=100, x=40, t=1.0), engines(0, 0))
+    assert r.trees[0].size == 190  # over the limit, but no round has run yet
+    r.route(req("t3/B", agent="B", l=10, x=5, t=5.0), engines(0, 0))  # -> engine 1 (smaller tree)
+    assert r.trees[0].size == 190
+    # the round at t=10 runs before this request: t1's input (the oldest leaf) goes, then t2's:
+    # 190 -> 140 -> 100 <= 120, so the prefix node stays
+    r.route(req("t4/C", agent="C", l=1, x=1, t=12.0), engines(0, 0))
+    assert set(r.trees[0].leaves) == set() and "A" in r.trees[0].prefixes and r.trees[0].size == 100
+    # a prefix node is evicted once its inputs are gone and the tree is still too big
+    r2 = fresh("sglang-cache-aware", 1, max_tree_size=0, eviction_interval_secs=10)
+    r2.route(req("t1/A", t=0.0), engines(0))
+    r2.route(req("t2/B", agent="B", t=20.0), engines(0))
+    assert r2.trees[0].prefixes.keys() == {"B"} and r2.trees[0].size == 150

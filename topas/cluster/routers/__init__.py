@@ -1,0 +1,16 @@
+"""Routers behind one interface (``topas.cluster.routers.base.Router``), one module per router.
+
+Importing this package registers every built-in router by name; use ``make_router(name, ...)``.
+"""
+
+from topas.cluster.routers.base import (
+    Router,
+    RouterError,
+    available_routers,
+    make_router,
+    register,
+    router_class,
+)
+from topas.cluster.routers import least_load, power_of_two, round_robin, sglang_cache_aware  # noqa: F401
+
+__all__ = ["Router", "RouterError", "available_routers", "make_router", "register", "router_class"]
