@@ -154,3 +154,23 @@ def test_cache_aware_evicts_lru_leaves_per_worker_every_interval():
     r2.route(req("t1/A", t=0.0), engines(0))
     r2.route(req("t2/B", agent="B", t=20.0), engines(0))
     assert r2.trees[0].prefixes.keys() == {"B"} and r2.trees[0].size == 150
+
+
+# ----------------------------------------------------------------------------- autellix-locality
+
+
+def test_autellix_short_requests_go_to_the_least_used_engine_long_ones_stay_with_their_program():
+    r = fresh("autellix-locality", 3)
+    assert r.params.long_prefill_tokens == 2048  # the paper's threshold
+    # short (1500 + 548 = 2048 <= 2048): least used
+    assert r.route(req("t1/A", l=1500, x=548), engines(2, 1, 3)) == 1
+    assert r.program_engine == {}  # a short request does not set the program's engine
+    # long (2049): the program has no engine yet -> least used, remembered
+    assert r.route(req("t1/B", l=1500, x=549), engines(2, 5, 0)) == 2
+    # the program's next long request goes there, however loaded; another program's does not
+    assert r.route(req("t1/C", l=3000, x=10), engines(0, 0, 9)) == 2
+    assert r.route(req("t2/A", l=3000, x=10), engines(0, 0, 9)) == 0
+    # its short requests still go to the least used
+    assert r.route(req("t1/D", l=100, x=10), engines(4, 0, 9)) == 1
+    r = fresh("autellix-locality", 2, long_prefill_tokens=100)
+    assert r.route(req("t1/A", l=100, x=1), engines(3, 2)) == 1 and r.program_engine == {"t1": 1}

@@ -11,6 +11,12 @@ from topas.cluster.routers.base import (
     register,
     router_class,
 )
-from topas.cluster.routers import least_load, power_of_two, round_robin, sglang_cache_aware  # noqa: F401
+from topas.cluster.routers import (  # noqa: F401  (registration)
+    autellix_locality,
+    least_load,
+    power_of_two,
+    round_robin,
+    sglang_cache_aware,
+)
 
 __all__ = ["Router", "RouterError", "available_routers", "make_router", "register", "router_class"]
