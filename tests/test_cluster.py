@@ -72,7 +72,9 @@ def test_one_engine_cluster_is_the_single_engine_simulator(policy, config):
     a = simulate(tr, make_policy(policy), C, config)
     b = simulate_cluster(tr, policies(policy, 1), make_router("round-robin"), C, config)
     pd.testing.assert_frame_equal(a.tasks, b.tasks)
-    pd.testing.assert_frame_equal(a.requests, b.requests.drop(columns="engine"))
+    pd.testing.assert_frame_equal(a.requests, b.requests.drop(columns=["engine", "became_ready", "routed",
+                                                                       "router_hold"]))
+    assert (b.requests["router_hold"] == 0).all() and b.summary["router_hold_mean"] == 0
     sa, sb = a.deterministic_summary(), b.deterministic_summary()
     assert {k: sb[k] for k in sa} == sa
     assert b.summary["requests_per_engine_cv"] == 0.0 and b.summary["n_engines"] == 1
@@ -194,3 +196,15 @@ def test_bad_clusters_are_refused_with_the_reason():
         ClusterSimulator(tr, policies("fcfs", 2), make_router("round-robin"), [C, C, C])
     with pytest.raises(ValueError, match=r"sent t0/A to engine 5; engines are 0\.\.1"):
         simulate_cluster(tr, policies("fcfs", 2), ByStage({"A": 5, "B": 0, "C": 0, "D": 0}), C)
+
+
+def test_a_holding_router_sends_later_and_the_hold_is_recorded():
+    """kairos holds requests while no engine can take them: each is sent at a ready or finish
+    event, its router hold = routed - became ready, and every task completes."""
+    tr = mixed_trace(10)
+    res = simulate_cluster(tr, policies("fcfs", 2), make_router("kairos"), C, EngineConfig(kv_budget=6000))
+    req = res.requests
+    assert res.tasks["finish"].notna().all() and req["engine"].notna().all()
+    assert (req["router_hold"] >= 0).all() and (req["router_hold"] > 0).any()
+    assert (req["routed"] <= req["ready"] + 1e-12).all()  # it reaches the engine when sent (no latency)
+    assert res.summary["router_hold_mean"] == pytest.approx(req["router_hold"].mean())

@@ -174,3 +174,83 @@ def test_autellix_short_requests_go_to_the_least_used_engine_long_ones_stay_with
     assert r.route(req("t1/D", l=100, x=10), engines(4, 0, 9)) == 1
     r = fresh("autellix-locality", 2, long_prefill_tokens=100)
     assert r.route(req("t1/A", l=100, x=1), engines(3, 2)) == 1 and r.program_engine == {"t1": 1}
+
+
+# ----------------------------------------------------------------------------- kairos
+
+from conftest import ROUND_COST  # noqa: E402
+from topas.cluster.routers.kairos import _Entry  # noqa: E402
+from topas.cluster.state import ClusterInfo  # noqa: E402
+from topas.engine.view import StageView, TaskView  # noqa: E402
+
+
+def kairos(n: int, budgets=None, **params):
+    info = ClusterInfo(prefix_tokens={"A": 100, "B": 100, "C": 100}, output_priors={"A": 20.0, "B": 20.0, "C": 20.0},
+                       costs=[ROUND_COST] * n)
+    r = make_router("kairos", params)
+    r.reset(n, 0, info)
+    return r
+
+
+def kv_engines(*budgets: int) -> list[EngineState]:
+    return [EngineState(index=i, in_flight=0, kv_budget=b) for i, b in enumerate(budgets)]
+
+
+def chain(tid: str) -> TaskView:
+    stages = {"A": StageView("A", "A", 10, (), ("B",)), "B": StageView("B", "B", 10, ("A",), ("C",)),
+              "C": StageView("C", "C", 10, ("B",), ())}
+    return TaskView(tid, 0.0, "chain", stages, ("A", "B", "C"), frozenset(), {})
+
+
+def test_kairos_projects_kv_per_time_slot_with_the_prefix_once_per_engine():
+    r = kairos(1, slot_s=1.0)
+    r.ledger[0]["old"] = _Entry("A", 100, 10, 20.0, 0.0, 4.0)
+    new = _Entry("A", 100, 5, 10.0, 0.0, 2.0)
+    # slots [0,1): 10+20*.25 + 5+10*.5 = 25; [1,2): 20 + 15 = 35; [2,3): 25; [3,4): 30 (+100 prefix)
+    assert r.projected_peak(0, new, 0.0) == pytest.approx(135.0)
+    other = _Entry("B", 100, 5, 10.0, 0.0, 2.0)  # another agent: its prefix counts too
+    assert r.projected_peak(0, other, 0.0) == pytest.approx(235.0)
+    # a request past its expected end still counts, in full, in the current slot
+    assert r.projected_peak(0, _Entry("A", 100, 0, 0.0, 9.0, 0.5), 9.0) == pytest.approx(130.0)
+
+
+def test_kairos_orders_its_queue_by_remaining_workflow_time():
+    r = kairos(1)
+    d = r.duration("A", 10, 0)
+    assert d == pytest.approx(ROUND_COST.prefill_time([(10, 100)]) + 20 * ROUND_COST.decode_time(8, 8 * (100 + 10 + 10)))
+    first = RouteRequest("t1/A", "t1", "A", "A", 100, 10, 0.0, task=chain("t1"))  # three stages left
+    last = RouteRequest("t2/C", "t2", "C", "C", 100, 10, 1.0, task=chain("t2"))  # one stage left
+    assert r.priority(first) == pytest.approx(3 * d) and r.priority(last) == pytest.approx(d)
+    assert r.route(first, kv_engines(10**6)) is None and r.route(last, kv_engines(10**6)) is None
+    assert r.dispatch(kv_engines(10**6), 1.0) == [("t2/C", 0), ("t1/A", 0)]
+
+
+def test_kairos_sends_to_the_smallest_projected_peak_and_blocks_when_the_head_fits_nowhere():
+    r = kairos(2)
+    eng = kv_engines(1100, 1100)
+    r.route(req("t1/A", l=100, x=10), eng)
+    assert r.dispatch(eng, 0.0) == [("t1/A", 0)]  # equal peaks: lowest index
+    r.route(req("t2/A", l=100, x=10), eng)
+    assert r.dispatch(eng, 0.0) == [("t2/A", 1)]  # engine 0 now projects more
+    # the head (a last stage, with a big input: 100 + 900 + 20) fits beside neither running request;
+    # the first stage behind it would fit, but waits (head-of-line blocking)
+    r.route(RouteRequest("t3/C", "t3", "C", "C", 100, 900, 0.0, task=chain("t3")), eng)
+    r.route(RouteRequest("t4/A", "t4", "A", "A", 100, 1, 0.5, task=chain("t4")), eng)
+    assert r.dispatch(eng, 0.5) == []
+    r.on_finish("t1/A", 0, 1.0)  # engine 0 empties: the head fits there, the other beside t2
+    assert r.dispatch(eng, 1.0) == [("t3/C", 0), ("t4/A", 1)]
+
+
+def test_kairos_an_idle_engine_takes_the_head_whatever_its_projection():
+    r = kairos(2)
+    r.route(req("t1/A", l=100, x=5000), kv_engines(1000, 1000))  # projected far above the budget
+    assert r.dispatch(kv_engines(1000, 1000), 0.0) == [("t1/A", 0)]
+    r.route(req("t2/A", l=100, x=5000), kv_engines(1000, 1000))
+    assert r.dispatch(kv_engines(1000, 1000), 0.0) == [("t2/A", 1)]
+    r.route(req("t3/A", l=100, x=5000), kv_engines(1000, 1000))
+    assert r.dispatch(kv_engines(1000, 1000), 0.0) == []  # both busy: it waits
+
+
+def test_kairos_needs_the_cluster_profile():
+    with pytest.raises(RouterError, match="needs the agents' profile"):
+        make_router("kairos").reset(2, 0, None)

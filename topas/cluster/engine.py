@@ -62,8 +62,8 @@ class ClusterEngine(Simulator):
         self.cluster.ready(r, t)  # a parent finished here: the router decides where r runs
 
     def _finish(self, r: Request) -> None:
-        # the router counts the response as complete before the client sends the children
-        self.cluster.in_flight[self.index] -= 1
+        # the response reaches the router before the client sends the children
+        self.cluster.responded(r, self)
         super()._finish(r)
         tid = r.task.task.id
         self._local[tid] -= 1

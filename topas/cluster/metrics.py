@@ -14,6 +14,11 @@ requests; ``kv_util_mean`` is the mean of the engines' time-weighted KV use):
   of engines holding the agent's prefix from the first arrival to the last finish),
   ``prefix_copies_max`` (the most engines that held one agent's prefix at once) and
   ``prefix_copies_end`` (mean over agents at the end);
+* ``router_hold_mean``: mean time a request waited in the router before it was sent (0 but for
+  a router that holds requests, ``kairos``); the requests table adds ``engine``,
+  ``became_ready`` (its parents finished, or its task arrived), ``routed`` (the router sent it)
+  and ``router_hold`` (the difference); ``ready`` and ``queue_time`` stay the engine's (when it
+  reached the engine's scheduler, time queued there);
 * ``routing_wall_s``: wall time spent in the router.
 """
 
@@ -119,6 +124,11 @@ def build_cluster_result(sim: "ClusterSimulator", wall_seconds: float) -> Cluste
 
     requests = whole.requests.copy()
     requests["engine"] = requests["rid"].map(sim.assignment).astype("Int64")
+    # a holding router (kairos) sends a request later than it became ready (``ready`` stays when
+    # it reached its engine's scheduler, as for a single engine)
+    requests["became_ready"] = requests["rid"].map(sim.ready_at)
+    requests["routed"] = requests["rid"].map(sim.sent_at)
+    requests["router_hold"] = requests["routed"] - requests["became_ready"]
     n_req = [int((requests["engine"] == e.index).sum()) for e in engines]
     s["kv_util_mean"] = float(np.mean([r.summary["kv_util_mean"] for r in per_engine]))
     t0 = float(whole.tasks["arrival"].min()) if len(whole.tasks) else 0.0
@@ -131,6 +141,7 @@ def build_cluster_result(sim: "ClusterSimulator", wall_seconds: float) -> Cluste
         "requests_per_engine_max": max(n_req),
         "requests_per_engine_cv": coefficient_of_variation(n_req),
         **copies_stats(copies, sorted(sim.trace.agents), t0, t1),
+        "router_hold_mean": float(requests["router_hold"].mean()) if len(requests) else float("nan"),
         "routing_wall_s": sim.routing_wall,
     })
     cols = ("n_requests", "busy_time", "kv_util_mean", "avg_decode_batch", "decode_steps", "prefix_hits",

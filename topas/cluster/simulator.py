@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 
 from topas.cluster.engine import INF, ClusterEngine
 from topas.cluster.routers.base import Router
-from topas.cluster.state import EngineState, RouteRequest
+from topas.cluster.state import ClusterInfo, EngineState, RouteRequest
 from topas.engine.config import EngineConfig
 from topas.engine.cost import CostModel
 from topas.engine.entities import Request, TaskState
@@ -67,12 +67,20 @@ class ClusterSimulator:
                         enumerate(zip(policies, costs))]
         # every request must fit every engine it may be routed to
         validate_trace(trace, kv_budget=min(e.budget for e in self.engines))
-        router.reset(n, seed)
+        self.knowledge = knowledge or Knowledge()
+        agents = trace.agents
+        router.reset(n, seed, ClusterInfo(
+            prefix_tokens={a: ag.prefix_tokens for a, ag in agents.items()},
+            output_priors={a: self.knowledge.prior(a, ag.expected_output_tokens) for a, ag in agents.items()},
+            costs=tuple(e.cost for e in self.engines)))
+        self.held: dict[str, Request] = {}  # requests a holding router has not sent yet
         self._arrivals = list(trace.tasks)
         self._next_arrival = 0
         self.tasks: dict[str, TaskState] = {}
         self.requests: dict[str, Request] = {}
         self.assignment: dict[str, int] = {}  # rid -> engine index
+        self.ready_at: dict[str, float] = {}  # rid -> when it became ready
+        self.sent_at: dict[str, float] = {}  # rid -> when the router sent it
         self.in_flight = [0] * n
         self.finished_tasks = 0
         self.routing_wall = 0.0
@@ -95,6 +103,10 @@ class ClusterSimulator:
                 self._arrive(t_a)
                 continue
             if t_e == INF:
+                if self.held:
+                    raise SimulationStuck(
+                        f"router {self.router.name!r} holds {len(self.held)} requests (e.g. {next(iter(self.held))}) "
+                        "and sends none while every engine is idle")
                 stuck = next((x for x in self.engines if x.waiting), None)
                 if stuck is not None:
                     raise SimulationStuck(
@@ -135,18 +147,50 @@ class ClusterSimulator:
     def ready(self, r: Request, t: float) -> None:
         """``r`` became ready at ``t``: the router picks its engine."""
         req = RouteRequest(rid=r.rid, task_id=r.task.task.id, stage_id=r.stage.id, agent=r.agent,
-                           prefix_tokens=self.engines[0].prefixes[r.agent].tokens, input_tokens=r.x, time=t)
+                           prefix_tokens=self.engines[0].prefixes[r.agent].tokens, input_tokens=r.x, time=t,
+                           task=r.task.view(self.knowledge.online))
+        self.ready_at[r.rid] = t
         t0 = _time.perf_counter()
         i = self.router.route(req, self.engine_states())
         self.routing_wall += _time.perf_counter() - t0
+        if i is None and self.router.holds:
+            self.held[r.rid] = r
+        else:
+            self._send(r, i, t)
+        self._dispatch(t)
+
+    def _send(self, r: Request, i: object, t: float) -> None:
         if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < len(self.engines):
             raise ValueError(f"router {self.router.name!r} sent {r.rid} to engine {i!r}; "
                              f"engines are 0..{len(self.engines) - 1}")
         self.assignment[r.rid] = i
+        self.sent_at[r.rid] = t
         self.in_flight[i] += 1
         self.engines[i].deliver(r, t)
 
+    def _dispatch(self, t: float) -> None:
+        """A holding router's chance to send held requests (after a request became ready or finished)."""
+        if not self.held:
+            return
+        t0 = _time.perf_counter()
+        sends = self.router.dispatch(self.engine_states(), t)
+        self.routing_wall += _time.perf_counter() - t0
+        for rid, i in sends:
+            r = self.held.pop(rid, None)
+            if r is None:
+                raise ValueError(f"router {self.router.name!r} dispatched {rid}, which it does not hold")
+            self._send(r, i, t)
+
+    def responded(self, r: Request, engine: ClusterEngine) -> None:
+        """``r`` finished on ``engine``: the router counts it complete (before its children are
+        made ready)."""
+        self.in_flight[engine.index] -= 1
+        self.router.on_finish(r.rid, engine.index, engine.now)
+
     def finished(self, r: Request, engine: ClusterEngine) -> None:
+        """After ``r``'s finish was processed (its children routed): a holding router may send
+        what it held; a finished task leaves every engine's view."""
+        self._dispatch(engine.now)
         ts = r.task
         if ts.finish_time is not None:  # the task's last stage: no engine shows it any more
             self.finished_tasks += 1

@@ -9,7 +9,12 @@ could read from the engine's metrics (queue, running batch, KV use, resident pre
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+if TYPE_CHECKING:  # pragma: no cover
+    from topas.engine.cost import CostModel
+    from topas.engine.view import TaskView
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +33,8 @@ class RouteRequest:
     prefix_tokens: int
     input_tokens: int
     time: float
+    #: the request's task as a policy sees it (DAG shape, agents, stages done; no output lengths)
+    task: "TaskView | None" = field(default=None, compare=False)
 
     @property
     def prompt_tokens(self) -> int:
@@ -54,3 +61,13 @@ class EngineState:
     kv_budget: int = 0
     kv_used: int = 0
     resident: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """What a router may know before the run, as a profiler would: each agent's prefix length
+    and output prior (as the policies see them), and each engine's cost model (its hardware)."""
+
+    prefix_tokens: Mapping[str, int]
+    output_priors: Mapping[str, float]
+    costs: Sequence["CostModel"]

@@ -13,6 +13,7 @@ from topas.cluster.routers.base import (
 )
 from topas.cluster.routers import (  # noqa: F401  (registration)
     autellix_locality,
+    kairos,
     least_load,
     power_of_two,
     round_robin,

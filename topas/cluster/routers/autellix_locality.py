@@ -40,8 +40,8 @@ class AutellixLocality(Router):
     name = "autellix-locality"
     Params = AutellixLocalityParams
 
-    def reset(self, n_engines: int, seed: int = 0) -> None:
-        super().reset(n_engines, seed)
+    def reset(self, n_engines: int, seed: int = 0, info=None) -> None:
+        super().reset(n_engines, seed, info)
         self.program_engine: dict[str, int] = {}
 
     def route(self, request: RouteRequest, engines: Sequence[EngineState]) -> int:

@@ -15,7 +15,7 @@ import typing
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Mapping, Sequence
 
-from topas.cluster.state import EngineState, RouteRequest
+from topas.cluster.state import ClusterInfo, EngineState, RouteRequest
 
 
 class RouterError(ValueError):
@@ -33,22 +33,37 @@ class Router(ABC):
 
     name: ClassVar[str]
     Params: ClassVar[type] = NoParams
+    #: a router that may hold requests in its own queue: :meth:`route` returns ``None`` for a
+    #: request it holds, and the cluster asks :meth:`dispatch` for held requests to send
+    holds: ClassVar[bool] = False
 
     def __init__(self, **params: Any) -> None:
         self.params = make_router_params(self.Params, params, router=self.name)
         self.n_engines = 0
         self.seed = 0
+        self.info: ClusterInfo | None = None
 
-    def reset(self, n_engines: int, seed: int = 0) -> None:
-        """Forget all per-run state; the cluster has ``n_engines`` engines (indices 0..n-1)."""
+    def reset(self, n_engines: int, seed: int = 0, info: ClusterInfo | None = None) -> None:
+        """Forget all per-run state; the cluster has ``n_engines`` engines (indices 0..n-1);
+        ``info``: what a profiler knows of the agents and the engines."""
         if n_engines < 1:
             raise RouterError(f"router {self.name!r}: a cluster needs at least 1 engine, got {n_engines}")
         self.n_engines = n_engines
         self.seed = seed
+        self.info = info
 
     @abstractmethod
-    def route(self, request: RouteRequest, engines: Sequence[EngineState]) -> int:
-        """The index of the engine ``request`` is sent to (``engines[i].index == i``)."""
+    def route(self, request: RouteRequest, engines: Sequence[EngineState]) -> int | None:
+        """The index of the engine ``request`` is sent to (``engines[i].index == i``), or
+        ``None`` to hold it (routers with ``holds`` only)."""
+
+    def dispatch(self, engines: Sequence[EngineState], now: float) -> list[tuple[str, int]]:
+        """Held requests to send now, as (request id, engine index), in sending order (called
+        after every request becomes ready and after every request finishes)."""
+        return []
+
+    def on_finish(self, rid: str, engine: int, time: float) -> None:
+        """Request ``rid`` finished on ``engine`` at ``time`` (its response reached the router)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.params})"

@@ -20,8 +20,8 @@ from topas.cluster.state import EngineState, RouteRequest
 class PowerOfTwo(Router):
     name = "power-of-two"
 
-    def reset(self, n_engines: int, seed: int = 0) -> None:
-        super().reset(n_engines, seed)
+    def reset(self, n_engines: int, seed: int = 0, info=None) -> None:
+        super().reset(n_engines, seed, info)
         self._rng = random.Random(f"power-of-two:{seed}")
 
     def route(self, request: RouteRequest, engines: Sequence[EngineState]) -> int:

@@ -18,8 +18,8 @@ from topas.cluster.state import EngineState, RouteRequest
 class RoundRobin(Router):
     name = "round-robin"
 
-    def reset(self, n_engines: int, seed: int = 0) -> None:
-        super().reset(n_engines, seed)
+    def reset(self, n_engines: int, seed: int = 0, info=None) -> None:
+        super().reset(n_engines, seed, info)
         self._next = 0
 
     def route(self, request: RouteRequest, engines: Sequence[EngineState]) -> int:

@@ -111,8 +111,8 @@ class SGLangCacheAware(Router):
     name = "sglang-cache-aware"
     Params = CacheAwareParams
 
-    def reset(self, n_engines: int, seed: int = 0) -> None:
-        super().reset(n_engines, seed)
+    def reset(self, n_engines: int, seed: int = 0, info=None) -> None:
+        super().reset(n_engines, seed, info)
         self.trees = [_WorkerTree() for _ in range(n_engines)]
         self._rounds = 0  # eviction rounds run so far
 
