@@ -42,12 +42,16 @@ class ClusterEngine(Simulator):
         self.cluster = cluster
         self._arrivals = []  # tasks arrive at the cluster, not here
         self._local: dict[str, int] = {}  # task id -> its requests routed here and not finished
+        # pending_time and emit_bound change only when this engine steps or receives a request
+        self._times: tuple[float, float] | None = None
+        self._resident: frozenset[str] | None = None
 
     # ------------------------------------------------------------------ delivery
     def deliver(self, r: Request, t: float) -> None:
         """``r`` became ready at ``t`` and was routed here: it reaches this scheduler after the
         request path (as ``Simulator._make_ready``), always through the delayed heap, so an
         engine whose clock is behind ``t`` does not see it early."""
+        self._times = self._resident = None
         ts = r.task
         tid = ts.task.id
         self.requests[r.rid] = r
@@ -100,6 +104,19 @@ class ClusterEngine(Simulator):
     def pending_time(self) -> float:
         """When this engine next has something to do on its own (INF: nothing until a request is
         delivered): now while it runs or has a decision to take, else its next delivery."""
+        if self._times is None:
+            self._times = (self._pending_time(), self._emit_bound())
+        return self._times[0]
+
+    def emit_bound(self) -> float:
+        """A lower bound on when this engine next finishes a request (and so may make another
+        request ready): now while it prefills or may admit; else, decoding only, the end of its
+        earliest finish if nothing else ran (admissions only delay it), or its next delivery."""
+        if self._times is None:
+            self._times = (self._pending_time(), self._emit_bound())
+        return self._times[1]
+
+    def _pending_time(self) -> float:
         if self.busy():
             return self.now
         if self._delayed and self._delayed[0][0] <= self.now:
@@ -108,11 +125,8 @@ class ClusterEngine(Simulator):
             return self.now
         return max(self.now, self._delayed[0][0]) if self._delayed else INF
 
-    def emit_bound(self) -> float:
-        """A lower bound on when this engine next finishes a request (and so may make another
-        request ready): now while it prefills or may admit; else, decoding only, the end of its
-        earliest finish if nothing else ran (admissions only delay it), or its next delivery."""
-        if self.prefill_queue or self._pending_prefix_prefill() or (self.waiting and self.pending_time() == self.now):
+    def _emit_bound(self) -> float:
+        if self.prefill_queue or self._pending_prefix_prefill() or (self.waiting and self._pending_time() == self.now):
             return self.now
         t = self._delayed[0][0] if self._delayed else INF
         if self.decoding:
@@ -125,6 +139,13 @@ class ClusterEngine(Simulator):
     def step(self) -> bool:
         """One iteration of ``Simulator.run``'s loop; False when the engine has nothing to do
         until a request is delivered (an idle engine, or waiting requests its policy declined)."""
+        self._times = self._resident = None
+        try:
+            return self._step()
+        finally:
+            self._times = self._resident = None
+
+    def _step(self) -> bool:
         self._admit_arrivals()
         if self._dirty and self.waiting:
             self._decide()
@@ -151,4 +172,6 @@ class ClusterEngine(Simulator):
 
     def view_resident(self) -> frozenset[str]:
         """Agents whose prefix is resident (what ``EngineView.resident`` shows this engine's policy)."""
-        return frozenset(a for a, p in self.prefixes.items() if p.resident)
+        if self._resident is None:
+            self._resident = frozenset(a for a, p in self.prefixes.items() if p.resident)
+        return self._resident
