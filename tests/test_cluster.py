@@ -17,6 +17,7 @@ from topas.cluster.routers import make_router
 from topas.cluster.routers.base import Router
 from topas.cluster.state import EngineState, RouteRequest
 from topas.engine.config import EngineConfig
+from topas.engine.knowledge import Knowledge
 from topas.engine.simulator import simulate
 from topas.policies.base import make_policy
 
@@ -65,12 +66,15 @@ def mixed_trace(n: int = 12):
 
 
 @pytest.mark.parametrize("policy", ["fcfs", "lpm", "topas"])
-@pytest.mark.parametrize("config", [EngineConfig(kv_budget=9000), EngineConfig(kv_budget=9000, request_latency_s=0.02)],
-                         ids=["stock", "latency"])
-def test_one_engine_cluster_is_the_single_engine_simulator(policy, config):
+@pytest.mark.parametrize("config, online", [(EngineConfig(kv_budget=9000), False),
+                                            (EngineConfig(kv_budget=9000, request_latency_s=0.02), False),
+                                            (EngineConfig(kv_budget=9000), True)],
+                         ids=["stock", "latency", "online-dags"])
+def test_one_engine_cluster_is_the_single_engine_simulator(policy, config, online):
     tr = mixed_trace()
-    a = simulate(tr, make_policy(policy), C, config)
-    b = simulate_cluster(tr, policies(policy, 1), make_router("round-robin"), C, config)
+    know = Knowledge(dag_visibility="online") if online else None
+    a = simulate(tr, make_policy(policy), C, config, knowledge=know)
+    b = simulate_cluster(tr, policies(policy, 1), make_router("round-robin"), C, config, knowledge=know)
     pd.testing.assert_frame_equal(a.tasks, b.tasks)
     pd.testing.assert_frame_equal(a.requests, b.requests.drop(columns=["engine", "became_ready", "routed",
                                                                        "router_hold"]))
@@ -208,3 +212,15 @@ def test_a_holding_router_sends_later_and_the_hold_is_recorded():
     assert (req["router_hold"] >= 0).all() and (req["router_hold"] > 0).any()
     assert (req["routed"] <= req["ready"] + 1e-12).all()  # it reaches the engine when sent (no latency)
     assert res.summary["router_hold_mean"] == pytest.approx(req["router_hold"].mean())
+
+
+def test_engines_may_have_different_profiles_and_every_request_must_fit_the_smallest():
+    tr = mixed_trace(6)
+    small, big = C.with_budget(6000), C.with_budget(12000)
+    res = simulate_cluster(tr, policies("fcfs", 2), make_router("least-load"), [small, big])
+    assert res.engines["kv_budget"].tolist() == [6000, 12000]
+    assert res.tasks["finish"].notna().all()
+    from topas.workload.validate import TraceError
+
+    with pytest.raises(TraceError, match="1000"):
+        simulate_cluster(tr, policies("fcfs", 2), make_router("least-load"), [C.with_budget(1000), big])

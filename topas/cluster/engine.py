@@ -86,7 +86,7 @@ class ClusterEngine(Simulator):
         for tid, tv in v.tasks.items():
             ts = self.active_tasks[tid]
             away = frozenset(s for s, r in ts.requests.items()
-                             if r.finish_time is None and owner.get(r.rid, self.index) != self.index)
+                             if s in tv.stages and r.finish_time is None and owner.get(r.rid, self.index) != self.index)
             tasks[tid] = dataclasses.replace(tv, done=tv.done | away) if away else tv
         return dataclasses.replace(v, tasks=tasks)
 
