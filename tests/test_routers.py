@@ -254,3 +254,57 @@ def test_kairos_an_idle_engine_takes_the_head_whatever_its_projection():
 def test_kairos_needs_the_cluster_profile():
     with pytest.raises(RouterError, match="needs the agents' profile"):
         make_router("kairos").reset(2, 0, None)
+
+
+# ----------------------------------------------------------------------------- topas (ours)
+
+
+def topas_router(n: int, **params):
+    info = ClusterInfo(prefix_tokens={"A": 1000, "B": 1000}, output_priors={"A": 50.0, "B": 50.0},
+                       costs=[ROUND_COST] * n)
+    r = make_router("topas", params)
+    r.reset(n, 0, info)
+    return r
+
+
+def test_topas_router_score_is_the_documented_sum():
+    r = topas_router(1)
+    c = ROUND_COST
+    e = EngineState(index=0, in_flight=5, waiting=2, running=3, kv_budget=10**5, kv_used=4000, resident=frozenset())
+    q = req("t/A", l=1000, x=200)
+    step = c.decode_time(4, 4000 + 1200)
+    own = c.prefill_time([(200, 1000)]) + 50 * step
+    want = (2 / 4) * own + c.prefill_time([(1000, 0)]) + own + 2.0 * 3 * 50 * (step - c.decode_time(3, 4000))
+    assert r.score(q, e, 1) == pytest.approx(want - 3 * 50 * (step - c.decode_time(3, 4000)))  # beta = 1
+    r2 = topas_router(1, beta=2.0)
+    assert r2.score(q, e, 1) == pytest.approx(want)
+    resident = EngineState(index=0, in_flight=5, waiting=2, running=3, kv_budget=10**5, kv_used=4000,
+                           resident=frozenset({"A"}))
+    assert r.score(q, e, 1) - r.score(q, resident, 1) == pytest.approx(c.prefill_time([(1000, 0)]))
+    slow = 3 * 50 * (step - c.decode_time(3, 4000))
+    assert r.score(q, e, 3) == pytest.approx(3 * (r.score(q, e, 1) - slow) + slow)  # w_r weighs the own time only
+
+
+def test_topas_router_follows_the_prefix_unless_the_wait_there_costs_more_than_a_recompute():
+    r = topas_router(2)
+    holder = EngineState(index=0, in_flight=1, waiting=0, running=1, kv_budget=10**5, kv_used=1300,
+                         resident=frozenset({"A"}))
+    empty = EngineState(index=1, in_flight=0, waiting=0, running=0, kv_budget=10**5, kv_used=0)
+    # a 3000-token prefix: its recompute (1.21 s) costs more than decoding beside one request
+    assert r.route(req("t/A", l=3000, x=200), [holder, empty]) == 0
+    # a 1000-token prefix: its recompute (0.21 s) costs less than the slower batch there (0.115 s
+    # more of its own decode, 0.11 s more for the running request)
+    assert r.route(req("t/A", l=1000, x=200), [holder, empty]) == 1
+    assert topas_router(2, beta=0.0).route(req("t/A", l=1000, x=200), [holder, empty]) == 0  # batch ignored
+    busy = EngineState(index=0, in_flight=30, waiting=20, running=10, kv_budget=10**5, kv_used=20000,
+                       resident=frozenset({"A"}))
+    assert r.route(req("t/A", l=3000, x=200), [busy, empty]) == 1  # the queue there costs more
+    assert r.route(req("t/B", agent="B", l=1000, x=200), [holder, empty]) == 1  # nobody holds B: the idle one
+    twin = EngineState(index=1, in_flight=0, waiting=0, running=0, kv_budget=10**5, kv_used=0)
+    assert r.route(req("t/B", agent="B"), [twin, empty]) == 0  # a tie: the lowest index
+
+
+def test_topas_router_weight_is_the_remaining_path_in_stages():
+    assert make_router("topas").weight(RouteRequest("t/A", "t", "A", "A", 1, 1, 0.0, task=chain("t"))) == 3
+    assert make_router("topas").weight(RouteRequest("t/C", "t", "C", "C", 1, 1, 0.0, task=chain("t"))) == 1
+    assert make_router("topas").weight(req("t/A")) == 1

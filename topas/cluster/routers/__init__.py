@@ -18,6 +18,7 @@ from topas.cluster.routers import (  # noqa: F401  (registration)
     power_of_two,
     round_robin,
     sglang_cache_aware,
+    topas_router,
 )
 
 __all__ = ["Router", "RouterError", "available_routers", "make_router", "register", "router_class"]
