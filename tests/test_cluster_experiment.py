@@ -102,3 +102,16 @@ def test_simulate_a_cluster_on_the_command_line(runner, tmp_path):
     assert bad.exit_code == 1 and "unknown router 'nope'; valid routers:" in bad.stderr
     bad = runner.invoke(main, ["simulate", "--trace", "dag-4", "--policy", "lpm", "--tasks", "5", "--engines", "2"])
     assert bad.exit_code == 1 and "engines=2 needs a router" in bad.stderr
+
+
+def test_a_cluster_result_round_trips_through_the_store(tmp_path):
+    from topas.experiments import run_many
+    from topas.experiments.store import ResultStore
+
+    store = ResultStore(tmp_path)
+    exp = Experiment(**BASE, engines=2, router="topas")
+    [row] = run_many([exp], jobs=1, progress=False, store=store)
+    assert row["router"] == "topas" and row["n_engines"] == 2
+    back = store.load(exp)
+    assert back.summary["requests_per_engine_cv"] == row["requests_per_engine_cv"]
+    assert set(back.requests["engine"]) == {0, 1} and "router_hold" in back.requests
