@@ -4,7 +4,8 @@ Source: Autellix (Luo et al., "Autellix: An Efficient Serving Engine for LLM Age
 Programs", arXiv 2502.13965), its multi-engine load balancer (the paper's Algorithm 2): a short
 request (at most 2048 prefill tokens) goes to the least-used engine, where it costs little to
 recompute; a long one goes to the engine its program already uses, to reuse the program's KV
-cache. The 2048 threshold is the paper's.
+cache. The 2048 threshold is the paper's Algorithm 2 as a public reimplementation quotes it (the
+paper's own text could not be read where this was written).
 
 Interpretations:
 
