@@ -37,21 +37,27 @@ INF = math.inf
 class ClusterEngine(Simulator):
     def __init__(self, index: int, cluster: "ClusterSimulator", trace: Trace, policy: Policy, cost: CostModel,
                  config: EngineConfig | None = None, knowledge: Knowledge | None = None) -> None:
-        super().__init__(trace, policy, cost, config, knowledge)
+        # tasks arrive at the cluster, not here: the engine gets the trace's agents and no tasks
+        # (the cluster validates the whole trace once, against the smallest engine)
+        super().__init__(trace.head(0), policy, cost, config, knowledge)
         self.index = index
         self.cluster = cluster
-        self._arrivals = []  # tasks arrive at the cluster, not here
         self._local: dict[str, int] = {}  # task id -> its requests routed here and not finished
         # pending_time and emit_bound change only when this engine steps or receives a request
+        # (_touch: the cluster re-reads them then)
         self._times: tuple[float, float] | None = None
         self._resident: frozenset[str] | None = None
+
+    def _touch(self) -> None:
+        self._times = self._resident = None
+        self.cluster.touched(self.index)
 
     # ------------------------------------------------------------------ delivery
     def deliver(self, r: Request, t: float) -> None:
         """``r`` became ready at ``t`` and was routed here: it reaches this scheduler after the
         request path (as ``Simulator._make_ready``), always through the delayed heap, so an
         engine whose clock is behind ``t`` does not see it early."""
-        self._times = self._resident = None
+        self._touch()
         ts = r.task
         tid = ts.task.id
         self.requests[r.rid] = r
@@ -139,11 +145,11 @@ class ClusterEngine(Simulator):
     def step(self) -> bool:
         """One iteration of ``Simulator.run``'s loop; False when the engine has nothing to do
         until a request is delivered (an idle engine, or waiting requests its policy declined)."""
-        self._times = self._resident = None
+        self._touch()
         try:
             return self._step()
         finally:
-            self._times = self._resident = None
+            self._touch()
 
     def _step(self) -> bool:
         self._admit_arrivals()

@@ -24,6 +24,7 @@ routers are seeded by the experiment's seed.
 
 from __future__ import annotations
 
+import heapq
 import time as _time
 from typing import Sequence
 
@@ -63,8 +64,15 @@ class ClusterSimulator:
             raise ValueError(f"{len(costs)} profiles for {n} engines: give one profile or one per engine")
         self.trace = trace
         self.router = router
+        # each engine's next-action time and finish bound, in heaps with lazy deletion: an entry
+        # (time, index, version) is current while the engine's version is
+        self._version = [0] * n
+        self._dirty: set[int] = set()
+        self._next_heap: list[tuple[float, int, int]] = []
+        self._bound_heap: list[tuple[float, int, int]] = []
         self.engines = [ClusterEngine(i, self, trace, p, c, config, knowledge) for i, (p, c) in
                         enumerate(zip(policies, costs))]
+        self._dirty = set(range(n))
         # every request must fit every engine it may be routed to
         validate_trace(trace, kv_budget=min(e.budget for e in self.engines))
         self.knowledge = knowledge or Knowledge()
@@ -96,8 +104,7 @@ class ClusterSimulator:
         bar = tqdm(total=len(self._arrivals), desc=f"cluster {self.router.name}", unit="task", disable=not progress)
         done = 0
         while True:
-            e = min(self.engines, key=lambda x: (x.pending_time(), x.index))
-            t_e = e.pending_time()
+            t_e, e = self._earliest()
             t_a = self._arrivals[self._next_arrival].arrival if self._next_arrival < len(self._arrivals) else INF
             if t_a < INF and t_a <= t_e:
                 self._arrive(t_a)
@@ -209,12 +216,41 @@ class ClusterSimulator:
         """The earliest time something may be delivered to ``engine`` from outside: the next
         task arrival or another engine's next possible finish."""
         t = self._arrivals[self._next_arrival].arrival if self._next_arrival < len(self._arrivals) else INF
-        for e in self.engines:
-            if e is not engine:
-                b = e.emit_bound()
-                if b < t:
-                    t = b
+        self._flush()
+        heap, own = self._bound_heap, None
+        self._clean(heap)
+        if heap and heap[0][1] == engine.index:
+            own = heapq.heappop(heap)
+            self._clean(heap)
+        if heap and heap[0][0] < t:
+            t = heap[0][0]
+        if own is not None:
+            heapq.heappush(heap, own)
         return t
+
+    # ------------------------------------------------------------------ the engines' times
+    def touched(self, i: int) -> None:
+        """Engine ``i`` stepped or received a request: its times are read again."""
+        self._version[i] += 1
+        self._dirty.add(i)
+
+    def _flush(self) -> None:
+        for i in sorted(self._dirty):
+            e, v = self.engines[i], self._version[i]
+            heapq.heappush(self._next_heap, (e.pending_time(), i, v))
+            heapq.heappush(self._bound_heap, (e.emit_bound(), i, v))
+        self._dirty.clear()
+
+    def _clean(self, heap: list[tuple[float, int, int]]) -> None:
+        while heap and heap[0][2] != self._version[heap[0][1]]:
+            heapq.heappop(heap)
+
+    def _earliest(self) -> tuple[float, ClusterEngine]:
+        """The engine whose next action is earliest (ties: the lowest index) and its time."""
+        self._flush()
+        self._clean(self._next_heap)
+        t, i, _ = self._next_heap[0]
+        return t, self.engines[i]
 
     def _record_holding(self, e: ClusterEngine) -> None:
         held = e.held_prefixes()
