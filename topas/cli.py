@@ -335,6 +335,8 @@ def cluster_lines(prepared, s: dict) -> list[str]:
         f"CV {s['requests_per_engine_cv']:.3f}",
         f"copies       engines holding an agent's prefix: mean {s['prefix_copies_mean']:.2f} over time, "
         f"max {s['prefix_copies_max']}, {s['prefix_copies_end']:.2f} at the end",
+        *([f"router hold  requests waited {s['router_hold_mean']:.3f} s on average in the router before it sent them"]
+          if prepared.router.holds else []),
     ]
 
 
