@@ -67,6 +67,7 @@ class ClusterSimulator:
         # each engine's next-action time and finish bound, in heaps with lazy deletion: an entry
         # (time, index, version) is current while the engine's version is
         self._version = [0] * n
+        self._states: list[EngineState | None] = [None] * n  # what routers see, until it changes
         self._dirty: set[int] = set()
         self._next_heap: list[tuple[float, int, int]] = []
         self._bound_heap: list[tuple[float, int, int]] = []
@@ -173,6 +174,7 @@ class ClusterSimulator:
         self.assignment[r.rid] = i
         self.sent_at[r.rid] = t
         self.in_flight[i] += 1
+        self._states[i] = None
         self.engines[i].deliver(r, t)
 
     def _dispatch(self, t: float) -> None:
@@ -192,6 +194,7 @@ class ClusterSimulator:
         """``r`` finished on ``engine``: the router counts it complete (before its children are
         made ready)."""
         self.in_flight[engine.index] -= 1
+        self._states[engine.index] = None
         self.router.on_finish(r.rid, engine.index, engine.now)
 
     def finished(self, r: Request, engine: ClusterEngine) -> None:
@@ -205,12 +208,17 @@ class ClusterSimulator:
                 e.active_tasks.pop(ts.task.id, None)
 
     def engine_states(self) -> list[EngineState]:
-        return [EngineState(index=e.index, in_flight=self.in_flight[e.index],
-                            waiting=len(e.waiting) + len(e._delayed),
-                            running=len(e.prefill_queue) + len(e.decoding),
-                            kv_budget=e.budget, kv_used=e.prefix_tokens + e.request_tokens,
-                            resident=e.view_resident())
-                for e in self.engines]
+        """Each engine as a router sees it (rebuilt only for engines that changed since)."""
+        states = self._states
+        for i, st in enumerate(states):
+            if st is None:
+                e = self.engines[i]
+                states[i] = EngineState(index=i, in_flight=self.in_flight[i],
+                                        waiting=len(e.waiting) + len(e._delayed),
+                                        running=len(e.prefill_queue) + len(e.decoding),
+                                        kv_budget=e.budget, kv_used=e.prefix_tokens + e.request_tokens,
+                                        resident=e.view_resident())
+        return list(states)
 
     def horizon(self, engine: ClusterEngine) -> float:
         """The earliest time something may be delivered to ``engine`` from outside: the next
@@ -233,6 +241,7 @@ class ClusterSimulator:
         """Engine ``i`` stepped or received a request: its times are read again."""
         self._version[i] += 1
         self._dirty.add(i)
+        self._states[i] = None
 
     def _flush(self) -> None:
         for i in sorted(self._dirty):
