@@ -224,3 +224,18 @@ def test_engines_may_have_different_profiles_and_every_request_must_fit_the_smal
 
     with pytest.raises(TraceError, match="1000"):
         simulate_cluster(tr, policies("fcfs", 2), make_router("least-load"), [C.with_budget(1000), big])
+
+
+def test_cache_aware_routing_in_a_cluster_keeps_each_agent_on_the_engine_that_first_got_it():
+    """With loads never imbalanced (huge thresholds) and prefixes > 30% of each prompt, the
+    cache-aware rule sends every request of an agent where the agent's first request went (the
+    smallest tree at that moment)."""
+    tr = mixed_trace(10)
+    router = make_router("sglang-cache-aware", balance_abs_threshold=10**6)
+    res = simulate_cluster(tr, policies("lpm", 3), router, C, EngineConfig(kv_budget=9000))
+    per_agent = res.requests.groupby("agent")["engine"].nunique()
+    assert (per_agent == 1).all()
+    assert res.summary["prefix_copies_max"] == 1
+    first = res.requests.sort_values(["became_ready", "rid"]).groupby("agent", sort=False)["engine"].first()
+    # A, B, C in first-ready order each go to the smallest (empty) tree, ties to the lowest index
+    assert [first["A"], first["B"], first["C"]] == [0, 1, 2]
