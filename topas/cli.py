@@ -6,7 +6,9 @@
     topas trace validate FILE_OR_NAME [--profile NAME | --kv-budget N]
     topas trace describe FILE_OR_NAME
     topas simulate --trace NAME_OR_FILE --policy NAME [--param K=V ...] [--rate R | --load X] ...
+    topas simulate ... --engines N --router NAME [--router-param K=V ...]   (a cluster)
     topas policies
+    topas routers
     topas capacity WORKLOAD [WORKLOAD...] [--policies P1,P2] [--tasks N] [--seed S] [--load-sat X]
 
 To extend it, define ``@main.command()`` / ``@main.group()`` functions here (or in a module that
@@ -240,6 +242,8 @@ def simulate_inputs(prepared) -> dict:
         "profile": {"name": prepared.cost.name, "hash": canonical["profile_hash"],
                     "kv_budget_tokens": prepared.cost.kv_budget_tokens},
         "engine": exp.engine,
+        **({"cluster": {"engines": exp.engines, "router": exp.router,
+                        "router_params": dataclasses.asdict(prepared.router.params)}} if exp.is_cluster else {}),
         "canonical": canonical,
         "environment": environment(),
     }
@@ -307,14 +311,33 @@ def simulate_summary_lines(prepared, result, out: Path | None = None) -> list[st
         f"swapped {_fmt_bytes(s['bytes_swapped'])}",
         f"rework       recomputed {s['recomputed_tokens']:,} tokens; retractions {s['retractions']}, "
         f"preemptions {s['preemptions']}",
+        *cluster_lines(prepared, s),
         f"decisions    {s['n_decisions']:,}, mean {s['decision_wall_mean_ms']:.3f} ms wall "
         f"(p99 {s['decision_wall_p99_ms']:.3f} ms), {100 * s['decision_wall_share']:.3f}% of simulated time",
         f"wall time    {s['sim_wall_s']:.2f} s to simulate",
     ]
     if out is not None:
-        lines.append(f"written      {out}/{{tasks,requests,prefix_events,timeline,decisions,summary}}.parquet "
+        extra = ",engines,prefix_copies" if exp.is_cluster else ""
+        lines.append(f"written      {out}/{{tasks,requests,prefix_events,timeline,decisions,summary{extra}}}.parquet "
                      "+ inputs.json")
     return lines
+
+
+def cluster_lines(prepared, s: dict) -> list[str]:
+    """The cluster's lines of the ``topas simulate`` report (none for a single engine)."""
+    exp = prepared.experiment
+    if not exp.is_cluster:
+        return []
+    rp = "  ".join(f"{k}={v}" for k, v in exp.router_params) or "(default parameters)"
+    return [
+        f"cluster      {exp.engines} engines x {exp.policy}, router {exp.router}  {rp}",
+        f"balance      requests per engine {s['requests_per_engine_min']}..{s['requests_per_engine_max']}, "
+        f"CV {s['requests_per_engine_cv']:.3f}",
+        f"copies       engines holding an agent's prefix: mean {s['prefix_copies_mean']:.2f} over time, "
+        f"max {s['prefix_copies_max']}, {s['prefix_copies_end']:.2f} at the end",
+        *([f"router hold  requests waited {s['router_hold_mean']:.3f} s on average in the router before it sent them"]
+          if prepared.router.holds else []),
+    ]
 
 
 def _head_note(n_tasks: int | None, prepared) -> str:
@@ -347,6 +370,13 @@ def _head_note(n_tasks: int | None, prepared) -> str:
 @click.option("--engine-option", "engine_opts", multiple=True, metavar="K=V",
               help="An engine behaviour switch, e.g. --engine-option admission_gate=false (repeatable; "
                    "see topas.engine.config.EngineConfig).")
+@click.option("--engines", "n_engines", type=click.IntRange(min=1), default=1, show_default=True, metavar="N",
+              help="Simulate N identical engines of the profile behind --router, each with its own instance "
+                   "of the policy (docs/cluster.md).")
+@click.option("--router", default=None, metavar="NAME",
+              help="The router of a cluster (`topas routers` lists them); required with --engines > 1.")
+@click.option("--router-param", "router_params", multiple=True, metavar="K=V",
+              help="A router parameter, e.g. --router-param cache_threshold=0.5 (repeatable).")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=None, metavar="DIR",
               help="Write the result tables to DIR/<table>.parquet and the inputs (trace, load, seed, "
                    "parameters, versions) to DIR/inputs.json, atomically; checked before simulating.")
@@ -354,7 +384,8 @@ def _head_note(n_tasks: int | None, prepared) -> str:
               help="Show a progress bar on stderr [default: only when stderr is a terminal].")
 def simulate_cmd(trace_name: str, policy: str, params: tuple[str, ...], rate: float | None,
                  load: float | None, seed: int, n_tasks: int | None, profile: str | None,
-                 kv_budget: int | None, host_tier: bool, engine_opts: tuple[str, ...], out: Path | None,
+                 kv_budget: int | None, host_tier: bool, engine_opts: tuple[str, ...], n_engines: int,
+                 router: str | None, router_params: tuple[str, ...], out: Path | None,
                  progress: bool | None, **knowledge) -> None:
     """Simulate one trace under one policy and print a summary.
 
@@ -376,7 +407,8 @@ def simulate_cmd(trace_name: str, policy: str, params: tuple[str, ...], rate: fl
         exp = Experiment(
             workload=trace_name, policy=policy, params=parse_param_strings(params),
             profile=profile or DEFAULT_PROFILE, rate=rate, load=load, seed=seed, n_tasks=n_tasks,
-            kv_budget=kv_budget, engine_options=options, **knowledge,
+            kv_budget=kv_budget, engine_options=options, engines=n_engines, router=router,
+            router_params=parse_param_strings(router_params), **knowledge,
         )
         prepared = prepare(exp)
     except (ExperimentError, PolicyError, ProfileError, TraceError, FileNotFoundError) as e:
@@ -494,6 +526,37 @@ def policies_lines() -> list[str]:
 def policies_cmd() -> None:
     """List the policies with their parameters (name: type = default); set them with --param."""
     click.echo("\n".join(policies_lines()))
+
+
+def routers_lines() -> list[str]:
+    """The ``topas routers`` listing: each router, its one-line description and its parameters."""
+    import dataclasses
+    import typing
+
+    from topas.cluster.routers import available_routers, router_class
+
+    lines: list[str] = []
+    for name in available_routers():
+        cls = router_class(name)
+        doc = (cls.__doc__ or sys.modules[cls.__module__].__doc__ or "").strip().splitlines()
+        head = doc[0].strip() if doc else ""
+        head = head.removeprefix(f"``{name}``:").strip()
+        lines.append(f"{name}" + (f"  {head}" if head else ""))
+        fields = dataclasses.fields(cls.Params)
+        hints = typing.get_type_hints(cls.Params)
+        if not fields:
+            lines.append("    (no parameters)")
+        for f in fields:
+            typ = hints.get(f.name, f.type)
+            lines.append(f"    {f.name}: {getattr(typ, '__name__', typ)} = {f.default!r}")
+    return lines
+
+
+@main.command("routers")
+def routers_cmd() -> None:
+    """List the routers of a cluster with their parameters (name: type = default); use them with
+    `topas simulate --engines N --router NAME --router-param K=V`."""
+    click.echo("\n".join(routers_lines()))
 
 
 

@@ -32,6 +32,10 @@ the result depends on, so a results store can reuse a result exactly when it is 
   (:class:`topas.sglang.server.ServerIdentity`: model name and config hash, KV pool, SGLang
   version, schedule policy, device, tensor parallelism, page size, plugin version), asked once
   per process and server, so a result measured on one server is never reused for another;
+* ``cluster`` (only for a cluster: ``engines > 1`` or a ``router`` named; issue 15): the number
+  of engines, the router and its resolved parameters; ``code`` then also covers
+  ``topas/cluster``. Absent for a single engine, so a single-engine key is what it was before
+  clusters existed;
 * ``schema``: :data:`KEY_SCHEMA`, bumped when the meaning of a result changes in a way none of
   the above captures (e.g. a change to how this module prepares a run).
 
@@ -61,6 +65,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from topas.engine.knowledge import Knowledge
     from topas.engine.metrics import SimResult
     from topas.policies.base import Policy
+    from topas.cluster.routers.base import Router
     from topas.workload.model import Trace
 
 __all__ = [
@@ -229,6 +234,12 @@ class Experiment:
     factor's seed is ``seed``), ``prior_bias`` (all priors x B), ``dag_visibility`` (``"full"``
     or ``"online"``). ``arrivals``: ``"poisson"`` or ``"gamma:CV"`` (a renewal process of the
     same mean rate, :mod:`topas.workload.arrivals`; needs ``rate`` or ``load``).
+
+    Several engines (issue 15; :mod:`topas.cluster`, docs/cluster.md): ``engines`` identical
+    engines of the profile, each with its own instance of ``policy``, behind ``router`` (a name
+    from ``topas routers``; required when ``engines > 1``) with ``router_params``. The default
+    (``engines=1``, no router) is the single-engine simulator; ``engines=1`` with a router runs
+    the cluster simulator with one engine (the same result, a different key).
     """
 
     workload: str
@@ -246,6 +257,9 @@ class Experiment:
     prior_bias: float = 1.0
     dag_visibility: str = "full"
     arrivals: str = "poisson"
+    engines: int = 1
+    router: str | None = None
+    router_params: tuple[tuple[str, Any], ...] = ()
     #: per-instance cache of the resolved, file-dependent parts (not part of equality or hash)
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False, hash=False)
 
@@ -301,6 +315,39 @@ class Experiment:
             raise ExperimentError(str(e)) from None
         if self.arrivals != "poisson" and self.rate is None and self.load is None:
             raise ExperimentError(f"arrivals={self.arrivals!r} re-times the tasks: give rate or load as well")
+        self._check_cluster()
+
+    def _check_cluster(self) -> None:
+        n = self.engines
+        if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 1:
+            raise ExperimentError(f"engines must be an integer >= 1, got engines={n!r}")
+        object.__setattr__(self, "engines", int(n))
+        object.__setattr__(self, "router_params", _norm_params(self.router_params))
+        if self.router is None:
+            if self.engines > 1:
+                from topas.cluster.routers import available_routers
+
+                raise ExperimentError(f"engines={self.engines} needs a router (router=NAME); valid routers: "
+                                      f"{', '.join(available_routers())}")
+            if self.router_params:
+                raise ExperimentError(f"router_params {dict(self.router_params)} given without a router")
+            return
+        if not isinstance(self.router, str) or not self.router:
+            raise ExperimentError(f"router must be a router name, got router={self.router!r}")
+        if self.engine != "sim":
+            raise ExperimentError(f"a cluster (engines={self.engines}, router={self.router!r}) runs on the "
+                                  f"simulator only, not engine {self.engine!r}")
+        from topas.cluster.routers import RouterError
+
+        try:
+            self.make_router()
+        except RouterError as e:
+            raise ExperimentError(str(e)) from None
+
+    @property
+    def is_cluster(self) -> bool:
+        """Whether this experiment runs the cluster simulator (a router is named)."""
+        return self.router is not None
 
     # ------------------------------------------------------------------ resolution
     @property
@@ -367,6 +414,14 @@ class Experiment:
 
         return make_policy(self.policy, self.params_dict)
 
+    def make_router(self) -> "Router":
+        """A fresh router of a cluster experiment (:mod:`topas.cluster.routers`)."""
+        from topas.cluster.routers import make_router
+
+        if self.router is None:
+            raise ExperimentError("this experiment has no router (a single engine)")
+        return make_router(self.router, dict(self.router_params))
+
     def canonical(self) -> dict[str, Any]:
         """What the result depends on (see the module docstring); :meth:`key` hashes it."""
         if "canonical" not in self._cache:
@@ -397,6 +452,12 @@ class Experiment:
                 canon["arrivals"] = self.arrivals
             if self.engine == "sglang":
                 canon["server"] = sglang_server_identity(self.policy)
+            if self.is_cluster:
+                from topas.provenance import ENGINE_CODE, code_fingerprint
+
+                canon["code"] = code_fingerprint((*ENGINE_CODE[self.engine], "cluster"))
+                canon["cluster"] = {"engines": self.engines, "router": self.router,
+                                    "router_params": dataclasses.asdict(self.make_router().params)}
         return self._cache["canonical"]
 
     def key(self) -> str:
@@ -419,7 +480,9 @@ class Experiment:
         know = "".join(f",{k}={v:g}" if isinstance(v, float) else f",{k}={v}"
                        for k, v in self.knowledge().settings().items() if k != "seed")
         arr = f",arrivals={self.arrivals}" if self.arrivals != "poisson" else ""
-        return f"{self.workload}/{self.policy}{f'[{p}]' if p else ''}@{at},seed={self.seed}{n}{eng}{arr}{know}"
+        rp = ",".join(f"{k}={v}" for k, v in self.router_params)
+        cl = f",engines={self.engines},router={self.router}{f'[{rp}]' if rp else ''}" if self.is_cluster else ""
+        return f"{self.workload}/{self.policy}{f'[{p}]' if p else ''}@{at},seed={self.seed}{n}{eng}{arr}{know}{cl}"
 
     def fields(self) -> dict[str, Any]:
         """The spec as a flat row (``params`` as canonical JSON text, for tables and Parquet)."""
@@ -436,6 +499,10 @@ class Experiment:
             "kv_budget": self.kv_budget,
             "engine_model": self.engine_model,
             **{k: getattr(self, k) for k in KNOWLEDGE_FIELDS},
+            # a cluster's columns only on cluster rows (single-engine rows are what they were)
+            **({"engines": self.engines, "router": self.router,
+                "router_params": json.dumps(dict(self.router_params), sort_keys=True, separators=(",", ":"))}
+               if self.is_cluster else {}),
         }
 
     def __getstate__(self) -> dict[str, Any]:  # do not ship the cache to worker processes
@@ -466,6 +533,8 @@ class Prepared:
     config: "EngineConfig"
     #: what the policy may see (default: everything a real scheduler could know today)
     knowledge: "Knowledge | None" = None
+    #: a cluster's router (``None``: a single engine)
+    router: "Router | None" = None
 
 
 def prepare(exp: Experiment) -> Prepared:
@@ -494,7 +563,8 @@ def prepare(exp: Experiment) -> Prepared:
     nominal = float(nominal) if isinstance(nominal, numbers.Real) and not isinstance(nominal, bool) else None
     if rate is not None:
         trace = retime(trace, rate, exp.seed, exp.arrivals)
-    return Prepared(exp, trace, path, rate, nominal, policy, cost, exp.engine_config(), exp.knowledge())
+    router = exp.make_router() if exp.is_cluster else None
+    return Prepared(exp, trace, path, rate, nominal, policy, cost, exp.engine_config(), exp.knowledge(), router)
 
 
 #: The SGLang server that ``engine="sglang"`` experiments replay on (``topas serve`` prints it).
@@ -563,6 +633,13 @@ def run_prepared(p: Prepared, progress: bool = False) -> "SimResult":
         from topas.sglang.replay import run_replay
 
         return run_replay(p, url, progress=progress)
+    if p.router is not None:
+        from topas.cluster import simulate_cluster
+
+        exp = p.experiment
+        policies = [p.policy, *(exp.make_policy() for _ in range(exp.engines - 1))]
+        return simulate_cluster(p.trace, policies, p.router, p.cost, p.config, knowledge=p.knowledge,
+                                seed=exp.seed, progress=progress)
     from topas.engine.simulator import simulate
 
     return simulate(p.trace, p.policy, p.cost, p.config, progress=progress, knowledge=p.knowledge)

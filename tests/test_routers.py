@@ -1,0 +1,310 @@
+"""Each router's rule, exactly, on hand-built cluster states (topas/cluster/routers, docs/cluster.md)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from topas.cluster.routers import RouterError, available_routers, make_router, router_class
+from topas.cluster.routers.sglang_cache_aware import CacheAwareParams
+from topas.cluster.state import EngineState, RouteRequest
+
+
+def engines(*loads: int) -> list[EngineState]:
+    return [EngineState(index=i, in_flight=n) for i, n in enumerate(loads)]
+
+
+def req(rid: str, agent: str = "A", l: int = 100, x: int = 50, t: float = 0.0) -> RouteRequest:
+    return RouteRequest(rid=rid, task_id=rid.split("/")[0], stage_id=rid.split("/")[-1], agent=agent,
+                        prefix_tokens=l, input_tokens=x, time=t)
+
+
+def fresh(name: str, n: int, seed: int = 0, **params):
+    r = make_router(name, params)
+    r.reset(n, seed)
+    return r
+
+
+# ----------------------------------------------------------------------------- registry
+
+
+def test_registry_lists_the_routers_and_names_the_valid_ones_on_a_bad_name():
+    assert {"round-robin", "least-load", "power-of-two", "sglang-cache-aware"} <= set(available_routers())
+    with pytest.raises(RouterError, match=r"unknown router 'nope'; valid routers: .*round-robin"):
+        router_class("nope")
+
+
+def test_router_parameters_are_checked_and_coerced_from_strings():
+    r = make_router("sglang-cache-aware", {"cache_threshold": "0.5", "balance_abs_threshold": "8"})
+    assert r.params.cache_threshold == 0.5 and r.params.balance_abs_threshold == 8
+    with pytest.raises(RouterError, match=r"has no parameter 'beta'; valid parameters: .*cache_threshold"):
+        make_router("sglang-cache-aware", {"beta": 1})
+    with pytest.raises(RouterError, match=r"'balance_abs_threshold': 'many' is not a valid int"):
+        make_router("sglang-cache-aware", {"balance_abs_threshold": "many"})
+    with pytest.raises(RouterError, match=r"cache_threshold must be in \[0, 1\]"):
+        make_router("sglang-cache-aware", {"cache_threshold": 2})
+    with pytest.raises(RouterError, match=r"'round-robin' has no parameter 'x'; valid parameters: \(none\)"):
+        make_router("round-robin", {"x": 1})
+
+
+# ----------------------------------------------------------------------------- simple routers
+
+
+def test_round_robin_cycles_through_the_engines_from_0_and_restarts_on_reset():
+    r = fresh("round-robin", 3)
+    assert [r.route(req(f"t{i}/A"), engines(9, 0, 0)) for i in range(7)] == [0, 1, 2, 0, 1, 2, 0]
+    r.reset(3)
+    assert r.route(req("u/A"), engines(0, 0, 0)) == 0
+
+
+def test_least_load_picks_the_fewest_in_flight_ties_to_the_lowest_index():
+    r = fresh("least-load", 4)
+    assert r.route(req("t/A"), engines(3, 1, 2, 5)) == 1
+    assert r.route(req("t/A"), engines(2, 1, 1, 5)) == 1
+    assert r.route(req("t/A"), engines(0, 0, 0, 0)) == 0
+
+
+def test_power_of_two_takes_the_less_loaded_of_two_seeded_draws():
+    loads = (5, 0, 9, 3)
+    r = fresh("power-of-two", 4, seed=7)
+    rng = random.Random("power-of-two:7")  # the documented draw
+    for i in range(50):
+        a, b = rng.sample(range(4), 2)
+        want = b if loads[b] < loads[a] else a
+        assert r.route(req(f"t{i}/A"), engines(*loads)) == want
+    # deterministic per seed; the heaviest engine is never chosen
+
+    def picks(seed: int) -> list[int]:
+        r = fresh("power-of-two", 4, seed=seed)
+        return [r.route(req(f"t{i}/A"), engines(*loads)) for i in range(20)]
+
+    assert picks(3) == picks(3) and picks(3) != picks(4)
+    r = fresh("power-of-two", 4, seed=1)
+    assert 2 not in {r.route(req(f"t{i}/A"), engines(*loads)) for i in range(100)}
+    assert fresh("power-of-two", 1).route(req("t/A"), engines(4)) == 0
+
+
+def test_power_of_two_ties_go_to_the_first_engine_drawn():
+    r = fresh("power-of-two", 2, seed=0)
+    rng = random.Random("power-of-two:0")
+    for i in range(10):
+        a, _ = rng.sample(range(2), 2)
+        assert r.route(req(f"t{i}/A"), engines(4, 4)) == a
+
+
+# ----------------------------------------------------------------------------- sglang-cache-aware
+
+
+def test_cache_aware_defaults_are_sglang_router_0_3_2_cli_defaults():
+    p = CacheAwareParams()
+    assert (p.cache_threshold, p.balance_abs_threshold, p.balance_rel_threshold, p.eviction_interval_secs,
+            p.max_tree_size) == (0.3, 64, 1.5, 60.0, 2**26)
+
+
+def test_cache_aware_cold_start_goes_to_the_smallest_tree_then_follows_the_prefix():
+    r = fresh("sglang-cache-aware", 3)
+    # empty trees: no match, smallest tree (all 0) -> lowest index
+    assert r.route(req("t1/A", l=100, x=50), engines(0, 0, 0)) == 0
+    assert r.trees[0].size == 150
+    # same agent: match 100/150 > 0.3 -> the worker holding the prefix, although it is busier
+    assert r.route(req("t2/A", l=100, x=50), engines(5, 0, 0)) == 0
+    assert r.trees[0].size == 200  # the prefix is counted once, each input once
+    # another agent: no match -> smallest tree (engine 1, then engine 2)
+    assert r.route(req("t3/B", agent="B", l=10, x=10), engines(2, 0, 0)) == 1
+    assert r.route(req("t4/C", agent="C", l=10, x=30), engines(2, 1, 0)) == 2
+
+
+def test_cache_aware_match_rate_must_exceed_the_threshold():
+    r = fresh("sglang-cache-aware", 2)
+    assert r.route(req("t1/A", l=30, x=70), engines(0, 0)) == 0  # cold: engine 0
+    # rate 30/100 = 0.3, not > 0.3: the smallest tree (engine 1, empty)
+    assert r.route(req("t2/A", l=30, x=70), engines(0, 0)) == 1
+    # rate 30/99 > 0.3: the holder of the prefix node (the lowest index of 0 and 1)
+    assert r.route(req("t3/A", l=30, x=69), engines(0, 0)) == 0
+
+
+def test_cache_aware_imbalance_needs_both_thresholds_and_goes_to_the_least_loaded():
+    r = fresh("sglang-cache-aware", 2)
+    r.route(req("t0/A"), engines(0, 0))  # engine 0 holds A's prefix
+    # 70 - 0 > 64 and 70 > 1.5 * 0: imbalanced -> least loaded, despite the match
+    assert r.route(req("t1/A"), engines(70, 0)) == 1
+    assert "A" in r.trees[1].prefixes  # the tree is updated in the imbalanced branch too
+    # difference 60 <= 64: balanced -> the prefix holder
+    assert r.route(req("t2/A"), engines(100, 40)) == 0
+    # difference 65 > 64 but 200 <= 1.5 * 135: balanced
+    assert r.route(req("t3/A"), engines(200, 135)) == 0
+    # difference 65 and 200 > 1.5 * 130 = 195: imbalanced
+    assert r.route(req("t4/A"), engines(200, 130)) == 1
+
+
+def test_cache_aware_evicts_lru_leaves_per_worker_every_interval():
+    r = fresh("sglang-cache-aware", 2, max_tree_size=120, eviction_interval_secs=10)
+    r.route(req("t1/A", l=100, x=50, t=0.0), engines(0, 0))
+    r.route(req("t2/A", l=100, x=40, t=1.0), engines(0, 0))
+    assert r.trees[0].size == 190  # over the limit, but no round has run yet
+    r.route(req("t3/B", agent="B", l=10, x=5, t=5.0), engines(0, 0))  # -> engine 1 (smaller tree)
+    assert r.trees[0].size == 190
+    # the round at t=10 runs before this request: t1's input (the oldest leaf) goes, then t2's:
+    # 190 -> 140 -> 100 <= 120, so the prefix node stays
+    r.route(req("t4/C", agent="C", l=1, x=1, t=12.0), engines(0, 0))
+    assert set(r.trees[0].leaves) == set() and "A" in r.trees[0].prefixes and r.trees[0].size == 100
+    # a prefix node is evicted once its inputs are gone and the tree is still too big
+    r2 = fresh("sglang-cache-aware", 1, max_tree_size=0, eviction_interval_secs=10)
+    r2.route(req("t1/A", t=0.0), engines(0))
+    r2.route(req("t2/B", agent="B", t=20.0), engines(0))
+    assert r2.trees[0].prefixes.keys() == {"B"} and r2.trees[0].size == 150
+
+
+# ----------------------------------------------------------------------------- autellix-locality
+
+
+def test_autellix_short_requests_go_to_the_least_used_engine_long_ones_stay_with_their_program():
+    r = fresh("autellix-locality", 3)
+    assert r.params.long_prefill_tokens == 2048  # the paper's threshold
+    # short (1500 + 548 = 2048 <= 2048): least used
+    assert r.route(req("t1/A", l=1500, x=548), engines(2, 1, 3)) == 1
+    assert r.program_engine == {}  # a short request does not set the program's engine
+    # long (2049): the program has no engine yet -> least used, remembered
+    assert r.route(req("t1/B", l=1500, x=549), engines(2, 5, 0)) == 2
+    # the program's next long request goes there, however loaded; another program's does not
+    assert r.route(req("t1/C", l=3000, x=10), engines(0, 0, 9)) == 2
+    assert r.route(req("t2/A", l=3000, x=10), engines(0, 0, 9)) == 0
+    # its short requests still go to the least used
+    assert r.route(req("t1/D", l=100, x=10), engines(4, 0, 9)) == 1
+    r = fresh("autellix-locality", 2, long_prefill_tokens=100)
+    assert r.route(req("t1/A", l=100, x=1), engines(3, 2)) == 1 and r.program_engine == {"t1": 1}
+
+
+# ----------------------------------------------------------------------------- kairos
+
+from conftest import ROUND_COST  # noqa: E402
+from topas.cluster.routers.kairos import _Entry  # noqa: E402
+from topas.cluster.state import ClusterInfo  # noqa: E402
+from topas.engine.view import StageView, TaskView  # noqa: E402
+
+
+def kairos(n: int, budgets=None, **params):
+    info = ClusterInfo(prefix_tokens={"A": 100, "B": 100, "C": 100}, output_priors={"A": 20.0, "B": 20.0, "C": 20.0},
+                       costs=[ROUND_COST] * n)
+    r = make_router("kairos", params)
+    r.reset(n, 0, info)
+    return r
+
+
+def kv_engines(*budgets: int) -> list[EngineState]:
+    return [EngineState(index=i, in_flight=0, kv_budget=b) for i, b in enumerate(budgets)]
+
+
+def chain(tid: str) -> TaskView:
+    stages = {"A": StageView("A", "A", 10, (), ("B",)), "B": StageView("B", "B", 10, ("A",), ("C",)),
+              "C": StageView("C", "C", 10, ("B",), ())}
+    return TaskView(tid, 0.0, "chain", stages, ("A", "B", "C"), frozenset(), {})
+
+
+def test_kairos_projects_kv_per_time_slot_with_the_prefix_once_per_engine():
+    r = kairos(1, slot_s=1.0)
+    r.ledger[0]["old"] = _Entry("A", 100, 10, 20.0, 0.0, 4.0)
+    new = _Entry("A", 100, 5, 10.0, 0.0, 2.0)
+    # slots [0,1): 10+20*.25 + 5+10*.5 = 25; [1,2): 20 + 15 = 35; [2,3): 25; [3,4): 30 (+100 prefix)
+    assert r.projected_peak(0, new, 0.0) == pytest.approx(135.0)
+    other = _Entry("B", 100, 5, 10.0, 0.0, 2.0)  # another agent: its prefix counts too
+    assert r.projected_peak(0, other, 0.0) == pytest.approx(235.0)
+    # a request past its expected end still counts, in full, in the current slot
+    assert r.projected_peak(0, _Entry("A", 100, 0, 0.0, 9.0, 0.5), 9.0) == pytest.approx(130.0)
+
+
+def test_kairos_orders_its_queue_by_remaining_workflow_time():
+    r = kairos(1)
+    d = r.duration("A", 10, 0)
+    assert d == pytest.approx(ROUND_COST.prefill_time([(10, 100)]) + 20 * ROUND_COST.decode_time(8, 8 * (100 + 10 + 10)))
+    first = RouteRequest("t1/A", "t1", "A", "A", 100, 10, 0.0, task=chain("t1"))  # three stages left
+    last = RouteRequest("t2/C", "t2", "C", "C", 100, 10, 1.0, task=chain("t2"))  # one stage left
+    assert r.priority(first) == pytest.approx(3 * d) and r.priority(last) == pytest.approx(d)
+    assert r.route(first, kv_engines(10**6)) is None and r.route(last, kv_engines(10**6)) is None
+    assert r.dispatch(kv_engines(10**6), 1.0) == [("t2/C", 0), ("t1/A", 0)]
+
+
+def test_kairos_sends_to_the_smallest_projected_peak_and_blocks_when_the_head_fits_nowhere():
+    r = kairos(2)
+    eng = kv_engines(1100, 1100)
+    r.route(req("t1/A", l=100, x=10), eng)
+    assert r.dispatch(eng, 0.0) == [("t1/A", 0)]  # equal peaks: lowest index
+    r.route(req("t2/A", l=100, x=10), eng)
+    assert r.dispatch(eng, 0.0) == [("t2/A", 1)]  # engine 0 now projects more
+    # the head (a last stage, with a big input: 100 + 900 + 20) fits beside neither running request;
+    # the first stage behind it would fit, but waits (head-of-line blocking)
+    r.route(RouteRequest("t3/C", "t3", "C", "C", 100, 900, 0.0, task=chain("t3")), eng)
+    r.route(RouteRequest("t4/A", "t4", "A", "A", 100, 1, 0.5, task=chain("t4")), eng)
+    assert r.dispatch(eng, 0.5) == []
+    r.on_finish("t1/A", 0, 1.0)  # engine 0 empties: the head fits there, the other beside t2
+    assert r.dispatch(eng, 1.0) == [("t3/C", 0), ("t4/A", 1)]
+
+
+def test_kairos_an_idle_engine_takes_the_head_whatever_its_projection():
+    r = kairos(2)
+    r.route(req("t1/A", l=100, x=5000), kv_engines(1000, 1000))  # projected far above the budget
+    assert r.dispatch(kv_engines(1000, 1000), 0.0) == [("t1/A", 0)]
+    r.route(req("t2/A", l=100, x=5000), kv_engines(1000, 1000))
+    assert r.dispatch(kv_engines(1000, 1000), 0.0) == [("t2/A", 1)]
+    r.route(req("t3/A", l=100, x=5000), kv_engines(1000, 1000))
+    assert r.dispatch(kv_engines(1000, 1000), 0.0) == []  # both busy: it waits
+
+
+def test_kairos_needs_the_cluster_profile():
+    with pytest.raises(RouterError, match="needs the agents' profile"):
+        make_router("kairos").reset(2, 0, None)
+
+
+# ----------------------------------------------------------------------------- topas (ours)
+
+
+def topas_router(n: int, **params):
+    info = ClusterInfo(prefix_tokens={"A": 1000, "B": 1000}, output_priors={"A": 50.0, "B": 50.0},
+                       costs=[ROUND_COST] * n)
+    r = make_router("topas", params)
+    r.reset(n, 0, info)
+    return r
+
+
+def test_topas_router_score_is_the_documented_sum():
+    r = topas_router(1)
+    c = ROUND_COST
+    e = EngineState(index=0, in_flight=5, waiting=2, running=3, kv_budget=10**5, kv_used=4000, resident=frozenset())
+    q = req("t/A", l=1000, x=200)
+    step = c.decode_time(4, 4000 + 1200)
+    own = c.prefill_time([(200, 1000)]) + 50 * step
+    want = (2 / 4) * own + c.prefill_time([(1000, 0)]) + own + 2.0 * 3 * 50 * (step - c.decode_time(3, 4000))
+    assert r.score(q, e, 1) == pytest.approx(want - 3 * 50 * (step - c.decode_time(3, 4000)))  # beta = 1
+    r2 = topas_router(1, beta=2.0)
+    assert r2.score(q, e, 1) == pytest.approx(want)
+    resident = EngineState(index=0, in_flight=5, waiting=2, running=3, kv_budget=10**5, kv_used=4000,
+                           resident=frozenset({"A"}))
+    assert r.score(q, e, 1) - r.score(q, resident, 1) == pytest.approx(c.prefill_time([(1000, 0)]))
+    slow = 3 * 50 * (step - c.decode_time(3, 4000))
+    assert r.score(q, e, 3) == pytest.approx(3 * (r.score(q, e, 1) - slow) + slow)  # w_r weighs the own time only
+
+
+def test_topas_router_follows_the_prefix_unless_the_wait_there_costs_more_than_a_recompute():
+    r = topas_router(2)
+    holder = EngineState(index=0, in_flight=1, waiting=0, running=1, kv_budget=10**5, kv_used=1300,
+                         resident=frozenset({"A"}))
+    empty = EngineState(index=1, in_flight=0, waiting=0, running=0, kv_budget=10**5, kv_used=0)
+    # a 3000-token prefix: its recompute (1.21 s) costs more than decoding beside one request
+    assert r.route(req("t/A", l=3000, x=200), [holder, empty]) == 0
+    # a 1000-token prefix: its recompute (0.21 s) costs less than the slower batch there (0.115 s
+    # more of its own decode, 0.11 s more for the running request)
+    assert r.route(req("t/A", l=1000, x=200), [holder, empty]) == 1
+    assert topas_router(2, beta=0.0).route(req("t/A", l=1000, x=200), [holder, empty]) == 0  # batch ignored
+    busy = EngineState(index=0, in_flight=30, waiting=20, running=10, kv_budget=10**5, kv_used=20000,
+                       resident=frozenset({"A"}))
+    assert r.route(req("t/A", l=3000, x=200), [busy, empty]) == 1  # the queue there costs more
+    assert r.route(req("t/B", agent="B", l=1000, x=200), [holder, empty]) == 1  # nobody holds B: the idle one
+    twin = EngineState(index=1, in_flight=0, waiting=0, running=0, kv_budget=10**5, kv_used=0)
+    assert r.route(req("t/B", agent="B"), [twin, empty]) == 0  # a tie: the lowest index
+
+
+def test_topas_router_weight_is_the_remaining_path_in_stages():
+    assert make_router("topas").weight(RouteRequest("t/A", "t", "A", "A", 1, 1, 0.0, task=chain("t"))) == 3
+    assert make_router("topas").weight(RouteRequest("t/C", "t", "C", "C", 1, 1, 0.0, task=chain("t"))) == 1
+    assert make_router("topas").weight(req("t/A")) == 1

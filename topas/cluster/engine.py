@@ -1,0 +1,183 @@
+"""One engine of a cluster: the single-GPU simulator, stepped from outside.
+
+:class:`ClusterEngine` subclasses :class:`topas.engine.simulator.Simulator` without changing its
+model: it has no task arrivals of its own (the cluster delivers each request it routes here),
+runs one iteration of ``Simulator.run``'s loop per :meth:`step`, sends the requests its finishes
+make ready back to the cluster (which routes them, possibly to another engine), and bounds its
+closed-form decode runs by the earliest time another engine may deliver a request
+(:meth:`_next_event`).
+
+Engine hook this relies on (``topas/engine`` is not edited): ``Simulator.run`` has no
+single-iteration method, so :meth:`step` repeats its loop body; a ``Simulator.step()`` in the
+engine would remove that copy.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import math
+from typing import TYPE_CHECKING
+
+from topas.engine.cost import CostModel
+from topas.engine.config import EngineConfig
+from topas.engine.entities import Request
+from topas.engine.knowledge import Knowledge
+from topas.engine.simulator import Simulator
+from topas.engine.view import EngineView
+from topas.policies.base import Policy
+from topas.workload.model import Trace
+
+if TYPE_CHECKING:  # pragma: no cover
+    from topas.cluster.simulator import ClusterSimulator
+
+INF = math.inf
+
+
+class ClusterEngine(Simulator):
+    def __init__(self, index: int, cluster: "ClusterSimulator", trace: Trace, policy: Policy, cost: CostModel,
+                 config: EngineConfig | None = None, knowledge: Knowledge | None = None) -> None:
+        # tasks arrive at the cluster, not here: the engine gets the trace's agents and no tasks
+        # (the cluster validates the whole trace once, against the smallest engine)
+        super().__init__(trace.head(0), policy, cost, config, knowledge)
+        self.index = index
+        self.cluster = cluster
+        self._local: dict[str, int] = {}  # task id -> its requests routed here and not finished
+        # pending_time and emit_bound change only when this engine steps or receives a request
+        # (_touch: the cluster re-reads them then)
+        self._times: tuple[float, float] | None = None
+        self._resident: frozenset[str] | None = None
+
+    def _touch(self) -> None:
+        self._times = self._resident = None
+        self.cluster.touched(self.index)
+
+    # ------------------------------------------------------------------ delivery
+    def deliver(self, r: Request, t: float) -> None:
+        """``r`` became ready at ``t`` and was routed here: it reaches this scheduler after the
+        request path (as ``Simulator._make_ready``), always through the delayed heap, so an
+        engine whose clock is behind ``t`` does not see it early."""
+        self._touch()
+        ts = r.task
+        tid = ts.task.id
+        self.requests[r.rid] = r
+        self.tasks.setdefault(tid, ts)
+        self.active_tasks.setdefault(tid, ts)
+        self._local[tid] = self._local.get(tid, 0) + 1
+        delay = self._half_latency if not r.stage.parents else 2 * self._half_latency
+        self._seq += 1
+        heapq.heappush(self._delayed, (t + delay, self._seq, r))
+
+    def _make_ready(self, r: Request, t: float) -> None:
+        self.cluster.ready(r, t)  # a parent finished here: the router decides where r runs
+
+    def _finish(self, r: Request) -> None:
+        # the response reaches the router before the client sends the children
+        self.cluster.responded(r, self)
+        super()._finish(r)
+        tid = r.task.task.id
+        self._local[tid] -= 1
+        if not self._local[tid]:  # none of its requests is here any more: this engine stops showing it
+            del self._local[tid]
+            self.active_tasks.pop(tid, None)
+        self.cluster.finished(r, self)
+
+    def view(self) -> EngineView:
+        """The single-engine view, with each task's stages that are routed to another engine and
+        not finished shown as done: not this engine's to run (a single engine's policy reads a
+        stage that is neither done nor waiting/running here as one whose parents have not finished)."""
+        v = super().view()
+        owner = self.cluster.assignment
+        tasks = {}
+        for tid, tv in v.tasks.items():
+            ts = self.active_tasks[tid]
+            away = frozenset(s for s, r in ts.requests.items()
+                             if s in tv.stages and r.finish_time is None and owner.get(r.rid, self.index) != self.index)
+            tasks[tid] = dataclasses.replace(tv, done=tv.done | away) if away else tv
+        return dataclasses.replace(v, tasks=tasks)
+
+    # ------------------------------------------------------------------ time
+    def _next_event(self) -> float | None:
+        own = self._delayed[0][0] if self._delayed else None
+        h = self.cluster.horizon(self)
+        if h < INF and (own is None or h < own):
+            return h
+        return own
+
+    def busy(self) -> bool:
+        return bool(self.prefill_queue or self.decoding or self._pending_prefix_prefill())
+
+    def pending_time(self) -> float:
+        """When this engine next has something to do on its own (INF: nothing until a request is
+        delivered): now while it runs or has a decision to take, else its next delivery."""
+        if self._times is None:
+            self._times = (self._pending_time(), self._emit_bound())
+        return self._times[0]
+
+    def emit_bound(self) -> float:
+        """A lower bound on when this engine next finishes a request (and so may make another
+        request ready): now while it prefills or may admit; else, decoding only, the end of its
+        earliest finish if nothing else ran (admissions only delay it), or its next delivery."""
+        if self._times is None:
+            self._times = (self._pending_time(), self._emit_bound())
+        return self._times[1]
+
+    def _pending_time(self) -> float:
+        if self.busy():
+            return self.now
+        if self._delayed and self._delayed[0][0] <= self.now:
+            return self.now
+        if self.waiting and (not self._idle_retry or self._dirty):
+            return self.now
+        return max(self.now, self._delayed[0][0]) if self._delayed else INF
+
+    def _emit_bound(self) -> float:
+        if self.prefill_queue or self._pending_prefix_prefill() or (self.waiting and self._pending_time() == self.now):
+            return self.now
+        t = self._delayed[0][0] if self._delayed else INF
+        if self.decoding:
+            b = len(self.decoding)
+            n = min(r.y - r.generated for r in self.decoding.values())
+            kv0 = sum(self.prefixes[r.agent].tokens + r.kv for r in self.decoding.values())
+            t = min(t, self.now + self.cost.decode_steps_time(b, kv0, max(n, 1)))
+        return max(self.now, t) if t < INF else INF
+
+    def step(self) -> bool:
+        """One iteration of ``Simulator.run``'s loop; False when the engine has nothing to do
+        until a request is delivered (an idle engine, or waiting requests its policy declined)."""
+        self._touch()
+        try:
+            return self._step()
+        finally:
+            self._touch()
+
+    def _step(self) -> bool:
+        self._admit_arrivals()
+        if self._dirty and self.waiting:
+            self._decide()
+        if self.prefill_queue or self._pending_prefix_prefill():
+            self._prefill_iteration()
+        elif self.decoding:
+            self._decode_until_event()
+        elif self.waiting and not self._idle_retry:
+            self._process_last_batch()
+            self._idle_retry = True
+            self._dirty = True
+        elif self._delayed:
+            self._process_last_batch()
+            self.now = max(self.now, self._delayed[0][0])
+            self._idle_retry = False
+        else:
+            return False
+        return True
+
+    def held_prefixes(self) -> frozenset[str]:
+        """Agents whose prefix KV is on this GPU: resident (pinned, or in the radix cache) or
+        unpinned but still cached."""
+        return frozenset(a for a, p in self.prefixes.items() if p.resident or self._ghost.get(a, False))
+
+    def view_resident(self) -> frozenset[str]:
+        """Agents whose prefix is resident (what ``EngineView.resident`` shows this engine's policy)."""
+        if self._resident is None:
+            self._resident = frozenset(a for a, p in self.prefixes.items() if p.resident)
+        return self._resident

@@ -1,0 +1,24 @@
+"""Routers behind one interface (``topas.cluster.routers.base.Router``), one module per router.
+
+Importing this package registers every built-in router by name; use ``make_router(name, ...)``.
+"""
+
+from topas.cluster.routers.base import (
+    Router,
+    RouterError,
+    available_routers,
+    make_router,
+    register,
+    router_class,
+)
+from topas.cluster.routers import (  # noqa: F401  (registration)
+    autellix_locality,
+    kairos,
+    least_load,
+    power_of_two,
+    round_robin,
+    sglang_cache_aware,
+    topas_router,
+)
+
+__all__ = ["Router", "RouterError", "available_routers", "make_router", "register", "router_class"]
