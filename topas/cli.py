@@ -491,9 +491,6 @@ def capacity_cmd(workloads: tuple[str, ...], policies: str, n_tasks: int | None,
 
 def policies_lines() -> list[str]:
     """The ``topas policies`` listing: each policy, its one-line description and its parameters."""
-    import dataclasses
-    import typing
-
     from topas.policies.base import available_policies, policy_class
 
     lines: list[str] = []
@@ -504,21 +501,32 @@ def policies_lines() -> list[str]:
         fixed = dict(getattr(cls, "FIXED", {}) or {})
         prefixes = "manages prefixes" if cls.manages_prefixes else "engine manages prefixes (LRU)"
         lines.append(f"{name}  [{prefixes}]" + (f"  {head}" if head else ""))
-        fields = dataclasses.fields(cls.Params)
-        hints = typing.get_type_hints(cls.Params)
-        if not fields:
-            lines.append("    (no parameters)")
-        for f in fields:
-            typ = hints.get(f.name, f.type)
-            if typing.get_origin(typ) is typing.Literal:
-                tname = " | ".join(repr(c) for c in typing.get_args(typ))
-            else:
-                tname = getattr(typ, "__name__", None) or str(typ).replace("typing.", "")
-            if f.name in fixed:
-                lines.append(f"    {f.name}: {tname} = {fixed[f.name]!r}  (fixed by this ablation)")
-            else:
-                default = f.default if f.default is not dataclasses.MISSING else "(required)"
-                lines.append(f"    {f.name}: {tname} = {default!r}")
+        lines += params_lines(cls.Params, fixed)
+    return lines
+
+
+def params_lines(params: type, fixed: dict | None = None) -> list[str]:
+    """``    name: type = default`` for each field of a parameters dataclass (``fixed``: values an
+    ablation fixes, marked so), or ``    (no parameters)``: the body of ``topas policies`` and
+    ``topas routers``."""
+    import dataclasses
+    import typing
+
+    fixed = fixed or {}
+    fields = dataclasses.fields(params)
+    hints = typing.get_type_hints(params)
+    lines = [] if fields else ["    (no parameters)"]
+    for f in fields:
+        typ = hints.get(f.name, f.type)
+        if typing.get_origin(typ) is typing.Literal:
+            tname = " | ".join(repr(c) for c in typing.get_args(typ))
+        else:
+            tname = getattr(typ, "__name__", None) or str(typ).replace("typing.", "")
+        if f.name in fixed:
+            lines.append(f"    {f.name}: {tname} = {fixed[f.name]!r}  (fixed by this ablation)")
+        else:
+            default = f.default if f.default is not dataclasses.MISSING else "(required)"
+            lines.append(f"    {f.name}: {tname} = {default!r}")
     return lines
 
 
@@ -530,9 +538,6 @@ def policies_cmd() -> None:
 
 def routers_lines() -> list[str]:
     """The ``topas routers`` listing: each router, its one-line description and its parameters."""
-    import dataclasses
-    import typing
-
     from topas.cluster.routers import available_routers, router_class
 
     lines: list[str] = []
@@ -542,13 +547,7 @@ def routers_lines() -> list[str]:
         head = doc[0].strip() if doc else ""
         head = head.removeprefix(f"``{name}``:").strip()
         lines.append(f"{name}" + (f"  {head}" if head else ""))
-        fields = dataclasses.fields(cls.Params)
-        hints = typing.get_type_hints(cls.Params)
-        if not fields:
-            lines.append("    (no parameters)")
-        for f in fields:
-            typ = hints.get(f.name, f.type)
-            lines.append(f"    {f.name}: {getattr(typ, '__name__', typ)} = {f.default!r}")
+        lines += params_lines(cls.Params)
     return lines
 
 

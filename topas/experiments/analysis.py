@@ -485,12 +485,10 @@ def standing(pct: float, tie: float = TIE_PCT) -> str:
 def stability(store, experiments: Iterable[Experiment]) -> pd.DataFrame:
     """Is the load stable? For each run: mean JCT of the last quarter of tasks (by arrival) over
     that of the first quarter; a queue that keeps growing gives a ratio well above 1."""
-    rows = []
-    for e in experiments:
-        tasks = store.load_table(e, "tasks").sort_values("arrival")
-        q = max(1, len(tasks) // 4)
-        rows.append({"workload": e.workload, "policy": e.policy, "seed": e.seed,
-                     "last/first quarter JCT": tasks["jct"].iloc[-q:].mean() / tasks["jct"].iloc[:q].mean()})
+    from topas.engine.metrics import stability_ratio
+
+    rows = [{"workload": e.workload, "policy": e.policy, "seed": e.seed,
+             "last/first quarter JCT": stability_ratio(store.load_table(e, "tasks"))} for e in experiments]
     return pd.DataFrame(rows)
 
 
