@@ -85,6 +85,7 @@ NOT_MEASURED = {
     "10_fidelity": "the simulator against the CPU test server (make fidelity), not the GPU server",
     "11_engine_model": "compares two simulated engines; nothing runs on the server",
     "12_when_claims_hold": "a simulator study (capacity search, ~1,000 runs over the space of readings): days of arrivals on a server",
+    "13_several_engines": "simulated clusters of 2-64 engines; real servers behind the real router are `make test-cluster`",
 }
 #: Exit status of a refused or unreachable server (one line on stderr).
 EXIT_SERVER = 3

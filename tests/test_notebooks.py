@@ -68,6 +68,12 @@ EXPECTED: dict[str, list[str]] = {
                                  "reading_space_spread", "topas_plus_table", "topas_plus_selection",
                                  "claims_ablations_table", "verdict_table") for ext in ("csv", "md")),
     ],
+    "13_several_engines.ipynb": [
+        *(f"{n}.{ext}" for n in ("cluster_jct_vs_load_dag-4", "cluster_balance", "cluster_scaling")
+          for ext in ("png", "pdf")),
+        *(f"{n}.{ext}" for n in ("cluster_runs_table", "cluster_best_table", "cluster_router_table",
+                                 "cluster_scaling_table") for ext in ("csv", "md")),
+    ],
     "14_robustness.ipynb": [
         *(f"robustness_{n}.{ext}" for n in ("noise", "bias", "dag", "arrivals", "estimator") for ext in ("png", "pdf")),
         *(f"robustness_{n}.{ext}" for n in ("table", "verdict", "stability", "estimator_table") for ext in ("csv", "md")),

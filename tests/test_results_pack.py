@@ -164,6 +164,7 @@ def test_committed_pack_covers_the_full_grid(manifest):
     keys = {e["key"] for e in manifest["experiments"]}
     full = (grid.jct_vs_load(grid.SYNTHETIC + grid.METAGPT, quick=False)
             + grid.ablations(["dag-4", "metagpt-tl"], 1.2, quick=False) + grid.sensitivity("dag-4")
-            + grid.engine_model(quick=False) + grid.robustness(quick=False))
+            + grid.engine_model(quick=False) + grid.robustness(quick=False)
+            + grid.cluster_grid(quick=False) + grid.cluster_scaling_grid(quick=False))
     missing = [e.label() for e in full if e.key() not in keys]
     assert not missing, f"{len(missing)} full-grid results not shipped, e.g. {missing[:3]}"
