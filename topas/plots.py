@@ -714,7 +714,7 @@ def _hide_stale_ticklabels(fig) -> None:
 def _log_ms_axis(ax) -> None:
     """Plain numbers on a log axis (``0.1``, ``1``, ``10``) and no minor tick labels."""
     ax.xaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 
 
