@@ -91,9 +91,13 @@ def dummy_weight_args(name: str) -> list[str]:
     return ["--model-path", os.fspath(dummy_model_dir(name)), "--load-format", "dummy", "--skip-tokenizer-init"]
 
 
-def cpu_test_args(model_dir: str | os.PathLike, port: int, max_total_tokens: int = 4096) -> list[str]:
-    """SGLang flags for the tiny dummy-weight model on a CPU (tools/sglang_cpu)."""
-    return ["--model-path", os.fspath(model_dir), "--load-format", "dummy", "--skip-tokenizer-init",
+def cpu_test_args(model_dir: str | os.PathLike, port: int, max_total_tokens: int = 4096,
+                  tokenizer: bool = False) -> list[str]:
+    """SGLang flags for the tiny dummy-weight model on a CPU (tools/sglang_cpu). ``tokenizer``:
+    load the model folder's tokenizer (:mod:`topas.sglang.text`, for text requests through a
+    text-matching router) instead of ``--skip-tokenizer-init`` (token ids only)."""
+    return ["--model-path", os.fspath(model_dir), "--load-format", "dummy",
+            *(() if tokenizer else ("--skip-tokenizer-init",)),
             "--device", "cpu", "--attention-backend", "torch_native", "--sampling-backend", "pytorch",
             "--disable-cuda-graph", "--max-total-tokens", str(max_total_tokens), "--dtype", "float32",
             "--host", "127.0.0.1", "--port", str(port)]
