@@ -427,13 +427,16 @@ def check_decisions(server: str, run_id: str, policy: str) -> dict[str, Any]:
 
 def combine_runs(runs: list[dict[str, Any] | None]) -> dict[str, Any] | None:
     """One run's plugin counts summed over servers (a router's workers; ``None``: that server saw
-    none of the run), with ``per_server`` the decisions of each; ``None`` when none saw it."""
+    none of the run), with ``per_server`` the decisions of each when there are several; ``None``
+    when none saw it."""
     seen = [r for r in runs if r]
     if not seen:
         return None
-    return {"policy": seen[0].get("policy"), "decisions": sum(int(r.get("decisions", 0)) for r in seen),
-            "fallbacks": sum(int(r.get("fallbacks", 0)) for r in seen),
-            "per_server": [int(r.get("decisions", 0)) if r else 0 for r in runs]}
+    out = {"policy": seen[0].get("policy"), "decisions": sum(int(r.get("decisions", 0)) for r in seen),
+           "fallbacks": sum(int(r.get("fallbacks", 0)) for r in seen)}
+    if len(runs) > 1:
+        out["per_server"] = [int(r.get("decisions", 0)) if r else 0 for r in runs]
+    return out
 
 
 def write_result_atomic(result: SimResult, out: str | os.PathLike) -> Path:
