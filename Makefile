@@ -19,7 +19,7 @@ VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock test test-sglang fidelity fidelity-contention reproduce figures pack check-results lab traces profiles bench clean
+.PHONY: help install lock test test-sglang test-cluster fidelity fidelity-contention reproduce figures pack check-results lab traces profiles bench clean
 
 help:  ## list the targets
 	@echo "Usage: make <target> [PY=python3] [VENV=.venv] [QUICK=0|1] [ENGINE=sim|sglang] [SERVER=URL] [SERVERS=URL1,URL2] [GRID=full|quick|gpu-afternoon] [YES=1] [ARGS=...] [RAY_ADDRESS=auto]"
@@ -53,6 +53,16 @@ test: $(STAMP)  ## run the test suite (pytest; ARGS="-x -q", or ARGS="-m 'not sl
 test-sglang:  ## SGLang integration test on CPU: real server + topas plugin (builds .venvs/sglang-cpu once)
 	bash tools/sglang_cpu/build_env.sh
 	.venvs/sglang-cpu/bin/python -m pytest tests_sglang -p no:cacheprovider -s $(ARGS)
+
+# Two CPU SGLang servers (the test-sglang env, each with the plugin and the tiny model's tokenizer)
+# behind the real sglang-router 0.3.2 (cache_aware): Chain-3 / DAG-4 replays sent as text through
+# the router, the plugin metadata on both servers, the router's choices against the simulator's
+# sglang-cache-aware (tests_cluster/). RESULT=FILE also writes every request's choices there
+# (RESULT=data/results/fidelity/cluster_router.jsonl regenerates the committed ones).
+test-cluster:  ## real-router integration test on CPU: 2 SGLang servers behind sglang-router, choices vs the simulator (RESULT=FILE)
+	bash tools/sglang_cpu/build_env.sh
+	$(if $(RESULT),rm -f $(RESULT) &&,) $(if $(RESULT),TOPAS_CLUSTER_RESULT=$(abspath $(RESULT)),) \
+		.venvs/sglang-cpu/bin/python -m pytest tests_cluster -p no:cacheprovider -s $(ARGS)
 
 fidelity:  ## simulator vs real SGLang: the CPU server here, or SERVER=URL PROFILE=FILE (see scripts/fidelity_cpu.py)
 	bash tools/sglang_cpu/build_env.sh

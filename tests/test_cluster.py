@@ -231,7 +231,7 @@ def test_cache_aware_routing_in_a_cluster_keeps_each_agent_on_the_engine_that_fi
     cache-aware rule sends every request of an agent where the agent's first request went (the
     smallest tree at that moment)."""
     tr = mixed_trace(10)
-    router = make_router("sglang-cache-aware", balance_abs_threshold=10**6)
+    router = make_router("sglang-cache-aware", balance_abs_threshold=10**6, on_miss="smallest-tree")
     res = simulate_cluster(tr, policies("lpm", 3), router, C, EngineConfig(kv_budget=9000))
     per_agent = res.requests.groupby("agent")["engine"].nunique()
     assert (per_agent == 1).all()

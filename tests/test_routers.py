@@ -102,8 +102,24 @@ def test_cache_aware_defaults_are_sglang_router_0_3_2_cli_defaults():
             p.max_tree_size) == (0.3, 64, 1.5, 60.0, 2**26)
 
 
+def test_cache_aware_a_miss_goes_to_the_least_loaded_worker_first_on_ties():
+    """sglang-router 0.3.2 (the default ``on_miss``): a miss goes to the least-loaded worker,
+    whatever the trees' sizes; ties to the first worker."""
+    r = fresh("sglang-cache-aware", 2)
+    assert r.route(req("t1/A", l=500, x=50), engines(0, 0)) == 0
+    # engine 0's tree is large and engine 1's empty, loads equal: still engine 0
+    assert r.route(req("t2/B", agent="B", l=10, x=10), engines(0, 0)) == 0
+    # engine 0 busier: engine 1 (the smaller tree too: both rules agree here)
+    assert r.route(req("t3/C", agent="C", l=10, x=10), engines(1, 0)) == 1
+    # engine 1 busier: engine 0 (the smallest-tree rule would say engine 1)
+    assert r.route(req("t4/D", agent="D", l=10, x=10), engines(0, 3)) == 0
+    assert fresh("sglang-cache-aware", 2, on_miss="smallest-tree").params.on_miss == "smallest-tree"
+    with pytest.raises(RouterError, match="on_miss must be one of least-load, smallest-tree"):
+        make_router("sglang-cache-aware", {"on_miss": "random"})
+
+
 def test_cache_aware_cold_start_goes_to_the_smallest_tree_then_follows_the_prefix():
-    r = fresh("sglang-cache-aware", 3)
+    r = fresh("sglang-cache-aware", 3, on_miss="smallest-tree")
     # empty trees: no match, smallest tree (all 0) -> lowest index
     assert r.route(req("t1/A", l=100, x=50), engines(0, 0, 0)) == 0
     assert r.trees[0].size == 150
@@ -116,7 +132,7 @@ def test_cache_aware_cold_start_goes_to_the_smallest_tree_then_follows_the_prefi
 
 
 def test_cache_aware_match_rate_must_exceed_the_threshold():
-    r = fresh("sglang-cache-aware", 2)
+    r = fresh("sglang-cache-aware", 2, on_miss="smallest-tree")
     assert r.route(req("t1/A", l=30, x=70), engines(0, 0)) == 0  # cold: engine 0
     # rate 30/100 = 0.3, not > 0.3: the smallest tree (engine 1, empty)
     assert r.route(req("t2/A", l=30, x=70), engines(0, 0)) == 1
@@ -139,7 +155,7 @@ def test_cache_aware_imbalance_needs_both_thresholds_and_goes_to_the_least_loade
 
 
 def test_cache_aware_evicts_lru_leaves_per_worker_every_interval():
-    r = fresh("sglang-cache-aware", 2, max_tree_size=120, eviction_interval_secs=10)
+    r = fresh("sglang-cache-aware", 2, max_tree_size=120, eviction_interval_secs=10, on_miss="smallest-tree")
     r.route(req("t1/A", l=100, x=50, t=0.0), engines(0, 0))
     r.route(req("t2/A", l=100, x=40, t=1.0), engines(0, 0))
     assert r.trees[0].size == 190  # over the limit, but no round has run yet

@@ -7,7 +7,8 @@
 # The dependency layer is rebuilt only when requirements.txt, constraints.txt or DEPS_REV below
 # change (stamp .venvs/sglang-cpu/.deps-<hash>); the two CPU shims (cpu_shims.py,
 # vllm_custom_ops.py) are copied in on every run when they differ; topas itself is reinstalled
-# (editable) when pyproject.toml changes. `.ready` is created once `import sglang`
+# (editable) when pyproject.toml changes; sglang-router (router-requirements.txt, for
+# make test-cluster) when that file changes. `.ready` is created once `import sglang`
 # works in the venv. Also writes the tiny dummy-weight model (make_tiny_model.py).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -56,6 +57,16 @@ if [[ ! -f "$topas_stamp" ]]; then
     "$venv/bin/python" -m pip install --disable-pip-version-check -q -c "$here/constraints.txt" -e "$root[test]" "aiohttp>=3.9"
     rm -f "$venv"/.topas-*
     touch "$topas_stamp"
+fi
+
+# the router layer (make test-cluster): sglang-router, pinned in router-requirements.txt; its own
+# stamp, so adding it did not rebuild the dependency layer above
+router_stamp="$venv/.router-$(hash_of "$here/router-requirements.txt")"
+if [[ ! -f "$router_stamp" ]]; then
+    echo "[sglang-cpu] installing the router layer (router-requirements.txt)"
+    "$venv/bin/python" -m pip install --disable-pip-version-check -q -c "$here/constraints.txt" -r "$here/router-requirements.txt"
+    rm -f "$venv"/.router-*
+    touch "$router_stamp"
 fi
 
 "$venv/bin/python" "$here/make_tiny_model.py" "$venv/tiny-llama" >/dev/null

@@ -1,13 +1,19 @@
-"""Write a tiny Llama model directory (config.json only) for SGLang's --load-format dummy.
+"""Write a tiny Llama model directory (config.json and a tokenizer) for SGLang's --load-format dummy.
 
 2 layers, hidden size 64: the server runs it on a CPU in well under a second a step; the weights
 are random (dummy), so outputs mean nothing, but scheduling, the KV pool and the radix cache are
-real. Usage: python make_tiny_model.py DIR (idempotent: rewrites only when the content differs).
+real. The tokenizer (tokenizer.json, tokenizer_config.json: topas.sglang.text, one private-use
+character per token id, vocabulary = the config's 32,000) is used only by servers started without
+--skip-tokenizer-init, for text requests through a text-matching router (make test-cluster).
+Usage: python make_tiny_model.py DIR (idempotent: rewrites only when the content differs).
 """
 
 import json
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # this checkout's topas
+from topas.sglang.text import write_tokenizer  # noqa: E402
 
 CONFIG = {
     "architectures": ["LlamaForCausalLM"],
@@ -37,6 +43,7 @@ def main(out: str) -> Path:
     p = d / "config.json"
     if not p.exists() or p.read_text() != text:
         p.write_text(text)
+    write_tokenizer(d, CONFIG["vocab_size"], CONFIG["max_position_embeddings"])
     print(d)
     return d
 

@@ -151,6 +151,37 @@ def meta_from_custom_params(custom_params: Any) -> RequestMeta | None:
         raise ValueError(f"malformed topas metadata in custom_params: {e}") from e
 
 
+#: A request id may carry the metadata after this marker (``<rid>#topas=<RequestMeta JSON>``):
+#: ``sglang-router`` 0.3.2 parses ``/generate`` bodies into its own typed request and forwards only
+#: the fields it knows, which keeps ``rid`` but drops ``sampling_params.custom_params``.
+RID_META_MARK = "#topas="
+
+
+def rid_with_meta(rid: str, meta: RequestMeta) -> str:
+    """``rid`` carrying ``meta`` (:data:`RID_META_MARK`), for a path that drops ``custom_params``."""
+    if RID_META_MARK in rid:
+        raise ValueError(f"request id {rid!r} already contains {RID_META_MARK!r}")
+    return f"{rid}{RID_META_MARK}{meta.to_json()}"
+
+
+def short_rid(rid: Any) -> Any:
+    """A request id without the metadata :func:`rid_with_meta` appended (unchanged otherwise)."""
+    return rid.split(RID_META_MARK, 1)[0] if isinstance(rid, str) else rid
+
+
+def meta_from_request(custom_params: Any, rid: Any = None) -> RequestMeta | None:
+    """The topas metadata of a request: from its ``custom_params`` (:func:`meta_from_custom_params`),
+    else from its id (:func:`rid_with_meta`); ``None`` if neither has any. ``ValueError`` for
+    metadata that is present but malformed."""
+    meta = meta_from_custom_params(custom_params)
+    if meta is None and isinstance(rid, str) and RID_META_MARK in rid:
+        try:
+            meta = RequestMeta.from_json(rid.split(RID_META_MARK, 1)[1])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"malformed topas metadata in the request id: {e}") from e
+    return meta
+
+
 # ----------------------------------------------------------------------------- snapshot and actions
 
 

@@ -75,17 +75,23 @@ def serve_cmd(policy, params, profile, decision_log, python, dummy, dry_run, sgl
 @arrival_options("Replay")
 @knowledge_options
 @click.option("--server", required=True, metavar="URL",
-              help="The SGLang server, e.g. http://127.0.0.1:30000; it must run the topas plugin (checked first).")
+              help="The SGLang server, e.g. http://127.0.0.1:30000, or an sglang-router in front of several; "
+                   "every server must run the topas plugin (checked first).")
 @click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, metavar="DIR",
               help="Write the result tables (the simulator's format) to DIR/<table>.parquet.")
-@click.option("--decision-log", type=click.Path(dir_okay=False), default=None, metavar="FILE",
-              help="The server's decision log, if readable here (fills decisions and admissions).")
+@click.option("--decision-log", "decision_logs", type=click.Path(dir_okay=False), multiple=True, metavar="FILE",
+              help="The server's decision log, if readable here (fills decisions and admissions); "
+                   "behind a router, one per worker (repeat the option).")
+@click.option("--send-text", is_flag=True,
+              help="Send prompts as text (one character per token id: topas.sglang.text) instead of token ids, "
+                   "for a router that routes on text (sglang-router's cache_aware); the servers must load the "
+                   "matching tokenizer (not --skip-tokenizer-init).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=1), default=3600, show_default=True,
               help="Give up (exit 1, nothing written) after this many seconds.")
 @click.option("--server-policy", is_flag=True,
               help="Do not send the policy; the server's `topas serve --policy` decides.")
-def replay_cmd(trace_name, policy, params, rate, load, seed, n_tasks, server, out, decision_log, timeout_s,
-               server_policy, **knowledge):
+def replay_cmd(trace_name, policy, params, rate, load, seed, n_tasks, server, out, decision_logs, send_text,
+               timeout_s, server_policy, **knowledge):
     """Replay a trace against a running SGLang server (with the topas plugin) and write the results.
 
     Exit status 1, with nothing written, if a request fails or the run times out.
@@ -106,8 +112,9 @@ def replay_cmd(trace_name, policy, params, rate, load, seed, n_tasks, server, ou
     except (ExperimentError, PolicyError, ProfileError, TraceError, FileNotFoundError) as e:
         _fail(f"error: {e}")
     try:
+        decision_log = None if not decision_logs else decision_logs[0] if len(decision_logs) == 1 else list(decision_logs)
         result = run_replay(prepared, server, decision_log=decision_log, out=out, timeout_s=timeout_s,
-                            send_policy=not server_policy, wait_healthy_s=min(60.0, timeout_s))
+                            send_policy=not server_policy, wait_healthy_s=min(60.0, timeout_s), send_text=send_text)
     except ReplayError as e:
         _fail(f"error: replay failed, nothing written: {e}")
     except KeyboardInterrupt:

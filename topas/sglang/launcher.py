@@ -91,9 +91,13 @@ def dummy_weight_args(name: str) -> list[str]:
     return ["--model-path", os.fspath(dummy_model_dir(name)), "--load-format", "dummy", "--skip-tokenizer-init"]
 
 
-def cpu_test_args(model_dir: str | os.PathLike, port: int, max_total_tokens: int = 4096) -> list[str]:
-    """SGLang flags for the tiny dummy-weight model on a CPU (tools/sglang_cpu)."""
-    return ["--model-path", os.fspath(model_dir), "--load-format", "dummy", "--skip-tokenizer-init",
+def cpu_test_args(model_dir: str | os.PathLike, port: int, max_total_tokens: int = 4096,
+                  tokenizer: bool = False) -> list[str]:
+    """SGLang flags for the tiny dummy-weight model on a CPU (tools/sglang_cpu). ``tokenizer``:
+    load the model folder's tokenizer (:mod:`topas.sglang.text`, for text requests through a
+    text-matching router) instead of ``--skip-tokenizer-init`` (token ids only)."""
+    return ["--model-path", os.fspath(model_dir), "--load-format", "dummy",
+            *(() if tokenizer else ("--skip-tokenizer-init",)),
             "--device", "cpu", "--attention-backend", "torch_native", "--sampling-backend", "pytorch",
             "--disable-cuda-graph", "--max-total-tokens", str(max_total_tokens), "--dtype", "float32",
             "--host", "127.0.0.1", "--port", str(port)]
@@ -102,9 +106,28 @@ def cpu_test_args(model_dir: str | os.PathLike, port: int, max_total_tokens: int
 def start(sglang_args: Sequence[str], env: Mapping[str, str], log_path: str | os.PathLike | None = None,
           python: str | None = None) -> subprocess.Popen:
     """Start the server in its own process group (stop it with :func:`stop`)."""
+    return _spawn(launch_command(sglang_args, python), env, log_path)
+
+
+def _spawn(cmd: Sequence[str], env: Mapping[str, str] | None, log_path: str | os.PathLike | None) -> subprocess.Popen:
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL
-    return subprocess.Popen(launch_command(sglang_args, python), env=dict(env), stdout=out,
+    return subprocess.Popen(list(cmd), env=dict(env) if env is not None else None, stdout=out,
                             stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def router_command(worker_urls: Sequence[str], port: int, policy: str = "cache_aware",
+                   python: str | None = None, host: str = "127.0.0.1") -> list[str]:
+    """``sglang-router``'s launch command (``python -m sglang_router.launch_router``) in front of
+    ``worker_urls``, with its CLI defaults otherwise (``cache_aware``: cache_threshold 0.3,
+    balance thresholds 64 / 1.5, as :mod:`topas.cluster.routers.sglang_cache_aware` models them)."""
+    return [python or sys.executable, "-m", "sglang_router.launch_router", "--worker-urls", *worker_urls,
+            "--policy", policy, "--host", host, "--port", str(port)]
+
+
+def start_router(worker_urls: Sequence[str], port: int, log_path: str | os.PathLike | None = None,
+                 policy: str = "cache_aware", python: str | None = None) -> subprocess.Popen:
+    """Start ``sglang-router`` in its own process group (stop it with :func:`stop`)."""
+    return _spawn(router_command(worker_urls, port, policy, python), None, log_path)
 
 
 def stop(proc: subprocess.Popen, timeout: float = 20.0) -> None:

@@ -155,12 +155,12 @@ class Controller:
     def meta(self, req: Any):
         rid = req.rid
         if rid not in self.meta_cache:
-            from topas.sglang.adapter import meta_from_custom_params
+            from topas.sglang.adapter import meta_from_request, short_rid
 
             try:
-                self.meta_cache[rid] = meta_from_custom_params(getattr(req.sampling_params, "custom_params", None))
+                self.meta_cache[rid] = meta_from_request(getattr(req.sampling_params, "custom_params", None), rid)
             except ValueError as e:
-                logger.warning("topas: request %s: %s; scheduled as a plain request", rid, e)
+                logger.warning("topas: request %s: %s; scheduled as a plain request", short_rid(rid), e)
                 self.meta_cache[rid] = None
         return self.meta_cache[rid]
 
@@ -279,7 +279,9 @@ class Controller:
                 self.requeue = reqs
                 for r in reqs:
                     self.last_running.pop(r.rid, None)
-        self.log.write("preempt", {"run": self.adapter.run, "rids": [r.rid for r in reqs],
+        from topas.sglang.adapter import short_rid
+
+        self.log.write("preempt", {"run": self.adapter.run, "rids": [short_rid(r.rid) for r in reqs],
                                    "released_tokens": [len(r.origin_input_ids) + len(r.output_ids) for r in reqs]})
 
     def after(self, plan: Any) -> None:
@@ -296,11 +298,13 @@ class Controller:
         if not new:
             return
         self.adapter.on_admitted([r.rid for r in new], now)
+        from topas.sglang.adapter import short_rid
+
         admitted = []
         for r in new:
             m = self.meta(r)
             if m is not None:
-                admitted.append({"rid": m.rid, "erid": r.rid, "cached": len(r.prefix_indices)
+                admitted.append({"rid": m.rid, "erid": short_rid(r.rid), "cached": len(r.prefix_indices)
                                  if getattr(r, "prefix_indices", None) is not None else None})
         if admitted:
             acts = self.actions

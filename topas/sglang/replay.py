@@ -55,13 +55,14 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import pandas as pd
 
 from topas.engine.metrics import SimResult, completion_ratio, percentile, stability_ratio
-from topas.sglang.adapter import DECISION_COLUMNS, RequestMeta
+from topas.sglang.adapter import DECISION_COLUMNS, RequestMeta, rid_with_meta
+from topas.sglang.text import ids_to_text
 from topas.sglang.tokens import request_ids
 from topas.workload.model import Trace
 
@@ -152,7 +153,8 @@ async def wait_healthy(server: str, timeout_s: float = 120.0) -> None:
 async def _replay(trace: Trace, server: str, policy: str | None, params: dict, run_id: str,
                   timeout_s: float, request_timeout_s: float, retries: int, flush: bool,
                   on_progress: Callable[[int, int], None] | None,
-                  knowledge: tuple[tuple[str, Any], ...] = ()) -> tuple[list[_Done], dict[str, float], float]:
+                  knowledge: tuple[tuple[str, Any], ...] = (),
+                  send_text: bool = False, meta_in_rid: bool = False) -> tuple[list[_Done], dict[str, float], float]:
     import aiohttp
 
     agents = tuple((a.name, a.prefix_tokens, float(a.expected_output_tokens)) for a in trace.agents.values())
@@ -185,9 +187,10 @@ async def _replay(trace: Trace, server: str, policy: str | None, params: dict, r
             )
             ids = request_ids(s.agent, trace.agents[s.agent].prefix_tokens, run_id, index[(task.id, s.id)],
                               task.id, s.id, s.input_tokens)
+            rid = f"{run_id}:{task.id}/{s.id}"
             body = {
-                "rid": f"{run_id}:{task.id}/{s.id}",
-                "input_ids": ids,
+                "rid": rid_with_meta(rid, meta) if meta_in_rid else rid,
+                **({"text": ids_to_text(ids)} if send_text else {"input_ids": ids}),
                 "sampling_params": {"max_new_tokens": int(s.output_tokens), "ignore_eos": True,
                                     "temperature": 0.0, "custom_params": {"topas": meta.to_json()}},
             }
@@ -247,6 +250,23 @@ def read_decision_log(path: str | os.PathLike, run_id: str) -> list[dict]:
                 recs.append(json.loads(line))
             except ValueError:
                 continue  # a line being written
+    return recs
+
+
+def read_decision_logs(paths: str | os.PathLike | Sequence[str | os.PathLike], run_id: str) -> list[dict]:
+    """:func:`read_decision_log` of one file, or of several (one per server behind a router): then
+    each record's ``seq`` / ``decision_seq`` becomes ``(file index, seq)`` (each server numbers its
+    decisions from 1) and gains ``server`` (the file index)."""
+    if isinstance(paths, (str, os.PathLike)):
+        return read_decision_log(paths, run_id)
+    recs = []
+    for i, p in enumerate(paths):
+        for r in read_decision_log(p, run_id):
+            for k in ("seq", "decision_seq"):
+                if k in r:
+                    r[k] = (i, r[k])
+            r["server"] = i
+            recs.append(r)
     return recs
 
 
@@ -367,9 +387,11 @@ def check_server(server: str, trace: Trace, policy: str | None) -> None:
     from topas.sglang import server as srv
 
     try:
-        ident = srv.identity(server)
+        targets = srv.router_workers(server) or [server]
+        ident = srv.common_identity(targets)
         if policy is not None:
-            srv.check_policy(server, policy)
+            for u in targets:
+                srv.check_policy(u, policy)
     except srv.ServerError as e:
         raise ReplayError(str(e)) from None
     need, worst = 0, ""
@@ -391,7 +413,8 @@ def check_decisions(server: str, run_id: str, policy: str) -> dict[str, Any]:
     from topas.sglang import server as srv
 
     try:
-        runs = srv.run_decisions(server, run_id)
+        targets = srv.router_workers(server) or [server]
+        runs = combine_runs([srv.run_decisions(u, run_id) for u in targets])
     except srv.ServerError as e:
         raise ReplayError(f"after the replay: {e}") from None
     if not runs or runs["decisions"] == 0:
@@ -400,6 +423,20 @@ def check_decisions(server: str, run_id: str, policy: str) -> dict[str, Any]:
             f"scheduler ran it, so it is not a {policy} result and is not kept; check the server's log for "
             f"'topas' errors ({srv.PLUGIN_FIX})")
     return runs
+
+
+def combine_runs(runs: list[dict[str, Any] | None]) -> dict[str, Any] | None:
+    """One run's plugin counts summed over servers (a router's workers; ``None``: that server saw
+    none of the run), with ``per_server`` the decisions of each when there are several; ``None``
+    when none saw it."""
+    seen = [r for r in runs if r]
+    if not seen:
+        return None
+    out = {"policy": seen[0].get("policy"), "decisions": sum(int(r.get("decisions", 0)) for r in seen),
+           "fallbacks": sum(int(r.get("fallbacks", 0)) for r in seen)}
+    if len(runs) > 1:
+        out["per_server"] = [int(r.get("decisions", 0)) if r else 0 for r in runs]
+    return out
 
 
 def write_result_atomic(result: SimResult, out: str | os.PathLike) -> Path:
@@ -428,7 +465,7 @@ def run_replay(
     prepared_or_experiment: Any,
     server_url: str,
     *,
-    decision_log: str | os.PathLike | None = None,
+    decision_log: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
     out: str | os.PathLike | None = None,
     timeout_s: float = 3600.0,
     request_timeout_s: float = 1800.0,
@@ -438,6 +475,7 @@ def run_replay(
     wait_healthy_s: float = 60.0,
     progress: bool | Callable[[int, int], None] | None = None,
     handshake: bool = True,
+    send_text: bool = False,
 ) -> SimResult:
     """Replay an experiment's trace against the SGLang server at ``server_url``.
 
@@ -452,6 +490,16 @@ def run_replay(
     empty radix cache (``POST /flush_cache``). ``out``: also write the tables there (atomically).
     ``handshake``: check the server first (plugin, policy, KV pool) and the plugin's decisions
     after (see the module docstring).
+    ``send_text``: send each request's prompt as text (:func:`topas.sglang.text.ids_to_text`, one
+    character per token id) instead of ``input_ids``, for a router that routes on text
+    (``sglang-router``'s ``cache_aware``); the servers must load the matching tokenizer
+    (``tools/sglang_cpu/make_tiny_model.py`` writes it for the tiny CPU model), not
+    ``--skip-tokenizer-init``. The tokens the servers see are the same either way.
+    ``server_url`` may be an SGLang router (``sglang-router``: it answers ``GET /workers``): the
+    handshake then checks every worker (same identity, the plugin, the policy), the plugin's
+    decisions after the run are summed over the workers (``summary["plugin_decisions_per_server"]``,
+    in the router's worker order), ``/flush_cache`` goes through the router (it flushes every
+    worker), and ``decision_log`` may be a list of files (one per worker).
     Raises :class:`ReplayError` if any request fails or the run exceeds ``timeout_s``, the server
     fails the handshake, or the plugin made no decision for the run.
     """
@@ -478,12 +526,17 @@ def run_replay(
     # what the plugin's policy may know (issue 16): sent with every request, applied by the adapter
     knowledge = tuple(sorted(prepared.knowledge.settings().items())) if prepared.knowledge is not None else ()
 
+    workers = None  # the workers behind a router (set once the router is healthy)
+
     async def main():
+        nonlocal workers
         await wait_healthy(server, wait_healthy_s)
+        workers = srv.router_workers(server)
         if handshake:
             check_server(server, trace, policy.name if send_policy else None)
         return await _replay(trace, server, policy.name if send_policy else None, params if send_policy else {},
-                             run_id, timeout_s, request_timeout_s, retries, flush_cache, progress, knowledge)
+                             run_id, timeout_s, request_timeout_s, retries, flush_cache, progress, knowledge,
+                             send_text, meta_in_rid=bool(workers))
 
     bar = None
     if progress is True:
@@ -508,17 +561,20 @@ def run_replay(
     log = None
     if decision_log is not None:
         time.sleep(0.2)  # the scheduler logs the last admissions asynchronously to our receipt
-        log = read_decision_log(decision_log, run_id)
+        log = read_decision_logs(decision_log, run_id)
     if send_policy:
         name = policy.name
     else:  # the server's own policy ran it: label the result with the policy the plugin names
-        name = str(srv.plugin_block(server, refresh=True).get("policy")) if handshake else "server"
+        first = (srv.router_workers(server) or [server])[0]
+        name = str(srv.plugin_block(first, refresh=True).get("policy")) if handshake else "server"
     plugin_runs = check_decisions(server, run_id, name) if handshake else None
     result = build_replay_result(trace, name, done, task_finish, wall, log, run_id, t0)
     result.summary["run_id"] = run_id
     if plugin_runs is not None:
         result.summary["plugin_decisions"] = plugin_runs["decisions"]
         result.summary["plugin_fallbacks"] = plugin_runs["fallbacks"]
+        if len(plugin_runs.get("per_server", ())) > 1:
+            result.summary["plugin_decisions_per_server"] = list(plugin_runs["per_server"])
     if out is not None:
         write_result_atomic(result, out)
     return result

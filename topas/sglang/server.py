@@ -42,6 +42,7 @@ __all__ = [
     "common_identity",
     "check_policy",
     "run_decisions",
+    "router_workers",
     "PLUGIN_FIX",
     "stored_identity",
 ]
@@ -134,6 +135,22 @@ def server_info(url: str, timeout_s: float = 10.0) -> dict[str, Any]:
     raise ServerError(f"{url} has neither /server_info nor /get_server_info ({last}): is it an SGLang server?")
 
 
+def router_workers(url: str, timeout_s: float = 10.0) -> list[str] | None:
+    """The worker URLs behind ``url`` when it is an SGLang router (``sglang-router`` /
+    SGLang Model Gateway: ``GET /workers`` answers ``{"workers": [{"url": ...}, ...]}``), in the
+    router's order; ``None`` when ``url`` is not a router (an SGLang server answers 404 there)."""
+    url = check_url(url)
+    try:
+        with urllib.request.urlopen(f"{url}/workers", timeout=timeout_s) as r:
+            d = json.loads(r.read().decode("utf-8"))
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    if not isinstance(d, dict) or not isinstance(d.get("workers"), list):
+        return None
+    urls = [w.get("url") for w in d["workers"] if isinstance(w, dict)]
+    return [check_url(u) for u in urls if isinstance(u, str) and u] or None
+
+
 def plugin_blocks(info: dict[str, Any]) -> list[dict[str, Any]]:
     """The plugin's block of every scheduler (data-parallel rank) in a ``/server_info`` answer."""
     states = info.get("internal_states") or []
@@ -145,6 +162,10 @@ def identity_from_info(url: str, info: dict[str, Any]) -> tuple[ServerIdentity, 
     the server does not run the topas plugin (the handshake)."""
     blocks = plugin_blocks(info)
     states = info.get("internal_states") or []
+    if "router_manager" in info or ("workers_count" in info and not states):
+        raise ServerError(f"{url} is an SGLang router ({info.get('workers_count', '?')} workers), not one server: "
+                          f"a result keyed by the server's identity needs one server; `topas replay --server` "
+                          f"replays through a router (it checks every worker)")
     if not blocks or len(blocks) < len(states):
         raise ServerError(f"SGLang server {url} does not run the topas plugin (no 'topas' block in its "
                           f"/server_info), so SGLang's own scheduler would run every policy; {PLUGIN_FIX}")

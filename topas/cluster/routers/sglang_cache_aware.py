@@ -1,9 +1,20 @@
 """``sglang-cache-aware``: SGLang router's ``cache_aware`` policy, as its source defines it.
 
 Source: ``sgl-router/src/policies/cache_aware.rs`` and ``sgl-router/src/tree.rs``
-(sgl-project/sglang), with the launch defaults of ``sglang-router`` 0.3.2's CLI
-(``sglang_router/router_args.py``): ``cache_threshold = 0.3``, ``balance_abs_threshold = 64``,
-``balance_rel_threshold = 1.5``, ``eviction_interval_secs = 60``, ``max_tree_size = 2**26``.
+(sgl-project/sglang; in later versions ``sgl-model-gateway/src/policies/``), with the launch
+defaults of ``sglang-router`` 0.3.2's CLI (``sglang_router/router_args.py``):
+``cache_threshold = 0.3``, ``balance_abs_threshold = 64``, ``balance_rel_threshold = 1.5``,
+``eviction_interval_secs = 60``, ``max_tree_size = 2**26``.
+
+Which worker a *miss* goes to changed between versions (``on_miss``): the older ``sgl-router``
+source sends it to the worker with the smallest tree (``Tree::get_smallest_tenant``); the
+SGLang Model Gateway source that ``sglang-router`` 0.3.2 is built from sends it to the
+least-loaded healthy worker (``min_by_key(load)`` over the healthy workers: the first in the
+router's worker list on ties; its ``select_worker_with_text``). Checked on the real 0.3.2 router
+(docs/cluster.md, "Real servers behind a real router"): a new agent's request goes to the first
+worker when loads are equal even when that worker's tree is far larger, and to the idle worker
+when the first one has requests in flight. So the default is ``on_miss="least-load"`` (0.3.2);
+``"smallest-tree"`` is the older rule.
 
 The rule, for each request (``select_worker``):
 
@@ -14,8 +25,9 @@ The rule, for each request (``select_worker``):
 2. Otherwise the request's text is matched against one approximate radix tree shared by all
    workers, each node tagged with the workers ("tenants") that sent text through it. If the
    match rate ``matched / len(text)`` is ``> cache_threshold`` the request goes to the worker
-   holding the deepest matched node; else to the worker with the smallest tree (fewest
-   characters tagged with it).
+   holding the deepest matched node; else (a *miss*) to the least-loaded worker (0.3.2,
+   ``on_miss="least-load"``) or the worker with the smallest tree (fewest characters tagged with
+   it; older versions, ``on_miss="smallest-tree"``).
 3. Either way the request's text is then inserted into the tree under the chosen worker.
 4. Every ``eviction_interval_secs`` a background thread evicts, per worker, least-recently-used
    leaves until its tree holds at most ``max_tree_size`` characters.
@@ -33,6 +45,10 @@ Interpretations (the simulator has token counts, not text):
   ``min_by_key`` keeps the first minimum; the tree's smallest-tenant scan iterates a hash map,
   an arbitrary but fixed order); of several workers holding the matched prefix node, the lowest
   index (the real tree returns the first tenant of the node's hash map: again arbitrary but fixed).
+  Engine i is the router's i-th worker (its ``GET /workers`` order, the order of ``--worker-urls``).
+* The real router's tree lives as long as the router: a second run through the same router
+  finds the first run's prefixes (``/flush_cache`` flushes the workers, not the router's tree).
+  A simulated run starts from empty trees, as a freshly started router does.
 * Load is read before the request is counted (the router increments it after selecting).
 * The eviction thread's clock is simulated time from the start of the run: rounds run at
   ``k * eviction_interval_secs`` (k = 1, 2, ...), before the first request routed at or after
@@ -50,6 +66,9 @@ from topas.cluster.routers.base import Router, least_loaded, register
 from topas.cluster.state import EngineState, RouteRequest
 
 
+MISS_RULES = ("least-load", "smallest-tree")
+
+
 @dataclass(frozen=True)
 class CacheAwareParams:
     #: minimum prefix match rate (0..1) to route to the worker holding the match
@@ -62,6 +81,9 @@ class CacheAwareParams:
     eviction_interval_secs: float = 60.0
     #: per-worker tree size above which a round evicts (tokens here; characters in SGLang)
     max_tree_size: int = 2**26
+    #: where a miss (match rate <= cache_threshold) goes: "least-load" (sglang-router 0.3.2) or
+    #: "smallest-tree" (the older sgl-router source)
+    on_miss: str = "least-load"
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.cache_threshold <= 1.0:
@@ -70,6 +92,8 @@ class CacheAwareParams:
             raise ValueError("balance thresholds must be >= 0")
         if self.eviction_interval_secs < 0 or self.max_tree_size < 0:
             raise ValueError("eviction_interval_secs and max_tree_size must be >= 0")
+        if self.on_miss not in MISS_RULES:
+            raise ValueError(f"on_miss must be one of {', '.join(MISS_RULES)}, got {self.on_miss!r}")
 
 
 class _WorkerTree:
@@ -129,6 +153,8 @@ class SGLangCacheAware(Router):
             rate = (request.prefix_tokens if holder is not None else 0) / total if total else 0.0
             if holder is not None and rate > p.cache_threshold:
                 chosen = holder
+            elif p.on_miss == "least-load":
+                chosen = least_loaded(engines)
             else:
                 chosen = self.smallest_tree()
         self.trees[chosen].insert(request)

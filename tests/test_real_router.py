@@ -1,0 +1,103 @@
+"""Reading a real router's choices and comparing them with the router model (topas.cluster.real_router);
+replaying through a router (topas.sglang.server.router_workers, replay's log and count merging).
+No SGLang needed."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pandas as pd
+import pytest
+
+from topas.cluster.real_router import agreement, choices_from_logs, per_agent, rule_choices
+from topas.cluster.routers import make_router
+from topas.sglang import server as srv
+from topas.sglang.replay import combine_runs, read_decision_logs
+
+
+def _admit(run, *rids):
+    return {"kind": "admit", "run": run, "admitted": [{"rid": r, "erid": f"{run}:{r}"} for r in rids]}
+
+
+def test_choices_come_from_each_workers_admissions_of_the_run():
+    w0 = [{"kind": "start"}, _admit("r1", "t0/A", "t1/A"), _admit("r0", "t0/B"), {"kind": "decision", "run": "r1"}]
+    w1 = [_admit("r1", "t0/B"), _admit("r1", "t0/B")]  # re-admitted after a preemption: same worker
+    assert choices_from_logs([w0, w1], "r1") == {"t0/A": 0, "t1/A": 0, "t0/B": 1}
+    assert choices_from_logs([w0, w1], "r0") == {"t0/B": 0}
+    with pytest.raises(ValueError, match="request t0/A of run r1 was admitted by workers 0 and 1"):
+        choices_from_logs([w0, [_admit("r1", "t0/A")]], "r1")
+
+
+def _requests(rows):
+    return pd.DataFrame(rows, columns=["rid", "task_id", "stage_id", "agent", "input_tokens", "ready", "finish"])
+
+
+def test_the_rule_is_fed_the_real_order_and_loads():
+    # A's first request at t=0 (loads 0/0: worker 0); t1/A hits A's prefix (90%): worker 0;
+    # B's first at t=2 while t1/A is still on worker 0: a miss goes to the least loaded (1);
+    # C's first at t=6, nothing in flight: worker 0 (ties to the first)
+    reqs = _requests([
+        ("t0/A", "t0", "A", "A", 10, 0.0, 1.0), ("t1/A", "t1", "A", "A", 10, 0.5, 3.0),
+        ("t0/B", "t0", "B", "B", 10, 2.0, 4.0), ("t0/C", "t0", "C", "C", 10, 6.0, 7.0),
+    ])
+    real = {"t0/A": 0, "t1/A": 0, "t0/B": 1, "t0/C": 0}
+    prefix = {"A": 90, "B": 90, "C": 90}
+    assert rule_choices(reqs, prefix, make_router("sglang-cache-aware"), real, 2) == real
+    # the older rule sends C to the smaller tree (worker 1: B's 100 tokens < A's 110)
+    old = rule_choices(reqs, prefix, make_router("sglang-cache-aware", on_miss="smallest-tree"), real, 2)
+    assert old == {**real, "t0/C": 1}
+    # the loads are the real choices': had the router sent t1/A to worker 1, B would go to worker 0
+    moved = {**real, "t1/A": 1}
+    assert rule_choices(reqs, prefix, make_router("sglang-cache-aware"), moved, 2)["t0/B"] == 0
+
+
+def test_agreement_counts_requests_routed_alike():
+    a = agreement({"x": 0, "y": 1, "z": 1}, {"x": 0, "y": 0, "z": 1})
+    assert (a.n, a.same, a.differ) == (3, 2, ("y",)) and a.fraction == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="request q is routed in one assignment only"):
+        agreement({"x": 0}, {"x": 0, "q": 1})
+    assert per_agent({"t0/A": 0, "t1/A": 1, "t0/B": 1}, {"t0/A": "A", "t1/A": "A", "t0/B": "B"}) == {
+        "A": [0, 1], "B": [1]}
+
+
+class _Resp(io.BytesIO):
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+def test_a_router_is_recognised_by_its_worker_list(monkeypatch):
+    answers = {}
+
+    def fake_urlopen(url, timeout=None):
+        if url not in answers:
+            raise OSError("404")
+        return _Resp(json.dumps(answers[url]).encode())
+
+    monkeypatch.setattr(srv.urllib.request, "urlopen", fake_urlopen)
+    answers["http://r:1/workers"] = {"workers": [{"url": "http://w:2"}, {"url": "http://w:1/"}], "total": 2}
+    assert srv.router_workers("http://r:1") == ["http://w:2", "http://w:1"]
+    assert srv.router_workers("http://s:1") is None  # an SGLang server: no /workers
+    answers["http://x:1/workers"] = {"something": "else"}
+    assert srv.router_workers("http://x:1") is None
+    # a router asked for a server identity says what it is
+    with pytest.raises(srv.ServerError, match="is an SGLang router \\(2 workers\\), not one server"):
+        srv.identity_from_info("http://r:1", {"router_manager": True, "routers_count": 1, "workers_count": 2})
+
+
+def test_decision_logs_and_counts_of_several_workers_merge(tmp_path):
+    p0, p1 = tmp_path / "d0.jsonl", tmp_path / "d1.jsonl"
+    p0.write_text(json.dumps({"kind": "decision", "run": "r", "seq": 1}) + "\n")
+    p1.write_text(json.dumps({"kind": "decision", "run": "r", "seq": 1}) + "\n"
+                  + json.dumps({"kind": "admit", "run": "r", "decision_seq": 1, "admitted": []}) + "\n")
+    recs = read_decision_logs([p0, p1], "r")
+    assert [(r["server"], r.get("seq"), r.get("decision_seq")) for r in recs] == [
+        (0, (0, 1), None), (1, (1, 1), None), (1, None, (1, 1))]
+    assert read_decision_logs(p0, "r") == [{"kind": "decision", "run": "r", "seq": 1}]
+    assert combine_runs([{"policy": "fcfs", "decisions": 3, "fallbacks": 0}, None,
+                         {"policy": "fcfs", "decisions": 2, "fallbacks": 1}]) == {
+        "policy": "fcfs", "decisions": 5, "fallbacks": 1, "per_server": [3, 0, 2]}
+    assert combine_runs([None, None]) is None
