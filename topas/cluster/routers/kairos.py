@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from topas.cluster.routers.base import Router, RouterError, register
+from topas.cluster.routers.profile import expected_duration, remaining_path
 from topas.cluster.state import ClusterInfo, EngineState, RouteRequest
 
 _MAX_SLOTS = 100_000
@@ -88,24 +89,11 @@ class Kairos(Router):
     # ------------------------------------------------------------------ profile
     def duration(self, agent: str, x: int, engine: int) -> float:
         """Expected seconds of a request of ``agent`` with ``x`` input tokens on ``engine``."""
-        info, b = self.info, self.params.ref_batch
-        l, out = info.prefix_tokens[agent], info.output_priors[agent]
-        cost = info.costs[engine]
-        steps = max(0, math.ceil(out))
-        tpot = cost.decode_time(b, int(b * (l + x + out / 2)))
-        return cost.prefill_time([(x, l)]) + steps * tpot
+        return expected_duration(self.info, agent, x, engine, self.params.ref_batch)
 
     def priority(self, req: RouteRequest) -> float:
         """Remaining workflow time from ``req``'s stage (itself included), on engine 0."""
-        tv = req.task
-        if tv is None or req.stage_id not in tv.stages:
-            return self.duration(req.agent, req.input_tokens, 0)
-        memo: dict[str, float] = {}
-        for s in reversed(tv.topo_order):
-            st = tv.stages[s]
-            tail = max((memo[c] for c in st.children if c in memo), default=0.0)
-            memo[s] = self.duration(st.agent, st.input_tokens, 0) + tail
-        return memo[req.stage_id]
+        return remaining_path(self.info, req, self.params.ref_batch)
 
     # ------------------------------------------------------------------ routing
     def route(self, request: RouteRequest, engines: Sequence[EngineState]) -> None:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from topas.cluster.routers.base import Router, RouterError, register
+from topas.cluster.routers.profile import path_to_end
 from topas.cluster.state import ClusterInfo, EngineState, RouteRequest
 
 
@@ -69,10 +70,7 @@ class TopasRouter(Router):
         tv = request.task
         if tv is None or request.stage_id not in tv.stages:
             return 1
-        depth: dict[str, int] = {}
-        for s in reversed(tv.topo_order):
-            depth[s] = 1 + max((depth[c] for c in tv.stages[s].children if c in depth), default=0)
-        return depth[request.stage_id]
+        return int(path_to_end(tv, lambda s: 1)[request.stage_id])
 
     def score(self, request: RouteRequest, e: EngineState, w: int = 1) -> float:
         c = self.info.costs[e.index]
