@@ -87,6 +87,9 @@ def test_routers_lists_every_router_with_its_parameters(runner):
         for f in dataclasses.fields(router_class(name).Params):
             assert f"    {f.name}: " in r.output
     assert "    cache_threshold: float = 0.3" in r.output
+    heads = {line.split()[0]: line for line in r.output.splitlines() if line and not line.startswith(" ")}
+    assert heads["flowguard"].endswith("(from the abstract).") and heads["wasma"].endswith("(from the abstract).")
+    assert heads["prefixplace"].endswith("(from the issue's summary of the paper).")
 
 
 def test_simulate_a_cluster_on_the_command_line(runner, tmp_path):

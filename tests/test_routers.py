@@ -30,7 +30,8 @@ def fresh(name: str, n: int, seed: int = 0, **params):
 
 
 def test_registry_lists_the_routers_and_names_the_valid_ones_on_a_bad_name():
-    assert {"round-robin", "least-load", "power-of-two", "sglang-cache-aware"} <= set(available_routers())
+    assert {"round-robin", "least-load", "power-of-two", "sglang-cache-aware", "autellix-locality", "kairos",
+            "topas", "prefixplace", "flowguard", "wasma"} <= set(available_routers())
     with pytest.raises(RouterError, match=r"unknown router 'nope'; valid routers: .*round-robin"):
         router_class("nope")
 
@@ -324,3 +325,227 @@ def test_topas_router_weight_is_the_remaining_path_in_stages():
     assert make_router("topas").weight(RouteRequest("t/A", "t", "A", "A", 1, 1, 0.0, task=chain("t"))) == 3
     assert make_router("topas").weight(RouteRequest("t/C", "t", "C", "C", 1, 1, 0.0, task=chain("t"))) == 1
     assert make_router("topas").weight(req("t/A")) == 1
+
+
+# ----------------------------------------------------------------------------- flowguard (from the abstract)
+
+
+def profiled(name: str, n: int, **params):
+    """A router of ``name`` on ``n`` ROUND_COST engines; agents A, B, C, D: prefix 100, prior 20."""
+    info = ClusterInfo(prefix_tokens={a: 100 for a in "ABCD"}, output_priors={a: 20.0 for a in "ABCD"},
+                       costs=[ROUND_COST] * n)
+    r = make_router(name, params)
+    r.reset(n, 0, info)
+    return r
+
+
+def on(rid: str, tv: TaskView, t: float = 0.0, x: int = 10) -> RouteRequest:
+    tid, sid = rid.split("/")
+    return RouteRequest(rid, tid, sid, tv.stages[sid].agent, 100, x, t, task=tv)
+
+
+def room(*states: tuple[int, int, int, int, frozenset], budget: int = 1000) -> list[EngineState]:
+    """Engines from (in_flight, waiting, running, kv_used, resident)."""
+    return [EngineState(index=i, in_flight=f, waiting=w, running=r, kv_budget=budget, kv_used=kv, resident=res)
+            for i, (f, w, r, kv, res) in enumerate(states)]
+
+
+IDLE = (0, 0, 0, 0, frozenset())
+
+
+def test_flowguard_deadline_is_a_multiple_of_the_critical_path_and_late_requests_go_last():
+    r = profiled("flowguard", 1, deadline_factor=2.0)
+    d = expected_duration(r.info, "A", 10, 0, 8)  # every stage: x = 10, prior 20
+    first, last = on("t1/A", chain("t1"), t=0.0), on("t2/C", chain("t2"), t=1.0)
+    r.route(first, room(IDLE))
+    r.route(last, room(IDLE))
+    assert r.deadline(first) == pytest.approx(0.0 + 2.0 * 3 * d)  # arrival 0 + 2 x (3 stages)
+    assert r.slack("t1/A", 0.0) == pytest.approx(6 * d - 3 * d)  # d_i - t - R_v
+    assert r.slack("t2/C", 0.0) == pytest.approx(6 * d - d)
+    assert r.order(0.0) == ["t1/A", "t2/C"]  # least slack first
+    assert r.order(4 * d) == ["t2/C", "t1/A"]  # t1/A cannot make it any more: deprioritised
+    assert r.dispatch(room(IDLE), 4 * d) == [("t2/C", 0), ("t1/A", 0)]  # both fit (max_queue 2)
+
+
+def test_flowguard_weighs_kv_pressure_and_queue_depth():
+    q = on("t/A", chain("t"))  # needs x + prior = 30 tokens, + the 100 prefix where A is not resident
+    busy_kv = (1, 0, 1, 500, frozenset())
+    queued = (1, 1, 0, 0, frozenset({"A"}))
+    r = profiled("flowguard", 2)
+    assert r.score(q, room(busy_kv, queued)[0]) == pytest.approx((500 + 130) / 1000)
+    assert r.score(q, room(busy_kv, queued)[1]) == pytest.approx(30 / 1000 + 0.1 * 1)
+    r.route(q, room(busy_kv, queued))
+    assert r.dispatch(room(busy_kv, queued), 0.0) == [("t/A", 1)]
+    r = profiled("flowguard", 2, queue_weight=1.0)  # the queue now weighs more than the KV
+    r.route(q, room(busy_kv, queued))
+    assert r.dispatch(room(busy_kv, queued), 0.0) == [("t/A", 0)]
+    r = profiled("flowguard", 2, max_queue=1)  # engine 1's queue is full: engine 0 takes it
+    r.route(q, room(busy_kv, queued))
+    assert r.dispatch(room(busy_kv, queued), 0.0) == [("t/A", 0)]
+
+
+def test_flowguard_blocks_the_head_when_no_engine_has_kv_and_an_idle_engine_always_takes_it():
+    r = profiled("flowguard", 1)
+    full = (1, 0, 1, 900, frozenset())
+    r.route(on("t1/A", chain("t1"), x=500), room(full))  # the most urgent: 900 + 500 + 20 + 100 > 1000
+    r.route(on("t2/C", chain("t2"), x=1), room(full))  # would fit (900 + 121), but waits behind it
+    assert r.dispatch(room(full), 0.0) == []
+    assert r.dispatch(room((0, 0, 0, 900, frozenset())), 0.0) == [("t1/A", 0)]  # idle: takes the head, then full
+    r = profiled("flowguard", 2, max_queue=1)
+    r.route(on("t1/A", chain("t1")), room(IDLE, IDLE))
+    r.route(on("t2/A", chain("t2")), room(IDLE, IDLE))
+    r.route(on("t3/A", chain("t3")), room(IDLE, IDLE))
+    # what it sent in this dispatch counts: one per engine, the third waits
+    assert r.dispatch(room(IDLE, IDLE), 0.0) == [("t1/A", 0), ("t2/A", 1)]
+
+
+# ----------------------------------------------------------------------------- wasma (from the abstract)
+
+
+def diamond(tid: str, done=(), outputs=None) -> TaskView:
+    stages = {"A": StageView("A", "A", 10, (), ("B", "C")), "B": StageView("B", "B", 10, ("A",), ("D",)),
+              "C": StageView("C", "C", 10, ("A",), ("D",)), "D": StageView("D", "D", 10, ("B", "C"), ())}
+    return TaskView(tid, 0.0, "dag", stages, ("A", "B", "C", "D"), frozenset(done), outputs or {})
+
+
+def test_wasma_sends_the_requests_with_the_most_dependents_first():
+    r = profiled("wasma", 1, max_queue=10)
+    for q in (on("t1/D", diamond("t1"), t=0.0), on("t2/B", diamond("t2"), t=1.0), on("t3/A", diamond("t3"), t=2.0)):
+        assert r.route(q, room(IDLE)) is None
+    assert r.dispatch(room(IDLE), 2.0) == [("t3/A", 0), ("t2/B", 0), ("t1/D", 0)]  # 3, 1, 0 dependents
+
+
+def test_wasma_releases_one_agents_requests_together_and_a_batch_counts_once_in_the_queue():
+    r = profiled("wasma", 2, batch_size=2, max_queue=1)
+    for i, sid in enumerate(["A", "B", "A", "A"]):
+        r.route(on(f"t{i}/{sid}", diamond(f"t{i}"), t=float(i)), room(IDLE, IDLE))
+    # order: t0/A, t2/A, t3/A (3 dependents each, by ready time), then t1/B (1)
+    sends = r.dispatch(room(IDLE, IDLE), 3.0)
+    assert sends[:2] == [("t0/A", 0), ("t2/A", 0)]  # the first batch: two A requests to one engine
+    assert sends[2] == ("t3/A", 1)  # engine 0 has no room now: the next batch (t3/A alone) goes to 1
+    assert len(sends) == 3  # then no engine has room: t1/B waits
+
+
+def test_wasma_score_is_reuse_plus_transfer_plus_load():
+    r = profiled("wasma", 2)
+    c = ROUND_COST
+    r.ran_on["t/A"] = 1  # the parent ran on engine 1 and wrote 500 tokens
+    q = on("t/B", diamond("t", done=("A",), outputs={"A": 500}))
+    d = expected_duration(r.info, "B", 10, 0, 8)
+    e0 = EngineState(index=0, in_flight=3, kv_budget=1000, resident=frozenset({"B"}))
+    e1 = EngineState(index=1, in_flight=1, kv_budget=1000)
+    assert r.score(q, e0) == pytest.approx(0.0 + c.swap_time(500) + 3 / 8 * d)
+    assert r.score(q, e1) == pytest.approx(c.prefill_time([(100, 0)]) + 0.0 + 1 / 8 * d)
+    assert r.score(q, e0, sent=2) == pytest.approx(r.score(q, e0) + 2 / 8 * d)
+    r.route(q, [e0, e1])
+    best = min((0, 1), key=lambda i: (r.score(q, [e0, e1][i]), i))
+    assert r.dispatch([e0, e1], 0.0) == [("t/B", best)]
+
+
+# ----------------------------------------------------------------------------- prefixplace (from the issue's summary)
+
+
+from topas.cluster.routers.prefixplace import PlacementProblem  # noqa: E402
+from topas.cluster.routers.profile import expected_duration  # noqa: E402
+
+
+def problem(demand, budget=(10_000, 10_000), work=2.0, recompute=0.5, prefix=100) -> PlacementProblem:
+    n = len(budget)
+    return PlacementProblem(demand=demand, work={a: [work] * n for a in demand},
+                            recompute={a: [recompute] * n for a in demand}, prefix={a: prefix for a in demand},
+                            budget=list(budget), ref_batch=8, u_max=0.95)
+
+
+def test_prefixplace_cost_is_the_documented_sum():
+    p = problem({"A": 1.0, "B": 0.5})
+    m0, m1 = 1.0 * 2 + 0.25 * (2 + 0.5), 0.25 * (2 + 0.5)  # A placed on 0; B unplaced: spread, pays R
+    assert p.cost({"A": frozenset({0})}) == pytest.approx(m0 / (1 - m0 / 8) + m1 / (1 - m1 / 8))
+    both = {"A": frozenset({0, 1}), "B": frozenset({1})}
+    m0, m1 = 0.5 * 2, 0.5 * 2 + 0.5 * 2
+    assert p.cost(both) == pytest.approx(m0 / (1 - m0 / 8) + m1 / (1 - m1 / 8))
+    hot = problem({"A": 100.0})  # u = 25, far past saturation: the factor's tangent at u = 0.95
+    assert hot.cost({"A": frozenset({0})}) == pytest.approx(200 * (1 / 0.05 + (25 - 0.95) / 0.05 ** 2))
+    assert hot.cost({"A": frozenset({0, 1})}) < hot.cost({"A": frozenset({0})})  # splitting still pays
+
+
+def test_prefixplace_greedy_covers_every_agent_then_adds_copies_that_lower_the_cost():
+    # one agent, room for every copy: a copy on every engine (splitting its load lowers the cost)
+    assert problem({"A": 1.0}, budget=(100, 100, 100)).greedy() == {"A": frozenset({0, 1, 2})}
+    # two agents: A (most demanded) on engine 0 (a tie: the lowest index), B where it costs least
+    # (engine 1); a second copy of A on 1 would cost exactly as much (M = (1, 2) vs (2, 1)): none
+    assert problem({"A": 1.0, "B": 0.5}).greedy() == {"A": frozenset({0}), "B": frozenset({1})}
+    # one prefix per engine: the most demanded agent first, each where it costs least
+    tight = problem({"A": 0.5, "B": 1.0}, budget=(100, 100))
+    assert tight.greedy() == {"B": frozenset({0}), "A": frozenset({1})}
+    # no demand, no copy; an agent whose prefix fits nowhere stays unplaced
+    assert problem({"A": 0.0}).greedy() == {}
+    assert problem({"A": 1.0}, budget=(50, 50)).greedy() == {}
+
+
+def test_prefixplace_refinement_moves_drops_or_swaps_while_the_cost_falls():
+    p = problem({"A": 1.0, "B": 1.0}, budget=(200, 200), recompute=10.0)  # dropping never pays
+    crowded = {"A": frozenset({0}), "B": frozenset({0})}
+    assert p.refine(crowded, passes=1) == {"A": frozenset({1}), "B": frozenset({0})}  # A's copy moves first
+    assert p.cost(p.refine(crowded, 1)) < p.cost(crowded)
+    assert p.refine(crowded, passes=0) == crowded
+    # free recompute: spreading an agent over every engine beats any copy; drops come first
+    free = problem({"A": 1.0, "B": 1.0}, budget=(200, 200), recompute=0.0)
+    assert free.refine(crowded, passes=1) == {}
+    swap = problem({"A": 1.0, "B": 1.0}, budget=(100, 100), recompute=10.0)
+    swap = PlacementProblem(demand=swap.demand, work={"A": [2.0, 8.0], "B": [8.0, 2.0]}, recompute=swap.recompute,
+                            prefix=swap.prefix, budget=swap.budget, ref_batch=8, u_max=0.95)
+    # each agent sits on the engine where it runs slowly; full budgets: only a swap helps
+    assert swap.refine({"A": frozenset({1}), "B": frozenset({0})}, passes=1) == \
+        {"A": frozenset({0}), "B": frozenset({1})}
+
+
+def test_prefixplace_plans_per_epoch_adopts_only_when_the_saving_beats_the_switch_and_follows_the_prefix():
+    info = ClusterInfo(prefix_tokens={"A": 100, "B": 100}, output_priors={"A": 20.0, "B": 20.0},
+                       costs=[ROUND_COST] * 3)
+    eng = kv_engines(10_000, 10_000, 10_000)
+    r = make_router("prefixplace", {"epoch_s": 10.0})
+    r.reset(3, 0, info)
+    for i in range(20):  # the first epoch: nothing placed, least load
+        assert r.route(req(f"t{i}/A", t=i / 2), eng) == 0
+    assert r.placement == {} and r.history == []
+    r.route(req("u/B", agent="B", t=10.0), eng)  # closes the epoch: A at 2 requests/s, B none
+    assert r.demand == {"A": 2.0, "B": 0.0}
+    (when, adopted, c_old, c_new, switch, placement), = r.history
+    assert when == 10.0 and r.epoch_end == 20.0
+    assert adopted and r.placement == placement == {"A": frozenset({0, 1, 2})}
+    assert switch == pytest.approx(3 * ROUND_COST.prefill_time([(100, 0)]))
+    assert (c_old - c_new) * 10.0 > switch
+    loads = [EngineState(index=i, in_flight=n, kv_budget=10_000) for i, n in enumerate((4, 1, 2))]
+    assert r.route(req("v/A", t=11.0), loads) == 1  # the least-loaded holder
+    # a switch this expensive is never worth it: nothing is adopted
+    r2 = make_router("prefixplace", {"epoch_s": 10.0, "switch_weight": 1e9})
+    r2.reset(3, 0, info)
+    for i in range(20):
+        r2.route(req(f"t{i}/A", t=i / 2), eng)
+    r2.route(req("u/B", agent="B", t=35.0), eng)  # closes three epochs at once: two of them empty
+    assert r2.demand["A"] == pytest.approx(2.0 * 0.5 ** 2)  # measured 2/s, then two empty epochs
+    assert len(r2.history) == 1 and r2.history[0][1] is False and r2.placement == {}
+    assert r2.epoch_end == 40.0
+
+
+def test_prefixplace_budget_is_a_share_of_each_engines_kv():
+    info = ClusterInfo(prefix_tokens={"A": 600}, output_priors={"A": 20.0}, costs=[ROUND_COST] * 2)
+    r = make_router("prefixplace", {"prefix_fraction": 0.5})
+    r.reset(2, 0, info)
+    r.demand = {"A": 1.0}
+    r.input_sum, r.input_n = {"A": 50}, {"A": 1}
+    prob = r.problem(kv_engines(1000, 2000))
+    assert prob.budget == [500.0, 1000.0]
+    assert prob.greedy() == {"A": frozenset({1})}  # 600 tokens fit only the larger engine's half
+    assert prob.work["A"][0] == pytest.approx(expected_duration(info, "A", 50, 0, 8))
+    assert prob.recompute["A"] == [ROUND_COST.prefill_time([(600, 0)])] * 2
+
+
+@pytest.mark.parametrize("name", ["flowguard", "wasma", "prefixplace"])
+def test_routers_from_abstracts_or_summaries_need_the_cluster_profile_and_say_their_source(name):
+    with pytest.raises(RouterError, match="needs the agents' profile"):
+        make_router(name).reset(2, 0, None)
+    import sys
+
+    doc = sys.modules[router_class(name).__module__].__doc__.splitlines()[0]
+    assert ("(from the abstract)" if name != "prefixplace" else "(from the issue's summary of the paper)") in doc

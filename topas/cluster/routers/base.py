@@ -139,3 +139,11 @@ def make_router_params(cls: type, given: Mapping[str, Any], router: str = "?") -
 
 def _load_builtin() -> None:
     import topas.cluster.routers  # noqa: F401  (registers the built-in routers)
+
+
+def has_room(engine: EngineState, sent: int, max_queue: int) -> bool:
+    """Whether a holding router may send one more request (or batch) to ``engine`` now: fewer than
+    ``max_queue`` requests queued there, counting the ``sent`` it already sent in this dispatch
+    (the state was read before them), or nothing of the router's unfinished there (an idle engine
+    always takes one: otherwise a request that fits nowhere by the estimates would wait for ever)."""
+    return engine.waiting + sent < max_queue or engine.in_flight + sent == 0
