@@ -408,11 +408,28 @@ def diamond(tid: str, done=(), outputs=None) -> TaskView:
     return TaskView(tid, 0.0, "dag", stages, ("A", "B", "C", "D"), frozenset(done), outputs or {})
 
 
-def test_wasma_sends_the_requests_with_the_most_dependents_first():
-    r = profiled("wasma", 1, max_queue=10)
+def test_wasma_sends_older_workflows_first_and_inside_one_the_request_with_most_dependents():
+    r = profiled("wasma", 1, max_queue=10, batch_size=1)
     for q in (on("t1/D", diamond("t1"), t=0.0), on("t2/B", diamond("t2"), t=1.0), on("t3/A", diamond("t3"), t=2.0)):
         assert r.route(q, room(IDLE)) is None
-    assert r.dispatch(room(IDLE), 2.0) == [("t3/A", 0), ("t2/B", 0), ("t1/D", 0)]  # 3, 1, 0 dependents
+    assert r.dispatch(room(IDLE), 2.0) == [("t3/A", 0), ("t2/B", 0), ("t1/D", 0)]  # same arrival: 3, 1, 0 dependents
+    old, new = diamond("old"), diamond("new")
+    new = TaskView("new", 5.0, new.workflow, new.stages, new.topo_order, new.done, {})
+    r.route(on("new/A", new, t=5.0), room(IDLE))
+    r.route(on("old/D", old, t=6.0), room(IDLE))
+    assert r.dispatch(room(IDLE), 6.0) == [("old/D", 0), ("new/A", 0)]  # the older workflow first
+
+
+def test_wasma_batches_a_joins_parents_before_the_agents_other_requests():
+    r = profiled("wasma", 2, batch_size=2, max_queue=1)
+    t = diamond("t", done=("A",))
+    r.route(on("t/B", t, t=1.0), room(IDLE, IDLE))
+    r.route(on("u/B", diamond("u", done=("A",)), t=1.0), room(IDLE, IDLE))
+    r.route(on("t/C", t, t=2.0), room(IDLE, IDLE))
+    order = sorted(r.pending, key=r.keys.__getitem__)
+    assert order == ["t/B", "u/B", "t/C"] and r.batch(r.pending["t/B"], order) == ["t/B", "t/C"]
+    # t/B and its co-parent t/C (D waits for both) go together; u/B, the agent's, is the next batch
+    assert r.dispatch(room(IDLE, IDLE), 2.0) == [("t/B", 0), ("t/C", 0), ("u/B", 1)]
 
 
 def test_wasma_releases_one_agents_requests_together_and_a_batch_counts_once_in_the_queue():

@@ -6,18 +6,23 @@ level it batches requests informed by the workflows' dependencies. Everything be
 two sentences is our interpretation, and every constant is ours.
 
 The engine-level part cannot live in the engines here (their policies are the unchanged
-single-GPU ones), so it lives in the router: the router holds the ready requests, releases them
-to an engine in dependency order and in batches of one agent (which share its prefix), and the
-engine serves them first come, first served (run it with ``--policy fcfs``).
+single-GPU ones), so it lives in the router: the router holds the ready requests and releases
+them to an engine in batches formed from the workflows' dependencies (a join's parents together)
+and from shared prefixes, and the engine serves them first come, first served (run it with
+``--policy fcfs``).
 
 Interpretations:
 
-* **Order** (dependencies). Held requests go out by the number of stages of their task that
-  depend on them, directly or not (most first: they unblock the most work), then by ready time,
-  then request id (the DAG as the policies see it; under ``online`` DAGs, the stages reached so
-  far).
-* **Batch.** The head goes out together with up to ``batch_size - 1`` more held requests of the
-  same agent, in that order, to the same engine; a batch counts once against the queue gate.
+* **Order.** Workflows in arrival order (a workflow never overtakes an older one: under load,
+  sending the requests with the most dependents first would favour new workflows' roots and
+  starve those under way); inside a workflow, the request more stages depend on (directly or
+  not) first; then ready time, then request id. The DAG is the one the policies see (under
+  ``online`` DAGs, the stages reached so far).
+* **Batch** (dependency-informed). The head goes out together with, up to ``batch_size``
+  requests in all: first its held co-parents (requests of its workflow whose stages share a child
+  with its stage: the join waits for all of them, so they run side by side in one engine's batch
+  rather than one lagging behind), then held requests of its agent (which share its prefix), each
+  group in queue order; all to the same engine. A batch counts once against the queue gate.
 * **Where** (reuse and transfer). Among the engines with room (fewer than ``max_queue`` requests
   queued there, counting batches sent in this dispatch; or nothing of ours unfinished there) the
   head's batch goes to the smallest ``J_e + T_e + W_e``:
@@ -51,7 +56,7 @@ from topas.cluster.state import ClusterInfo, EngineState, RouteRequest
 
 @dataclass(frozen=True)
 class WasmaParams:
-    #: requests of one agent released together to one engine
+    #: at most this many requests (a join's parents, then the agent's) released together to one engine
     batch_size: int = 4
     #: an engine takes another batch only while fewer than this many requests are queued there
     max_queue: int = 2
@@ -79,8 +84,20 @@ class Wasma(Router):
 
     def route(self, request: RouteRequest, engines: Sequence[EngineState]) -> None:
         self.pending[request.rid] = request
-        self.keys[request.rid] = (-descendants(request.task, request.stage_id), request.time, request.rid)
+        arrival = request.task.arrival if request.task is not None else request.time
+        self.keys[request.rid] = (arrival, -descendants(request.task, request.stage_id), request.time, request.rid)
         return None
+
+    def batch(self, head: RouteRequest, order: list[str]) -> list[str]:
+        """The head, its held co-parents, then held requests of its agent (queue order), at most
+        ``batch_size`` in all."""
+        tv = head.task
+        children = set(tv.stages[head.stage_id].children) if tv is not None and head.stage_id in tv.stages else set()
+        rest = [self.pending[rid] for rid in order if rid != head.rid]
+        co = [q.rid for q in rest if children and q.task_id == head.task_id and q.stage_id in tv.stages
+              and children & set(tv.stages[q.stage_id].children)]
+        same = [q.rid for q in rest if q.agent == head.agent and q.rid not in co]
+        return [head.rid, *co, *same][:self.params.batch_size]
 
     # ------------------------------------------------------------------ scores
     def transfer(self, req: RouteRequest, engine: int) -> float:
@@ -121,7 +138,7 @@ class Wasma(Router):
             if best is None:
                 break  # head-of-line blocking
             i = best[1]
-            batch = [rid for rid in order if self.pending[rid].agent == head.agent][:p.batch_size]
+            batch = self.batch(head, order)
             for rid in batch:
                 del self.pending[rid], self.keys[rid]
                 self.ran_on[rid] = i
