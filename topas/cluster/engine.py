@@ -43,13 +43,17 @@ class ClusterEngine(Simulator):
         self.index = index
         self.cluster = cluster
         self._local: dict[str, int] = {}  # task id -> its requests routed here and not finished
-        # pending_time and emit_bound change only when this engine steps or receives a request
+        self._prefix_len = {a: p.tokens for a, p in self.prefixes.items()}  # l_a (fixed for a run)
+        # (pending_time, emit_bound) change only when this engine steps or receives a request
         # (_touch: the cluster re-reads them then)
         self._times: tuple[float, float] | None = None
-        self._resident: frozenset[str] | None = None
+        # the prefixes held / resident change only with a prefix event (Simulator._load, _drop,
+        # _drop_ghost each record one): cached per number of prefix events seen
+        self._held: tuple[int, frozenset[str]] = (-1, frozenset())
+        self._resident: tuple[int, frozenset[str]] = (-1, frozenset())
 
     def _touch(self) -> None:
-        self._times = self._resident = None
+        self._times = None
         self.cluster.touched(self.index)
 
     # ------------------------------------------------------------------ delivery
@@ -107,40 +111,46 @@ class ClusterEngine(Simulator):
     def busy(self) -> bool:
         return bool(self.prefill_queue or self.decoding or self._pending_prefix_prefill())
 
+    def times(self) -> tuple[float, float]:
+        """(:meth:`pending_time`, :meth:`emit_bound`), computed once per change of this engine."""
+        if self._times is None:
+            self._times = self._compute_times()
+        return self._times
+
     def pending_time(self) -> float:
         """When this engine next has something to do on its own (INF: nothing until a request is
         delivered): now while it runs or has a decision to take, else its next delivery."""
-        if self._times is None:
-            self._times = (self._pending_time(), self._emit_bound())
-        return self._times[0]
+        return self.times()[0]
 
     def emit_bound(self) -> float:
         """A lower bound on when this engine next finishes a request (and so may make another
         request ready): now while it prefills or may admit; else, decoding only, the end of its
         earliest finish if nothing else ran (admissions only delay it), or its next delivery."""
-        if self._times is None:
-            self._times = (self._pending_time(), self._emit_bound())
-        return self._times[1]
+        return self.times()[1]
 
-    def _pending_time(self) -> float:
-        if self.busy():
-            return self.now
-        if self._delayed and self._delayed[0][0] <= self.now:
-            return self.now
-        if self.waiting and (not self._idle_retry or self._dirty):
-            return self.now
-        return max(self.now, self._delayed[0][0]) if self._delayed else INF
-
-    def _emit_bound(self) -> float:
-        if self.prefill_queue or self._pending_prefix_prefill() or (self.waiting and self._pending_time() == self.now):
-            return self.now
-        t = self._delayed[0][0] if self._delayed else INF
+    def _compute_times(self) -> tuple[float, float]:
+        now = self.now
+        prefilling = bool(self.prefill_queue) or self._pending_prefix_prefill()
+        delivery = self._delayed[0][0] if self._delayed else INF
+        if prefilling or self.decoding or delivery <= now or (self.waiting and (not self._idle_retry or self._dirty)):
+            pending = now
+        else:
+            pending = max(now, delivery) if delivery < INF else INF
+        if prefilling or (self.waiting and pending == now):
+            return pending, now
+        bound = delivery
         if self.decoding:
-            b = len(self.decoding)
-            n = min(r.y - r.generated for r in self.decoding.values())
-            kv0 = sum(self.prefixes[r.agent].tokens + r.kv for r in self.decoding.values())
-            t = min(t, self.now + self.cost.decode_steps_time(b, kv0, max(n, 1)))
-        return max(self.now, t) if t < INF else INF
+            # one pass for the batch's fewest steps to a finish and its total context (prefixes
+            # counted once per request, as Simulator._decode_until_event counts them)
+            prefix_len = self._prefix_len
+            steps, kv0 = None, 0
+            for r in self.decoding.values():
+                kv0 += prefix_len[r.agent] + r.kv
+                left = r.y - r.generated
+                if steps is None or left < steps:
+                    steps = left
+            bound = min(bound, now + self.cost.decode_steps_time(len(self.decoding), kv0, max(steps, 1)))
+        return pending, (max(now, bound) if bound < INF else INF)
 
     def step(self) -> bool:
         """One iteration of ``Simulator.run``'s loop; False when the engine has nothing to do
@@ -174,10 +184,14 @@ class ClusterEngine(Simulator):
     def held_prefixes(self) -> frozenset[str]:
         """Agents whose prefix KV is on this GPU: resident (pinned, or in the radix cache) or
         unpinned but still cached."""
-        return frozenset(a for a, p in self.prefixes.items() if p.resident or self._ghost.get(a, False))
+        n = len(self.prefix_events)
+        if self._held[0] != n:
+            self._held = (n, frozenset(a for a, p in self.prefixes.items() if p.resident or self._ghost.get(a, False)))
+        return self._held[1]
 
     def view_resident(self) -> frozenset[str]:
         """Agents whose prefix is resident (what ``EngineView.resident`` shows this engine's policy)."""
-        if self._resident is None:
-            self._resident = frozenset(a for a, p in self.prefixes.items() if p.resident)
-        return self._resident
+        n = len(self.prefix_events)
+        if self._resident[0] != n:
+            self._resident = (n, frozenset(a for a, p in self.prefixes.items() if p.resident))
+        return self._resident[1]

@@ -224,10 +224,11 @@ class ClusterSimulator:
         """The earliest time something may be delivered to ``engine`` from outside: the next
         task arrival or another engine's next possible finish."""
         t = self._arrivals[self._next_arrival].arrival if self._next_arrival < len(self._arrivals) else INF
-        self._flush()
+        i = engine.index
+        self._flush(skip=i)  # (``engine`` is stepping: its own times are read when the step ends)
         heap, own = self._bound_heap, None
         self._clean(heap)
-        if heap and heap[0][1] == engine.index:
+        if heap and heap[0][1] == i:
             own = heapq.heappop(heap)
             self._clean(heap)
         if heap and heap[0][0] < t:
@@ -243,12 +244,22 @@ class ClusterSimulator:
         self._dirty.add(i)
         self._states[i] = None
 
-    def _flush(self) -> None:
-        for i in sorted(self._dirty):
-            e, v = self.engines[i], self._version[i]
-            heapq.heappush(self._next_heap, (e.pending_time(), i, v))
-            heapq.heappush(self._bound_heap, (e.emit_bound(), i, v))
-        self._dirty.clear()
+    def _flush(self, skip: int = -1) -> None:
+        """Push the current times of the engines that changed (all but ``skip``, which stays to
+        be pushed later) onto the heaps."""
+        dirty = self._dirty
+        if not dirty:
+            return
+        version, engines = self._version, self.engines
+        for i in dirty:
+            if i != skip:
+                pending, bound = engines[i].times()
+                heapq.heappush(self._next_heap, (pending, i, version[i]))
+                heapq.heappush(self._bound_heap, (bound, i, version[i]))
+        skipped = skip in dirty
+        dirty.clear()
+        if skipped:
+            dirty.add(skip)
 
     def _clean(self, heap: list[tuple[float, int, int]]) -> None:
         while heap and heap[0][2] != self._version[heap[0][1]]:
