@@ -231,6 +231,32 @@ def test_kairos_projects_kv_per_time_slot_with_the_prefix_once_per_engine():
     assert r.projected_peak(0, _Entry("A", 100, 0, 0.0, 9.0, 0.5), 9.0) == pytest.approx(130.0)
 
 
+def every_slot_peak(r, engine: int, new: _Entry, now: float) -> float:
+    """The projected peak by its definition: every slot from ``now`` to the last expected end."""
+    import math
+
+    from topas.cluster.routers.kairos import _slot_total
+
+    slot = r.params.slot_s
+    entries = [(e, e.t0 + e.duration if e is new else max(e.t0 + e.duration, now + slot))
+               for e in (*r.ledger[engine].values(), new)]
+    n_slots = max(1, math.ceil((max(end for _, end in entries) - now) / slot))
+    return max([0.0] + [_slot_total(entries, now + k * slot, now + (k + 1) * slot) for k in range(n_slots)])
+
+
+@pytest.mark.parametrize("slot_s", [1.0, 0.37, 2.5])
+def test_kairos_peak_over_its_few_candidate_slots_is_the_peak_over_every_slot(slot_s):
+    rng = random.Random(7)
+    for _ in range(300):
+        r = kairos(1, slot_s=slot_s)
+        now = rng.choice([0.0, 3.3, 1e4 + 0.1])
+        for k in range(rng.randrange(0, 6)):  # sent before now, a few sent "later" (another engine's clock)
+            r.ledger[0][f"r{k}"] = _Entry(rng.choice("ABC"), 100, rng.randrange(0, 50), rng.uniform(0, 40),
+                                          now + rng.uniform(-15, 2), rng.choice([0.0, rng.uniform(0.1, 12)]))
+        new = _Entry(rng.choice("ABC"), 100, rng.randrange(0, 50), rng.uniform(0, 40), now, rng.uniform(0.1, 12))
+        assert r.projected_peak(0, new, now) == every_slot_peak(r, 0, new, now)  # exactly, not approx
+
+
 def test_kairos_orders_its_queue_by_remaining_workflow_time():
     r = kairos(1)
     d = r.duration("A", 10, 0)

@@ -85,11 +85,16 @@ class Kairos(Router):
         self.queue: list[tuple[float, float, str]] = []
         self.pending: dict[str, RouteRequest] = {}
         self.ledger: list[dict[str, _Entry]] = [{} for _ in range(n_engines)]
+        self._durations: dict[tuple[str, int, int], float] = {}
 
     # ------------------------------------------------------------------ profile
     def duration(self, agent: str, x: int, engine: int) -> float:
         """Expected seconds of a request of ``agent`` with ``x`` input tokens on ``engine``."""
-        return expected_duration(self.info, agent, x, engine, self.params.ref_batch)
+        key = (agent, x, engine)
+        d = self._durations.get(key)
+        if d is None:
+            d = self._durations[key] = expected_duration(self.info, agent, x, engine, self.params.ref_batch)
+        return d
 
     def priority(self, req: RouteRequest) -> float:
         """Remaining workflow time from ``req``'s stage (itself included), on engine 0."""
@@ -140,14 +145,55 @@ class Kairos(Router):
             entries.append((e, end))
         last = max(end for _, end in entries)
         n_slots = min(_MAX_SLOTS, max(1, math.ceil((last - now) / slot)))
-        peak = 0.0
-        for k in range(n_slots):
-            lo, hi = now + k * slot, now + (k + 1) * slot
-            total, agents = 0.0, {}
-            for e, end in entries:
-                if e.t0 < hi and end > lo:
-                    frac = min(1.0, (min(hi, end) - e.t0) / e.duration) if e.duration > 0 else 1.0
-                    total += e.x + e.out * frac
-                    agents[e.agent] = e.prefix
-            peak = max(peak, total + sum(agents.values()))
-        return peak
+        return max(0.0, *(_slot_total(entries, now + k * slot, now + (k + 1) * slot)
+                          for k in _peak_candidates(entries, now, slot, n_slots)))
+
+
+def _slot_total(entries: list[tuple[_Entry, float]], lo: float, hi: float) -> float:
+    """The projected KV in the slot [lo, hi): each request active in it at its largest size there,
+    plus each of their agents' prefix once."""
+    total, agents = 0.0, {}
+    for e, end in entries:
+        if e.t0 < hi and end > lo:
+            frac = min(1.0, (min(hi, end) - e.t0) / e.duration) if e.duration > 0 else 1.0
+            total += e.x + e.out * frac
+            agents[e.agent] = e.prefix
+    return total + sum(agents.values())
+
+
+def _peak_candidates(entries: list[tuple[_Entry, float]], now: float, slot: float, n_slots: int) -> list[int]:
+    """Slots among which the largest :func:`_slot_total` of slots 0..n_slots-1 lies.
+
+    A request is active in a contiguous run of slots (``t0 < hi`` and ``end > lo``, both monotone
+    in the slot). While the set of active requests does not change, a slot's total can only grow
+    (each request's size grows with ``hi``; floating-point sums of growing terms do not shrink),
+    so each stretch peaks at its last slot: the slot before a request becomes active, the last
+    slot of a request, or the last slot. Each boundary is found with the very comparisons
+    :func:`_slot_total` makes, so the maximum over these slots equals the maximum over all."""
+    if any(e.out < 0 for e, _ in entries):  # a shrinking size: every slot may peak
+        return list(range(n_slots))
+
+    def lo(k: int) -> float:
+        return now + k * slot
+
+    def first_active(t0: float) -> int:  # the smallest k >= 0 with t0 < hi(k) = lo(k + 1)
+        k = max(0, min(n_slots, math.floor((t0 - now) / slot)))
+        while k > 0 and t0 < lo(k):
+            k -= 1
+        while k < n_slots and not t0 < lo(k + 1):
+            k += 1
+        return k
+
+    def last_active(end: float) -> int:  # the largest k < n_slots with end > lo(k) (-1: none)
+        k = max(-1, min(n_slots - 1, math.ceil((end - now) / slot) - 1))
+        while k + 1 < n_slots and end > lo(k + 1):
+            k += 1
+        while k >= 0 and not end > lo(k):
+            k -= 1
+        return k
+
+    cands = {n_slots - 1}
+    for e, end in entries:
+        cands.add(first_active(e.t0) - 1)
+        cands.add(last_active(end))
+    return sorted(k for k in cands if 0 <= k < n_slots)
