@@ -231,30 +231,28 @@ def test_kairos_projects_kv_per_time_slot_with_the_prefix_once_per_engine():
     assert r.projected_peak(0, _Entry("A", 100, 0, 0.0, 9.0, 0.5), 9.0) == pytest.approx(130.0)
 
 
-def every_slot_peak(r, engine: int, new: _Entry, now: float) -> float:
-    """The projected peak by its definition: every slot from ``now`` to the last expected end."""
-    import math
-
-    from topas.cluster.routers.kairos import _slot_total
-
-    slot = r.params.slot_s
-    entries = [(e, e.t0 + e.duration if e is new else max(e.t0 + e.duration, now + slot))
-               for e in (*r.ledger[engine].values(), new)]
-    n_slots = max(1, math.ceil((max(end for _, end in entries) - now) / slot))
-    return max([0.0] + [_slot_total(entries, now + k * slot, now + (k + 1) * slot) for k in range(n_slots)])
-
-
-@pytest.mark.parametrize("slot_s", [1.0, 0.37, 2.5])
-def test_kairos_peak_over_its_few_candidate_slots_is_the_peak_over_every_slot(slot_s):
+def test_kairos_places_on_the_engine_a_scan_of_every_projected_peak_picks():
+    """``place`` skips engines whose first slot already loses: the same engine as the scan of
+    every engine's peak (feasible, smallest, ties to the lowest index), on random ledgers."""
     rng = random.Random(7)
-    for _ in range(300):
-        r = kairos(1, slot_s=slot_s)
+    for trial in range(200):
+        n = rng.randrange(1, 7)
+        r = kairos(n, slot_s=rng.choice([1.0, 0.37, 2.5]))
         now = rng.choice([0.0, 3.3, 1e4 + 0.1])
-        for k in range(rng.randrange(0, 6)):  # sent before now, a few sent "later" (another engine's clock)
-            r.ledger[0][f"r{k}"] = _Entry(rng.choice("ABC"), 100, rng.randrange(0, 50), rng.uniform(0, 40),
-                                          now + rng.uniform(-15, 2), rng.choice([0.0, rng.uniform(0.1, 12)]))
-        new = _Entry(rng.choice("ABC"), 100, rng.randrange(0, 50), rng.uniform(0, 40), now, rng.uniform(0.1, 12))
-        assert r.projected_peak(0, new, now) == every_slot_peak(r, 0, new, now)  # exactly, not approx
+        for i in range(n):
+            for k in range(rng.choice([0, 0, 1, 3, 6])):  # a few sent "later" (another engine's clock)
+                r.ledger[i][f"r{i}.{k}"] = _Entry(rng.choice("ABC"), 100, rng.randrange(0, 50), rng.uniform(0, 40),
+                                                  now + rng.uniform(-15, 2), rng.choice([0.0, rng.uniform(0.1, 12)]))
+        if trial % 4 == 0 and n > 1:  # identical ledgers: ties go to the lowest index
+            r.ledger[n - 1] = dict(r.ledger[0])
+        eng = kv_engines(*(rng.choice([150, 300, 10**6]) for _ in range(n)))
+        req = RouteRequest("t/A", "t", "A", rng.choice("ABC"), 100, rng.randrange(0, 50), now)
+        scan = None
+        for e in eng:
+            peak = r.projected_peak(e.index, r._entry(req, e.index, now), now)
+            if (peak <= e.kv_budget or not r.ledger[e.index]) and (scan is None or peak < scan[0]):
+                scan = (peak, e.index)
+        assert r.place(req, eng, now) == (None if scan is None else scan[1])
 
 
 def test_kairos_orders_its_queue_by_remaining_workflow_time():

@@ -114,28 +114,50 @@ class Kairos(Router):
         while self.queue:
             rid = self.queue[0][2]
             req = self.pending[rid]
-            best: tuple[float, int] | None = None
-            for e in engines:
-                new = _Entry(req.agent, req.prefix_tokens, req.input_tokens, self.info.output_priors[req.agent], now,
-                             self.duration(req.agent, req.input_tokens, e.index))
-                peak = self.projected_peak(e.index, new, now)
-                feasible = peak <= self.params.memory_fraction * e.kv_budget or not self.ledger[e.index]
-                if feasible and (best is None or peak < best[0]):
-                    best = (peak, e.index)
-            if best is None:
+            i = self.place(req, engines, now)
+            if i is None:
                 break  # head-of-line blocking
             heapq.heappop(self.queue)
             del self.pending[rid]
-            i = best[1]
-            self.ledger[i][rid] = _Entry(req.agent, req.prefix_tokens, req.input_tokens,
-                                         self.info.output_priors[req.agent], now,
-                                         self.duration(req.agent, req.input_tokens, i))
+            self.ledger[i][rid] = self._entry(req, i, now)
             sends.append((rid, i))
         return sends
+
+    def place(self, req: RouteRequest, engines: Sequence[EngineState], now: float) -> int | None:
+        """The feasible engine with the smallest projected peak if ``req`` is sent now (ties: the
+        lowest index), or None when no engine is feasible.
+
+        The same choice as computing every engine's :meth:`projected_peak`, found faster: the
+        first slot's total is a lower bound on an engine's peak, so engines are visited in order
+        of that bound and the search stops once no bound can beat the best peak found."""
+        slot = self.params.slot_s
+        projections = [self._projection(e.index, self._entry(req, e.index, now), now) for e in engines]
+        bounds = sorted((_slot_total(p, now, now + slot), i) for i, p in enumerate(projections))
+        best: tuple[float, int] | None = None
+        for bound, i in bounds:
+            if best is not None and (bound, i) > best:
+                break  # this engine's (peak, index) and every later one's are above the best
+            cap = self.params.memory_fraction * engines[i].kv_budget
+            idle = not self.ledger[i]  # nothing unfinished sent there: always feasible
+            if bound > cap and not idle:
+                continue  # infeasible: its peak is at least the bound
+            peak = _peak(projections[i], now, slot)
+            if (peak <= cap or idle) and (best is None or (peak, i) < best):
+                best = (peak, i)
+        return None if best is None else best[1]
 
     def projected_peak(self, engine: int, new: _Entry, now: float) -> float:
         """The largest projected KV total over the time slots from ``now`` on ``engine`` with
         ``new`` added (see the module docstring)."""
+        return _peak(self._projection(engine, new, now), now, self.params.slot_s)
+
+    def _entry(self, req: RouteRequest, engine: int, now: float) -> _Entry:
+        """``req`` as the ledger of ``engine`` would hold it if it were sent now."""
+        return _Entry(req.agent, req.prefix_tokens, req.input_tokens, self.info.output_priors[req.agent], now,
+                      self.duration(req.agent, req.input_tokens, engine))
+
+    def _projection(self, engine: int, new: _Entry, now: float) -> list[tuple[_Entry, float]]:
+        """``engine``'s ledger with ``new`` added, each with its projected end."""
         slot = self.params.slot_s
         entries = []
         for e in (*self.ledger[engine].values(), new):
@@ -143,10 +165,17 @@ class Kairos(Router):
             if e is not new:
                 end = max(end, now + slot)  # still running past its expected end
             entries.append((e, end))
-        last = max(end for _, end in entries)
-        n_slots = min(_MAX_SLOTS, max(1, math.ceil((last - now) / slot)))
-        return max(0.0, *(_slot_total(entries, now + k * slot, now + (k + 1) * slot)
-                          for k in _peak_candidates(entries, now, slot, n_slots)))
+        return entries
+
+
+def _peak(entries: list[tuple[_Entry, float]], now: float, slot: float) -> float:
+    """The largest :func:`_slot_total` over the slots from ``now`` to the last projected end."""
+    last = max(end for _, end in entries)
+    n_slots = min(_MAX_SLOTS, max(1, math.ceil((last - now) / slot)))
+    peak = 0.0
+    for k in range(n_slots):
+        peak = max(peak, _slot_total(entries, now + k * slot, now + (k + 1) * slot))
+    return peak
 
 
 def _slot_total(entries: list[tuple[_Entry, float]], lo: float, hi: float) -> float:
@@ -159,41 +188,3 @@ def _slot_total(entries: list[tuple[_Entry, float]], lo: float, hi: float) -> fl
             total += e.x + e.out * frac
             agents[e.agent] = e.prefix
     return total + sum(agents.values())
-
-
-def _peak_candidates(entries: list[tuple[_Entry, float]], now: float, slot: float, n_slots: int) -> list[int]:
-    """Slots among which the largest :func:`_slot_total` of slots 0..n_slots-1 lies.
-
-    A request is active in a contiguous run of slots (``t0 < hi`` and ``end > lo``, both monotone
-    in the slot). While the set of active requests does not change, a slot's total can only grow
-    (each request's size grows with ``hi``; floating-point sums of growing terms do not shrink),
-    so each stretch peaks at its last slot: the slot before a request becomes active, the last
-    slot of a request, or the last slot. Each boundary is found with the very comparisons
-    :func:`_slot_total` makes, so the maximum over these slots equals the maximum over all."""
-    if any(e.out < 0 for e, _ in entries):  # a shrinking size: every slot may peak
-        return list(range(n_slots))
-
-    def lo(k: int) -> float:
-        return now + k * slot
-
-    def first_active(t0: float) -> int:  # the smallest k >= 0 with t0 < hi(k) = lo(k + 1)
-        k = max(0, min(n_slots, math.floor((t0 - now) / slot)))
-        while k > 0 and t0 < lo(k):
-            k -= 1
-        while k < n_slots and not t0 < lo(k + 1):
-            k += 1
-        return k
-
-    def last_active(end: float) -> int:  # the largest k < n_slots with end > lo(k) (-1: none)
-        k = max(-1, min(n_slots - 1, math.ceil((end - now) / slot) - 1))
-        while k + 1 < n_slots and end > lo(k + 1):
-            k += 1
-        while k >= 0 and not end > lo(k):
-            k -= 1
-        return k
-
-    cands = {n_slots - 1}
-    for e, end in entries:
-        cands.add(first_active(e.t0) - 1)
-        cands.add(last_active(end))
-    return sorted(k for k in cands if 0 <= k < n_slots)
