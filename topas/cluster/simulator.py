@@ -102,7 +102,8 @@ class ClusterSimulator:
         from topas.cluster.metrics import build_cluster_result
 
         wall0 = _time.perf_counter()
-        bar = tqdm(total=len(self._arrivals), desc=f"cluster {self.router.name}", unit="task", disable=not progress)
+        bar = tqdm(total=len(self._arrivals), desc=f"cluster {self.router.name}", unit="task", disable=not progress,
+                   delay=2.0)  # (shown only for a run longer than 2 s)
         done = 0
         while True:
             t_e, e = self._earliest()
