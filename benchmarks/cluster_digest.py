@@ -3,7 +3,8 @@
 Runs a fixed set of small cluster configurations (2 to 64 engines, every built-in router kind,
 FCFS / LPM / TOPAS / Autellix-LAS inside the engines, three workloads) and prints, for each, the
 sha256 of its result tables (requests, tasks, per-engine table, prefix copies, prefix events,
-timeline, decisions without their wall time) and of its deterministic summary, written as CSV (floats as ``repr``: exact).
+timeline, decisions without their wall time) and of its deterministic summary, written as CSV
+(floats as ``repr``: exact).
 
     python benchmarks/cluster_digest.py > before.txt      # on the code before the change
     python benchmarks/cluster_digest.py > after.txt       # after it
