@@ -39,7 +39,7 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Iterator, Sequence
 
 from topas.cluster.routers.base import Router, RouterError, register
 from topas.cluster.routers.profile import expected_duration, remaining_path
@@ -131,8 +131,15 @@ class Kairos(Router):
         first slot's total is a lower bound on an engine's peak, so engines are visited in order
         of that bound and the search stops once no bound can beat the best peak found."""
         slot = self.params.slot_s
-        projections = [self._projection(e.index, self._entry(req, e.index, now), now) for e in engines]
-        bounds = sorted((_slot_total(p, now, now + slot), i) for i, p in enumerate(projections))
+        new: list[_Entry] = []  # req sent now, on each engine
+        same: dict[float, _Entry] = {}  # (engines of one profile share it)
+        for e in engines:
+            d = self.duration(req.agent, req.input_tokens, e.index)
+            if d not in same:
+                same[d] = self._entry(req, e.index, now)
+            new.append(same[d])
+        bounds = sorted((_slot_total(self._projection(i, new[i], now), now, now + slot), i)
+                        for i in range(len(engines)))
         best: tuple[float, int] | None = None
         for bound, i in bounds:
             if best is not None and (bound, i) > best:
@@ -141,7 +148,7 @@ class Kairos(Router):
             idle = not self.ledger[i]  # nothing unfinished sent there: always feasible
             if bound > cap and not idle:
                 continue  # infeasible: its peak is at least the bound
-            peak = _peak(projections[i], now, slot)
+            peak = _peak(list(self._projection(i, new[i], now)), now, slot)
             if (peak <= cap or idle) and (best is None or (peak, i) < best):
                 best = (peak, i)
         return None if best is None else best[1]
@@ -149,23 +156,19 @@ class Kairos(Router):
     def projected_peak(self, engine: int, new: _Entry, now: float) -> float:
         """The largest projected KV total over the time slots from ``now`` on ``engine`` with
         ``new`` added (see the module docstring)."""
-        return _peak(self._projection(engine, new, now), now, self.params.slot_s)
+        return _peak(list(self._projection(engine, new, now)), now, self.params.slot_s)
 
     def _entry(self, req: RouteRequest, engine: int, now: float) -> _Entry:
         """``req`` as the ledger of ``engine`` would hold it if it were sent now."""
         return _Entry(req.agent, req.prefix_tokens, req.input_tokens, self.info.output_priors[req.agent], now,
                       self.duration(req.agent, req.input_tokens, engine))
 
-    def _projection(self, engine: int, new: _Entry, now: float) -> list[tuple[_Entry, float]]:
+    def _projection(self, engine: int, new: _Entry, now: float) -> Iterator[tuple[_Entry, float]]:
         """``engine``'s ledger with ``new`` added, each with its projected end."""
-        slot = self.params.slot_s
-        entries = []
-        for e in (*self.ledger[engine].values(), new):
-            end = e.t0 + e.duration
-            if e is not new:
-                end = max(end, now + slot)  # still running past its expected end
-            entries.append((e, end))
-        return entries
+        overdue = now + self.params.slot_s  # a request still running past its expected end
+        for e in self.ledger[engine].values():
+            yield e, max(e.t0 + e.duration, overdue)
+        yield new, new.t0 + new.duration
 
 
 def _peak(entries: list[tuple[_Entry, float]], now: float, slot: float) -> float:
@@ -178,7 +181,7 @@ def _peak(entries: list[tuple[_Entry, float]], now: float, slot: float) -> float
     return peak
 
 
-def _slot_total(entries: list[tuple[_Entry, float]], lo: float, hi: float) -> float:
+def _slot_total(entries: Iterable[tuple[_Entry, float]], lo: float, hi: float) -> float:
     """The projected KV in the slot [lo, hi): each request active in it at its largest size there,
     plus each of their agents' prefix once."""
     total, agents = 0.0, {}
