@@ -59,6 +59,15 @@ class TopasRouter(Router):
         super().reset(n_engines, seed, info)
         if info is None:
             raise RouterError("router 'topas' needs the agents' profile and the engines' cost models (ClusterInfo)")
+        self._prefill: dict[tuple[int, int, int], float] = {}
+
+    def prefill_time(self, engine: int, new: int, cached: int) -> float:
+        """``c_e.prefill_time([(new, cached)])``, memoised (a pure function of the profile)."""
+        key = (engine, new, cached)
+        t = self._prefill.get(key)
+        if t is None:
+            t = self._prefill[key] = self.info.costs[engine].prefill_time([(new, cached)])
+        return t
 
     def route(self, request: RouteRequest, engines: Sequence[EngineState]) -> int:
         w = self.weight(request)
@@ -76,8 +85,8 @@ class TopasRouter(Router):
         c = self.info.costs[e.index]
         l, x, y = request.prefix_tokens, request.input_tokens, self.info.output_priors[request.agent]
         b, kv = e.running, e.kv_used
-        load = 0.0 if request.agent in e.resident else c.prefill_time([(l, 0)])
-        prefill = c.prefill_time([(x, l)])
+        load = 0.0 if request.agent in e.resident else self.prefill_time(e.index, l, 0)
+        prefill = self.prefill_time(e.index, x, l)
         step = c.decode_time(b + 1, kv + l + x)
         decode = y * step
         wait = e.waiting / (b + 1) * (prefill + decode)
