@@ -280,7 +280,7 @@ def test_routers_from_abstracts_and_summaries_run_dag4_clusters_to_completion_de
 PINNED = {
     ("round-robin", "fcfs"): "02972bfddc31d7c3",
     ("least-load", "lpm"): "877f6d1954bb0315",
-    ("sglang-cache-aware", "topas"): "28261f7855f32a77",
+    ("sglang-cache-aware", "topas"): "6516ce7f15b86b16",
     ("kairos", "fcfs"): "1abc70ebdf370ecd",
     ("topas", "topas"): "e73aa480a8bd30c6",
     ("power-of-two", "autellix-las"): "2ca2a9d99de404a4",
