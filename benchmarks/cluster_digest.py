@@ -1,6 +1,6 @@
 """Digests of cluster results, to check that a speed-up of ``topas/cluster`` changes no result.
 
-Runs a fixed set of small cluster configurations (2 to 64 engines, every built-in router kind,
+Runs a fixed set of small cluster configurations (2 to 64 engines, every built-in router,
 FCFS / LPM / TOPAS / Autellix-LAS inside the engines, three workloads) and prints, for each, the
 sha256 of its result tables (requests, tasks, per-engine table, prefix copies, prefix events,
 timeline, decisions without their wall time) and of its deterministic summary, written as CSV
@@ -54,6 +54,9 @@ CASES = (
     Case("dag-4", 32, "sglang-cache-aware", "fcfs", 300),
     Case("dag-4", 64, "least-load", "topas", 300),
     Case("chain-3", 64, "kairos", "topas", 300),
+    Case("dag-4", 8, "prefixplace", "lpm", 150),
+    Case("dag-10-wide", 4, "flowguard", "fcfs", 80),
+    Case("dag-4", 16, "wasma", "fcfs", 200),
 )
 
 TABLES = ("requests", "tasks", "engines", "prefix_copies", "prefix_events", "timeline", "decisions")
