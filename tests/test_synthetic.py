@@ -110,7 +110,8 @@ def test_committed_traces_regenerate_bit_for_bit(tmp_path, capsys):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     written = mod.main(["--out", str(tmp_path)])
-    assert sorted(p.name for p in written) == ["chain-3.json.gz", "dag-10-wide.json.gz", "dag-4.json.gz"]
+    assert sorted(p.name for p in written) == ["chain-3.json.gz", "dag-10-wide.json.gz", "dag-4-10k.json.gz",
+                                               "dag-4.json.gz"]
     assert "wrote" in capsys.readouterr().out
     for p in written:
         committed = (TRACES / p.name).read_bytes()
@@ -125,6 +126,12 @@ def test_make_traces_only(tmp_path):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert [p.name for p in mod.main(["--out", str(tmp_path), "--only", "dag-4"])] == ["dag-4.json.gz"]
+
+
+def test_the_long_dag4_trace_starts_with_dag4():
+    long, short = read_trace(TRACES / "dag-4-10k.json.gz"), read_trace(TRACES / "dag-4.json.gz")
+    assert long.name == "dag-4-10k" and len(long.tasks) == 10_000
+    assert long.tasks[:1000] == short.tasks and long.agents == short.agents
 
 
 @pytest.mark.parametrize("name", sorted(SYNTHETIC))

@@ -503,7 +503,8 @@ class ClusterSize:
     (the experiment's load is ``load x engines``: each engine is offered the trace's nominal rate
     times ``load``), ``tasks_per_engine`` tasks per engine. Scaling: ``scaling_runs`` (router,
     policy) pairs on DAG-4 at ``scaling_load`` per engine, at ``scaling_engines`` engines with
-    ``scaling_tasks`` x N / max(``scaling_engines``) tasks (10,000 at 64 engines). One arrival seed.
+    ``scaling_tasks`` x N / max(``scaling_engines``) tasks (10,000 at 64 engines, from the 10,000-task
+    DAG-4 trace :data:`SCALING_TRACE`). One arrival seed.
 
     Why these sizes: a cluster run costs about the engines times a single engine's, and the grid
     has every router x policy (30 per point), so the full grid keeps DAG-10-Wide (the costlier
@@ -554,11 +555,16 @@ def cluster_grid(quick: bool = False, routers: Sequence[str] | None = None) -> l
             for p in _claim_policies(sz.policies) for s in sz.seeds]
 
 
+#: DAG-4 with 10,000 tasks (``data/traces/dag-4-10k.json.gz``; ``dag-4`` has 1,000).
+SCALING_TRACE = "dag-4-10k"
+
+
 def cluster_scaling_grid(quick: bool = False) -> list[Experiment]:
     """Notebook 13's scaling runs: simulation time against the number of engines, the tasks
-    growing with it (:attr:`ClusterSize.scaling_tasks` x N / 64 DAG-4 tasks)."""
+    growing with it (:attr:`ClusterSize.scaling_tasks` x N / 64 DAG-4 tasks, from
+    :data:`SCALING_TRACE`; quick: ``dag-4``)."""
     sz = cluster_size(quick)
-    return [Experiment("dag-4", p, load=round(sz.scaling_load * n, 6), seed=0,
+    return [Experiment(SCALING_TRACE if not quick else "dag-4", p, load=round(sz.scaling_load * n, 6), seed=0,
                        n_tasks=max(1, round(sz.scaling_tasks * n / max(sz.scaling_engines))), engines=n, router=r,
                        engine="sim")
             for r, p in sz.scaling_runs for n in sz.scaling_engines]
