@@ -1180,7 +1180,7 @@ def plot_cluster_jct(table: pd.DataFrame, workload: str, metric: str = "mean JCT
     routers = router_order(t["router"])
     log = needs_log_scale(t[metric])
     fig, axes = plt.subplots(len(policies), len(engines), squeeze=False, sharex=True, sharey=True,
-                             figsize=(panel_size[0] * len(engines), panel_size[1] * len(policies) + 1.2),
+                             figsize=(panel_size[0] * max(len(engines), 2.2), panel_size[1] * len(policies) + 1.2),
                              layout="constrained")
     for i, p in enumerate(policies):
         for j, n in enumerate(engines):
