@@ -118,3 +118,10 @@ def test_a_cluster_result_round_trips_through_the_store(tmp_path):
     back = store.load(exp)
     assert back.summary["requests_per_engine_cv"] == row["requests_per_engine_cv"]
     assert set(back.requests["engine"]) == {0, 1} and "router_hold" in back.requests
+    # the spec read back from meta.json is the same cluster experiment (what the stale-pack check uses)
+    from topas.experiments.store import experiment_of
+
+    assert experiment_of(store.meta(exp)).key() == exp.key()
+    tuned = Experiment(**BASE, engines=2, router="kairos", router_params={"slot_s": 0.5})
+    run_many([tuned], jobs=1, progress=False, store=store)
+    assert experiment_of(store.meta(tuned)).key() == tuned.key()

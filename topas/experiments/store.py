@@ -323,8 +323,9 @@ class ResultStore:
 
 def experiment_of(meta: dict[str, Any]) -> Experiment:
     """The :class:`Experiment` a stored result's ``meta.json`` describes: its spec, the knowledge
-    settings (defaults when the result predates them) and, for the simulator, the engine options
-    (the fields of its ``engine_config`` that differ from the default, stock-SGLang one). Its key
+    settings (defaults when the result predates them), for the simulator the engine options (the
+    fields of its ``engine_config`` that differ from the default, stock-SGLang one) and, for a
+    cluster, its engines, router and router parameters (issue 15). Its key
     equals the stored one exactly when nothing it depends on (inputs or code) has changed."""
     import dataclasses
 
@@ -336,10 +337,15 @@ def experiment_of(meta: dict[str, Any]) -> Experiment:
         default = json.loads(json.dumps(dataclasses.asdict(EngineConfig())))
         stored = meta["canonical"].get("engine_config") or {}
         opts = {k: v for k, v in stored.items() if k in default and default[k] != v and k != "kv_budget"}
+    cluster: dict[str, Any] = {}
+    if s.get("router") is not None or int(s.get("engines") or 1) > 1:
+        rp = s.get("router_params") or {}
+        cluster = {"engines": int(s.get("engines") or 1), "router": s["router"],
+                   "router_params": json.loads(rp) if isinstance(rp, str) else dict(rp)}
     return Experiment(s["workload"], s["policy"], json.loads(s["params"]), profile=s["profile"], rate=s["rate"],
                       load=s["load"], seed=s["seed"], n_tasks=s["n_tasks"], engine=s["engine"],
                       kv_budget=s["kv_budget"], engine_options=opts,
-                      **{k: s.get(k, v) for k, v in KNOWLEDGE_FIELDS.items()})
+                      **{k: s.get(k, v) for k, v in KNOWLEDGE_FIELDS.items()}, **cluster)
 
 
 def _alive(pid: int) -> bool:
