@@ -99,3 +99,64 @@ def test_case_traces_are_deterministic_and_fit_their_pool():
     assert burst.tasks[-1].arrival == pytest.approx(8 * 0.002)
     with pytest.raises(ValueError, match="per_agent"):
         ct.Case("x", "burst", agents=2, prefix_tokens=10, input_tokens=1, output_tokens=1, pool_tokens=30)
+
+
+def _measured_burst(queued):
+    trace = ct.case_trace(ct.CASES["burst-3x3"])
+    rids = [f"{t.id}/{t.stages[0].id}" for t in trace.tasks]
+    received = [0.004 + 0.002 * k for k in range(len(rids))]
+    return trace, pd.DataFrame({"rid": rids, "server_received": received, "server_queued": queued})
+
+
+def test_scheduler_arrivals_time_each_task_by_when_its_request_entered_the_queue():
+    """``arrivals="scheduler"``: a task arrives ``lead_s`` (the engine's way in) before its
+    request entered the server's waiting queue (``server_queued``); without that timestamp it
+    falls back to the tokenizer's receipt (counted); ``observed`` uses the receipt."""
+    queued = [0.003] + [0.045 + 0.0001 * k for k in range(7)] + [math.nan]
+    trace, m = _measured_burst(queued)
+    sched, fell_back = ct.observed_trace(trace, m, lead_s=0.001, column="server_queued")
+    arr = {t.id: t.arrival for t in sched.tasks}
+    assert fell_back == 1
+    assert arr["t000"] == pytest.approx(0.002) and arr["t001"] == pytest.approx(0.044)
+    assert arr["t008"] == pytest.approx(m["server_received"].iloc[8] - 0.001)  # the fallback
+    assert [t.id for t in sched.tasks] == sorted(arr, key=arr.get)  # re-sorted by arrival
+    obs, fell_back = ct.observed_trace(trace, m, lead_s=0.001)
+    assert fell_back == 0 and obs.tasks[1].arrival == pytest.approx(m["server_received"].iloc[1] - 0.001)
+    # a run measured before server_queued existed: every task falls back
+    _, fell_back = ct.observed_trace(trace, m.drop(columns="server_queued"), column="server_queued")
+    assert fell_back == len(trace.tasks)
+    assert "scheduler" in ct.ARRIVALS and ct.ARRIVAL_COLUMN["scheduler"] == "server_queued"
+
+
+def test_the_simulator_driven_by_scheduler_arrivals_queues_each_request_then():
+    """The simulated request enters the waiting queue exactly at its measured scheduler arrival
+    (the engine's half request path is the lead), and when it arrives decides what it finds:
+    a follow-up of agent a that reaches the scheduler while a's prefix is still being computed
+    misses it; one that arrives after that prefill is cached hits it."""
+    from dataclasses import replace
+
+    from topas.engine.cost import load_profile
+    from topas.engine.simulator import simulate
+    from topas.fidelity.run import prefix_tokens, sim_engine
+    from topas.paths import REPO_ROOT
+    from topas.policies.base import make_policy
+
+    case = ct.CASES["burst-3x3"]
+    cost, config = sim_engine(load_profile(REPO_ROOT / "data/profiles/cpu_tiny-llama.json"), case.pool_tokens)
+    config = replace(config, request_latency_s=0.004)
+    queued = [0.003] + [0.045 + 0.0001 * k for k in range(8)]
+    trace, m = _measured_burst(queued)
+    sched, _ = ct.observed_trace(trace, m, lead_s=0.002, column="server_queued")
+    sim = simulate(sched, make_policy("fcfs", {}), cost, config).requests.set_index("rid")
+    assert sim.loc[m["rid"], "ready"].to_numpy() == pytest.approx(queued)
+    assert (sim["first_admit"] >= sim["ready"] - 1e-12).all()
+
+    def hit_of_a_follow_up(t):  # t003 (agent a, like t000) reaches the scheduler at t, alone after t000
+        q = [0.001, 9.0, 9.0, t, 9.0, 9.0, 9.0, 9.0, 9.0]
+        tr, mm = _measured_burst(q)
+        s, _ = ct.observed_trace(tr, mm, column="server_queued")
+        res = simulate(s, make_policy("fcfs", {}), cost, replace(config, request_latency_s=0.0)).requests
+        return bool(ct.request_hits(res, prefix_tokens(tr)).loc["t003/s"])
+
+    assert not hit_of_a_follow_up(0.0015)  # t000's prefill is still running
+    assert hit_of_a_follow_up(1.0)  # long after: cached

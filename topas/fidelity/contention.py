@@ -267,31 +267,58 @@ def run_noise(measured: Sequence[pd.DataFrame], prefix_tokens: Mapping[str, int]
     return {f"noise_{k}": float(np.nanmean(v)) if v else float("nan") for k, v in vals.items()}
 
 
-def observed_trace(trace: "Trace", measured: pd.DataFrame, lead_s: float = 0.0) -> "Trace":
-    """``trace`` with each task arriving when the server received its first request
-    (``server_received`` of its root stages, the earliest; minus ``lead_s``, the part of the request
-    path the simulator adds before a root reaches the scheduler), tasks re-sorted by it; a task
-    whose roots have no timestamp keeps its arrival. On a loaded machine the replay client sends a
-    burst's requests tens of ms late and unevenly, and which requests wait together at a decision
-    is what a policy decides on: with the arrivals the server saw, the simulator is judged on the
-    scheduling, not on the client's timing."""
+def observed_trace(trace: "Trace", measured: pd.DataFrame, lead_s: float = 0.0,
+                   column: str = "server_received") -> tuple["Trace", int]:
+    """``trace`` with each task arriving when the server saw its first request, tasks re-sorted by
+    it, and how many tasks fell back to an earlier point of the path or kept the trace's time.
+
+    ``column`` says which point: ``server_received`` (the tokenizer manager received the request;
+    ``lead_s`` is then the part of the request path the simulator adds before a root reaches the
+    scheduler, half of ``EngineConfig.request_latency_s``, and is subtracted so that the simulated
+    root reaches the scheduler when the server's tokenizer got it) or ``server_queued`` (the
+    request entered the scheduler's waiting queue, :func:`topas.sglang.replay.scheduler_arrival`;
+    ``lead_s`` is subtracted the same way, so the simulated root enters the waiting queue exactly
+    then). A task is timed by the earliest of its roots; one whose roots lack ``column`` uses
+    ``server_received`` instead, and one with neither keeps its trace arrival (both counted).
+
+    Only roots are pinned: a later stage of a multi-stage task still becomes ready when the
+    simulation finishes its parents (the engine has no per-request release time), so for
+    Poisson Chain-3 cases the scheduler arrivals time the task roots only.
+
+    On a loaded machine the replay client sends a burst's requests tens of ms late and unevenly,
+    and which requests wait together at a decision is what a policy decides on: with the arrivals
+    the server saw, the simulator is judged on the scheduling, not on the client's timing."""
     from topas.workload.model import Task, Trace
 
-    recv = dict(zip(measured["rid"], pd.to_numeric(measured.get("server_received"), errors="coerce")))
-    tasks = []
+    def col(name: str) -> dict[str, float]:
+        if name not in measured:
+            return {}
+        return dict(zip(measured["rid"], pd.to_numeric(measured[name], errors="coerce")))
+
+    main, fallback = col(column), col("server_received")
+    tasks, fell_back = [], 0
     for t in trace.tasks:
-        times = [recv.get(f"{t.id}/{s.id}", math.nan) for s in t.stages if not s.parents]
-        times = [x for x in times if math.isfinite(x)]
+        roots = [f"{t.id}/{s.id}" for s in t.stages if not s.parents]
+        times = [x for x in (main.get(r, math.nan) for r in roots) if math.isfinite(x)]
+        if not times and column != "server_received":
+            times = [x for x in (fallback.get(r, math.nan) for r in roots) if math.isfinite(x)]
+            fell_back += 1
+        elif not times:
+            fell_back += 1
         arrival = max(min(times) - lead_s, 0.0) if times else t.arrival
         tasks.append(Task(id=t.id, arrival=float(arrival), stages=t.stages, workflow=t.workflow))
     tasks.sort(key=lambda t: t.arrival)
-    return Trace(name=trace.name, agents=trace.agents, tasks=tuple(tasks), meta=dict(trace.meta))
+    return Trace(name=trace.name, agents=trace.agents, tasks=tuple(tasks), meta=dict(trace.meta)), fell_back
 
 
 #: How the simulated side of a per-request comparison is timed: ``observed`` = each task arrives
-#: when the server received its first request (:func:`observed_trace`), ``trace`` = at the
-#: trace's (Poisson or scripted) times, as the replay client meant to send them.
-ARRIVALS = ("observed", "trace")
+#: when the server's tokenizer manager received its first request (``server_received``),
+#: ``scheduler`` = when that request entered the scheduler's waiting queue (``server_queued``,
+#: :func:`topas.sglang.replay.scheduler_arrival`; runs measured without it fall back to
+#: ``observed`` per task), ``trace`` = at the trace's (Poisson or scripted) times, as the replay
+#: client meant to send them. See :func:`observed_trace`.
+ARRIVALS = ("observed", "scheduler", "trace")
+ARRIVAL_COLUMN = {"observed": "server_received", "scheduler": "server_queued"}
 
 
 # ----------------------------------------------------------------------------- stored runs
@@ -339,11 +366,11 @@ def compare_runs(run_dir: str | Path, case: Case, mode: str, engine_model: str =
         pt = None
         for rep, m in measured.items():
             f = float(cal.loc[rep, "speed_factor"]) if rep in cal.index else 1.0
-            q = p
-            if arrivals == "observed":
+            q, fell_back = p, 0
+            if arrivals in ARRIVAL_COLUMN:
                 lead = 0.5 * float(getattr(config, "request_latency_s", 0.0) or
                                    (cost.meta.get("overhead") or {}).get("request_s") or 0.0)
-                obs = observed_trace(case_trace(case), m, lead)
+                obs, fell_back = observed_trace(case_trace(case), m, lead, ARRIVAL_COLUMN[arrivals])
                 q = Point(str(write_trace(obs, tmp / f"{case.name}_{pol}_{rep}.json.gz")), pol, rate=None,
                           seed=p.seed, load=p.load)
             sim, trace = simulate_point(q, scale_cost(cost, f) if f != 1.0 else cost, config, engine_model)
@@ -351,7 +378,8 @@ def compare_runs(run_dir: str | Path, case: Case, mode: str, engine_model: str =
             tab = request_table(sim.requests, m, pt)
             req_rows.append(tab.assign(case=case.name, mode=mode, policy=pol, repeat=rep))
             run_rows.append({"case": case.name, "kind": case.kind, "mode": mode, "policy": pol, "repeat": rep,
-                             "engine_model": engine_model, "arrivals": arrivals, "speed_factor": f, **agreement(tab)})
+                             "engine_model": engine_model, "arrivals": arrivals, "arrival_fallbacks": fell_back,
+                             "speed_factor": f, **agreement(tab)})
         if pt is not None:
             noise = run_noise(list(measured.values()), pt)
             for r in run_rows:
@@ -390,6 +418,10 @@ def summarize(runs: pd.DataFrame, jct: pd.DataFrame | None = None) -> pd.DataFra
                "noise_hit_agree": float(g["noise_hit_agree"].iloc[0]),
                "noise_wave_agree": float(g["noise_wave_agree"].iloc[0]),
                "noise_order_agree": float(g["noise_order_agree"].iloc[0])}
+        if "arrivals" in g:
+            row["arrivals"] = str(g["arrivals"].iloc[0])
+        if "arrival_fallbacks" in g:
+            row["arrival_fallbacks"] = int(g["arrival_fallbacks"].sum())
         if jct is not None and len(jct):
             j = jct[(jct["case"] == case) & (jct["mode"] == mode) & (jct["policy"] == pol)].set_index("metric")
             for m in ("jct_mean", "jct_p99"):
