@@ -6,6 +6,7 @@ CPU SGLang server, request by request (topas.fidelity.contention).
     python scripts/fidelity_contention.py --cases burst-3x3 --modes plugin --repeats 2
     python scripts/fidelity_contention.py --compare-only       # re-compare the stored runs (no server)
     python scripts/fidelity_contention.py --compare-only --engine-model base
+    python scripts/fidelity_contention.py --compare-only --arrivals scheduler --tag sim-scheduler
 
 Measuring starts the CPU test server once per mode (the topas plugin; stock SGLang with
 --schedule-policy fcfs / lpm), on 127.0.0.1, and stops it. Must run in the SGLang environment
@@ -38,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine-model", default="sglang", help="the simulated side (topas.fidelity.run.ENGINE_MODELS)")
     ap.add_argument("--tag", default=None, help="name of the comparison files (summary_<tag>.csv; default: the engine model)")
     ap.add_argument("--arrivals", choices=ct.ARRIVALS, default="observed",
-                    help="time the per-request simulation by the arrivals the server saw, or the trace's (default: %(default)s)")
+                    help="time the per-request simulation by when the server's tokenizer received each task's first "
+                         "request (observed), when it entered the scheduler's queue (scheduler: server_queued, "
+                         "runs measured since it is recorded), or the trace's times (default: %(default)s)")
     ap.add_argument("--compare-only", action="store_true", help="no server: compare the stored runs")
     ap.add_argument("--out", type=Path, default=ct.OUT_DIR)
     args = ap.parse_args(argv)

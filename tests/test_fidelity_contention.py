@@ -160,3 +160,32 @@ def test_the_simulator_driven_by_scheduler_arrivals_queues_each_request_then():
 
     assert not hit_of_a_follow_up(0.0015)  # t000's prefill is still running
     assert hit_of_a_follow_up(1.0)  # long after: cached
+
+
+def test_the_ingest_window_runs_from_the_last_iteration_start_to_the_queue_entry():
+    """A request taken in at an iteration start (``server_queued``) reached the scheduler after
+    the previous known iteration start (another request's queue entry or a prefill batch) and
+    after the tokenizer received it; ``scheduler-mid`` times it in the middle of that window."""
+    m = pd.DataFrame({"rid": ["x", "y", "z", "w"],
+                      "server_received": [0.001, 0.010, 0.030, 0.040],
+                      "server_queued": [0.002, 0.050, 0.050, math.nan],
+                      "server_admitted": [0.006, 0.052, 0.100, 0.100]})
+    mid = ct.ingest_window_mid(m)
+    assert mid.iloc[0] == pytest.approx(0.0015)  # nothing before: from its receipt
+    assert mid.iloc[1] == pytest.approx(0.5 * (0.010 + 0.050))  # the batch at 6 ms started before it came
+    assert mid.iloc[2] == pytest.approx(0.5 * (0.030 + 0.050))  # received after that batch started
+    assert math.isnan(mid.iloc[3])
+    assert "scheduler-mid" in ct.ARRIVALS
+
+
+def test_the_arrivals_table_puts_each_timing_of_the_same_runs_side_by_side(tmp_path):
+    from topas.fidelity.report import contention_arrivals_table
+
+    base = {"case": "c", "mode": "plugin", "policy": "fcfs", "repeats": 3, "noise_hit_agree": 0.9}
+    pd.DataFrame([{**base, "same_misses_all": True, "hit_agree": 1.0}]).to_csv(tmp_path / "summary_a.csv", index=False)
+    pd.DataFrame([{**base, "same_misses_all": False, "hit_agree": 0.8}]).to_csv(tmp_path / "summary_b.csv", index=False)
+    t = contention_arrivals_table(tmp_path, ["a", "b"])
+    assert t.iloc[0][["a: exact", "a: hit/miss agree", "b: exact", "b: hit/miss agree"]].tolist() == [True, 1.0, False, 0.8]
+    assert t.iloc[0]["server vs itself: hit/miss"] == 0.9
+    with pytest.raises(FileNotFoundError, match="summary_x.csv"):
+        contention_arrivals_table(tmp_path, ["a", "x"])

@@ -311,14 +311,49 @@ def observed_trace(trace: "Trace", measured: pd.DataFrame, lead_s: float = 0.0,
     return Trace(name=trace.name, agents=trace.agents, tasks=tuple(tasks), meta=dict(trace.meta)), fell_back
 
 
+def ingest_window_mid(measured: pd.DataFrame, tol: float = 1e-6) -> pd.Series:
+    """Per request: the middle of the interval in which it reached the scheduler's socket.
+
+    SGLang's event loop takes new requests only at the start of an iteration
+    (``recv_requests``), so ``server_queued`` is the start of the first iteration *after* the
+    request arrived: it arrived after the previous iteration started. The known iteration starts
+    of a run are its requests' ``server_queued`` and ``server_admitted`` (a prefill batch is
+    scheduled right after the requests are taken in); decode-only iterations leave no
+    timestamp. The interval is (the later of the request's ``server_received`` and the last known
+    iteration start before its ``server_queued``, ``server_queued``]; NaN without
+    ``server_queued``. Unlike ``server_queued`` itself (an iteration boundary, where a simulation
+    whose batch ends a little earlier or later takes the request one iteration apart), the
+    middle lies inside the server's iteration, which the simulation's speed calibration keeps
+    roughly in place."""
+    def col(name: str) -> np.ndarray:
+        return (pd.to_numeric(measured[name], errors="coerce").to_numpy(dtype=float) if name in measured
+                else np.full(len(measured), np.nan))
+
+    queued, received = col("server_queued"), col("server_received")
+    starts = np.concatenate([queued, col("server_admitted")])
+    starts = np.sort(starts[np.isfinite(starts)])
+    out = np.full(len(measured), np.nan)
+    for i, q in enumerate(queued):
+        if not math.isfinite(q):
+            continue
+        before = starts[starts < q - tol]
+        lo = before[-1] if len(before) else -math.inf
+        if math.isfinite(received[i]):
+            lo = max(lo, received[i])
+        out[i] = 0.5 * (lo + q) if math.isfinite(lo) else q
+    return pd.Series(out, index=measured.index, name="server_ingest_mid")
+
+
 #: How the simulated side of a per-request comparison is timed: ``observed`` = each task arrives
 #: when the server's tokenizer manager received its first request (``server_received``),
 #: ``scheduler`` = when that request entered the scheduler's waiting queue (``server_queued``,
 #: :func:`topas.sglang.replay.scheduler_arrival`; runs measured without it fall back to
-#: ``observed`` per task), ``trace`` = at the trace's (Poisson or scripted) times, as the replay
-#: client meant to send them. See :func:`observed_trace`.
-ARRIVALS = ("observed", "scheduler", "trace")
-ARRIVAL_COLUMN = {"observed": "server_received", "scheduler": "server_queued"}
+#: ``observed`` per task), ``scheduler-mid`` = the middle of the interval in which it reached the
+#: scheduler (:func:`ingest_window_mid`; same fallback), ``trace`` = at the trace's (Poisson or
+#: scripted) times, as the replay client meant to send them. See :func:`observed_trace`.
+ARRIVALS = ("observed", "scheduler", "scheduler-mid", "trace")
+ARRIVAL_COLUMN = {"observed": "server_received", "scheduler": "server_queued",
+                  "scheduler-mid": "server_ingest_mid"}
 
 
 # ----------------------------------------------------------------------------- stored runs
@@ -370,7 +405,8 @@ def compare_runs(run_dir: str | Path, case: Case, mode: str, engine_model: str =
             if arrivals in ARRIVAL_COLUMN:
                 lead = 0.5 * float(getattr(config, "request_latency_s", 0.0) or
                                    (cost.meta.get("overhead") or {}).get("request_s") or 0.0)
-                obs, fell_back = observed_trace(case_trace(case), m, lead, ARRIVAL_COLUMN[arrivals])
+                mm = m.assign(server_ingest_mid=ingest_window_mid(m)) if arrivals == "scheduler-mid" else m
+                obs, fell_back = observed_trace(case_trace(case), mm, lead, ARRIVAL_COLUMN[arrivals])
                 q = Point(str(write_trace(obs, tmp / f"{case.name}_{pol}_{rep}.json.gz")), pol, rate=None,
                           seed=p.seed, load=p.load)
             sim, trace = simulate_point(q, scale_cost(cost, f) if f != 1.0 else cost, config, engine_model)
@@ -468,7 +504,7 @@ def measure_cases(cases: Sequence[Case], modes: Sequence[Mode], profile: str | P
                            for pol in mode.policies]
                     if log:
                         log(f"== {c.name} on {mode.name} (pool {pool}): {', '.join(mode.policies)} x {repeats}")
-                    run_fidelity(pts, replay_measure(url, decision_log=dlog), profile, out / c.name / mode.name,
+                    run_fidelity(pts, replay_measure(url, decision_log=dlog, handshake=mode.plugin), profile, out / c.name / mode.name,
                                  repeats=repeats, settings=settings, bars=fc.BENCHMARK_BARS,
                                  meta={"case": c.name, "mode": mode.name, "schedule_policy": mode.schedule_policy,
                                        "plugin": mode.plugin, "server": "CPU test server (topas.fidelity.contention)"},
