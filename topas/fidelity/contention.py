@@ -20,7 +20,11 @@ with the simulation of the same trace (calibrated to that run's speed, as in
 * **completion order**: the fraction of request pairs that finish in the same order in both
   (pairs that the simulator finishes in the same step do not count).
 
-The server's own noise is the same agreement between its repeats. Cases (:data:`CASES`): scripted
+The simulation is timed by the arrivals the server saw (:data:`ARRIVALS`): by default when its
+tokenizer manager received each task's first request; ``scheduler`` / ``scheduler-mid`` when that
+request entered the scheduler's waiting queue (``server_queued``, recorded by the replay since
+issue 12's follow-up) or the middle of its way there. The server's own noise is the same
+agreement between its repeats. Cases (:data:`CASES`): scripted
 bursts (each agent's requests at t=0, a few ms apart so their order is fixed) and Poisson traces;
 modes (:data:`MODES`): the topas plugin running FCFS, LPM and TOPAS, and stock SGLang (no plugin)
 with ``--schedule-policy fcfs`` or ``lpm``, simulated with topas's FCFS and LPM.
