@@ -189,3 +189,32 @@ def test_the_arrivals_table_puts_each_timing_of_the_same_runs_side_by_side(tmp_p
     assert t.iloc[0]["server vs itself: hit/miss"] == 0.9
     with pytest.raises(FileNotFoundError, match="summary_x.csv"):
         contention_arrivals_table(tmp_path, ["a", "x"])
+
+
+def test_the_plugin_prices_its_decisions_with_the_simulations_profile(monkeypatch, tmp_path):
+    """measure_cases starts the plugin's server with the profile the simulation uses (TOPAS's
+    costs would differ otherwise); stock SGLang gets none; handshakes only with the plugin."""
+    import contextlib
+
+    import topas.fidelity.cpu_server as cs
+    import topas.fidelity.run as fr
+
+    started, measured = [], []
+
+    @contextlib.contextmanager
+    def fake_server(**kw):
+        started.append(kw)
+        yield "http://127.0.0.1:1"
+
+    monkeypatch.setattr(cs, "cpu_server", fake_server)
+    monkeypatch.setattr(fr, "server_kv_settings", lambda url: {"kv_budget_tokens": ct.CASES["burst-4x2"].pool_tokens})
+    monkeypatch.setattr(fr, "replay_measure", lambda url, decision_log=None, handshake=True: measured.append(handshake))
+    monkeypatch.setattr(fr, "run_fidelity", lambda *a, **k: None)
+    ct.measure_cases([ct.CASES["burst-4x2"]], [ct.MODES["plugin"], ct.MODES["sglang-fcfs"]], "my-profile.json",
+                     tmp_path, repeats=1, log=None, server_log_dir=tmp_path)
+    assert [(s["plugin"], s["profile"]) for s in started] == [(True, "my-profile.json"), (False, None)]
+    assert measured == [True, False]
+    started.clear()
+    ct.measure_cases([ct.CASES["burst-4x2"]], [ct.MODES["plugin"]], "p.json", tmp_path, repeats=1, log=None,
+                     server_log_dir=tmp_path, plugin_profile=False)
+    assert started[0]["profile"] is None

@@ -481,10 +481,13 @@ def summarize(runs: pd.DataFrame, jct: pd.DataFrame | None = None) -> pd.DataFra
 # ----------------------------------------------------------------------------- measuring
 def measure_cases(cases: Sequence[Case], modes: Sequence[Mode], profile: str | Path, out_dir: str | Path = OUT_DIR,
                   repeats: int = 3, engine_model: str = "sglang", log: Callable[[str], None] | None = print,
-                  server_log_dir: str | Path | None = None) -> None:
+                  server_log_dir: str | Path | None = None, plugin_profile: bool = True) -> None:
     """Start the CPU server once per (pool, mode), replay every case of that pool under the mode's
     policies ``repeats`` times, and write each (case, mode)'s runs with
-    :func:`topas.fidelity.run.run_fidelity` to ``out_dir/<case>/<mode>/``. Stops every server."""
+    :func:`topas.fidelity.run.run_fidelity` to ``out_dir/<case>/<mode>/``. Stops every server.
+    ``plugin_profile``: the plugin's policy prices its decisions with ``profile`` too (the
+    simulation's; off: the plugin's default A100 profile, as the runs before 2026-12-01 21:55 UTC,
+    which made TOPAS decide on other costs on the server than in the simulation)."""
     import time
 
     from topas.fidelity import compare as fc
@@ -499,7 +502,8 @@ def measure_cases(cases: Sequence[Case], modes: Sequence[Mode], profile: str | P
         for mode in modes:
             dlog = slog / f"topas_contention_{mode.name}_{int(time.time())}.jsonl" if mode.plugin else None
             with cpu_server(log_path=slog / f"topas_contention_{mode.name}.server.log", decision_log=dlog,
-                            max_total_tokens=pool, plugin=mode.plugin, schedule_policy=mode.schedule_policy) as url:
+                            max_total_tokens=pool, plugin=mode.plugin, schedule_policy=mode.schedule_policy,
+                            profile=profile if plugin_profile and mode.plugin else None) as url:
                 settings = server_kv_settings(url)
                 if int(settings["kv_budget_tokens"]) != pool:
                     raise RuntimeError(f"the server's pool is {settings['kv_budget_tokens']} tokens, asked for {pool}")
