@@ -6,6 +6,7 @@ CPU SGLang server, request by request (topas.fidelity.contention).
     python scripts/fidelity_contention.py --cases burst-3x3 --modes plugin --repeats 2
     python scripts/fidelity_contention.py --compare-only       # re-compare the stored runs (no server)
     python scripts/fidelity_contention.py --compare-only --engine-model base
+    python scripts/fidelity_contention.py --compare-only --arrivals scheduler --tag sim-scheduler
 
 Measuring starts the CPU test server once per mode (the topas plugin; stock SGLang with
 --schedule-policy fcfs / lpm), on 127.0.0.1, and stops it. Must run in the SGLang environment
@@ -17,6 +18,7 @@ tables), summary_<engine>.csv, runs_<engine>.csv, requests_<engine>.parquet.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -33,12 +35,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", default=",".join(ct.CASES), help="comma-separated (default: all: %(default)s)")
     ap.add_argument("--modes", default=",".join(ct.MODES), help="comma-separated (default: all: %(default)s)")
+    ap.add_argument("--policies", default=None,
+                    help="comma-separated: measure only these of each mode's policies (default: all)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--profile", default=str(CPU_PROFILE))
     ap.add_argument("--engine-model", default="sglang", help="the simulated side (topas.fidelity.run.ENGINE_MODELS)")
     ap.add_argument("--tag", default=None, help="name of the comparison files (summary_<tag>.csv; default: the engine model)")
     ap.add_argument("--arrivals", choices=ct.ARRIVALS, default="observed",
-                    help="time the per-request simulation by the arrivals the server saw, or the trace's (default: %(default)s)")
+                    help="time the per-request simulation by when the server's tokenizer received each task's first "
+                         "request (observed), when it entered the scheduler's queue (scheduler: server_queued, "
+                         "runs measured since it is recorded), or the trace's times (default: %(default)s)")
     ap.add_argument("--compare-only", action="store_true", help="no server: compare the stored runs")
     ap.add_argument("--out", type=Path, default=ct.OUT_DIR)
     args = ap.parse_args(argv)
@@ -47,6 +53,12 @@ def main(argv: list[str] | None = None) -> int:
         modes = [ct.MODES[m] for m in args.modes.split(",") if m]
     except KeyError as e:
         ap.error(f"unknown case or mode {e}; cases: {', '.join(ct.CASES)}; modes: {', '.join(ct.MODES)}")
+    if args.policies:
+        keep = [p for p in args.policies.split(",") if p]
+        modes = [dataclasses.replace(m, policies=tuple(p for p in m.policies if p in keep)) for m in modes]
+        modes = [m for m in modes if m.policies]
+        if not modes:
+            ap.error(f"no mode runs any of {', '.join(keep)}")
     if not args.compare_only:
         ct.measure_cases(cases, modes, args.profile, args.out, repeats=args.repeats, engine_model=args.engine_model)
     summary = ct.evaluate(cases, modes, args.out, engine_model=args.engine_model, tag=args.tag,

@@ -99,3 +99,122 @@ def test_case_traces_are_deterministic_and_fit_their_pool():
     assert burst.tasks[-1].arrival == pytest.approx(8 * 0.002)
     with pytest.raises(ValueError, match="per_agent"):
         ct.Case("x", "burst", agents=2, prefix_tokens=10, input_tokens=1, output_tokens=1, pool_tokens=30)
+
+
+def _measured_burst(queued):
+    trace = ct.case_trace(ct.CASES["burst-3x3"])
+    rids = [f"{t.id}/{t.stages[0].id}" for t in trace.tasks]
+    received = [0.004 + 0.002 * k for k in range(len(rids))]
+    return trace, pd.DataFrame({"rid": rids, "server_received": received, "server_queued": queued})
+
+
+def test_scheduler_arrivals_time_each_task_by_when_its_request_entered_the_queue():
+    """``arrivals="scheduler"``: a task arrives ``lead_s`` (the engine's way in) before its
+    request entered the server's waiting queue (``server_queued``); without that timestamp it
+    falls back to the tokenizer's receipt (counted); ``observed`` uses the receipt."""
+    queued = [0.003] + [0.045 + 0.0001 * k for k in range(7)] + [math.nan]
+    trace, m = _measured_burst(queued)
+    sched, fell_back = ct.observed_trace(trace, m, lead_s=0.001, column="server_queued")
+    arr = {t.id: t.arrival for t in sched.tasks}
+    assert fell_back == 1
+    assert arr["t000"] == pytest.approx(0.002) and arr["t001"] == pytest.approx(0.044)
+    assert arr["t008"] == pytest.approx(m["server_received"].iloc[8] - 0.001)  # the fallback
+    assert [t.id for t in sched.tasks] == sorted(arr, key=arr.get)  # re-sorted by arrival
+    obs, fell_back = ct.observed_trace(trace, m, lead_s=0.001)
+    assert fell_back == 0 and obs.tasks[1].arrival == pytest.approx(m["server_received"].iloc[1] - 0.001)
+    # a run measured before server_queued existed: every task falls back
+    _, fell_back = ct.observed_trace(trace, m.drop(columns="server_queued"), column="server_queued")
+    assert fell_back == len(trace.tasks)
+    assert "scheduler" in ct.ARRIVALS and ct.ARRIVAL_COLUMN["scheduler"] == "server_queued"
+
+
+def test_the_simulator_driven_by_scheduler_arrivals_queues_each_request_then():
+    """The simulated request enters the waiting queue exactly at its measured scheduler arrival
+    (the engine's half request path is the lead), and when it arrives decides what it finds:
+    a follow-up of agent a that reaches the scheduler while a's prefix is still being computed
+    misses it; one that arrives after that prefill is cached hits it."""
+    from dataclasses import replace
+
+    from topas.engine.cost import load_profile
+    from topas.engine.simulator import simulate
+    from topas.fidelity.run import prefix_tokens, sim_engine
+    from topas.paths import REPO_ROOT
+    from topas.policies.base import make_policy
+
+    case = ct.CASES["burst-3x3"]
+    cost, config = sim_engine(load_profile(REPO_ROOT / "data/profiles/cpu_tiny-llama.json"), case.pool_tokens)
+    config = replace(config, request_latency_s=0.004)
+    queued = [0.003] + [0.045 + 0.0001 * k for k in range(8)]
+    trace, m = _measured_burst(queued)
+    sched, _ = ct.observed_trace(trace, m, lead_s=0.002, column="server_queued")
+    sim = simulate(sched, make_policy("fcfs", {}), cost, config).requests.set_index("rid")
+    assert sim.loc[m["rid"], "ready"].to_numpy() == pytest.approx(queued)
+    assert (sim["first_admit"] >= sim["ready"] - 1e-12).all()
+
+    def hit_of_a_follow_up(t):  # t003 (agent a, like t000) reaches the scheduler at t, alone after t000
+        q = [0.001, 9.0, 9.0, t, 9.0, 9.0, 9.0, 9.0, 9.0]
+        tr, mm = _measured_burst(q)
+        s, _ = ct.observed_trace(tr, mm, column="server_queued")
+        res = simulate(s, make_policy("fcfs", {}), cost, replace(config, request_latency_s=0.0)).requests
+        return bool(ct.request_hits(res, prefix_tokens(tr)).loc["t003/s"])
+
+    assert not hit_of_a_follow_up(0.0015)  # t000's prefill is still running
+    assert hit_of_a_follow_up(1.0)  # long after: cached
+
+
+def test_the_ingest_window_runs_from_the_last_iteration_start_to_the_queue_entry():
+    """A request taken in at an iteration start (``server_queued``) reached the scheduler after
+    the previous known iteration start (another request's queue entry or a prefill batch) and
+    after the tokenizer received it; ``scheduler-mid`` times it in the middle of that window."""
+    m = pd.DataFrame({"rid": ["x", "y", "z", "w"],
+                      "server_received": [0.001, 0.010, 0.030, 0.040],
+                      "server_queued": [0.002, 0.050, 0.050, math.nan],
+                      "server_admitted": [0.006, 0.052, 0.100, 0.100]})
+    mid = ct.ingest_window_mid(m)
+    assert mid.iloc[0] == pytest.approx(0.0015)  # nothing before: from its receipt
+    assert mid.iloc[1] == pytest.approx(0.5 * (0.010 + 0.050))  # the batch at 6 ms started before it came
+    assert mid.iloc[2] == pytest.approx(0.5 * (0.030 + 0.050))  # received after that batch started
+    assert math.isnan(mid.iloc[3])
+    assert "scheduler-mid" in ct.ARRIVALS
+
+
+def test_the_arrivals_table_puts_each_timing_of_the_same_runs_side_by_side(tmp_path):
+    from topas.fidelity.report import contention_arrivals_table
+
+    base = {"case": "c", "mode": "plugin", "policy": "fcfs", "repeats": 3, "noise_hit_agree": 0.9}
+    pd.DataFrame([{**base, "same_misses_all": True, "hit_agree": 1.0}]).to_csv(tmp_path / "summary_a.csv", index=False)
+    pd.DataFrame([{**base, "same_misses_all": False, "hit_agree": 0.8}]).to_csv(tmp_path / "summary_b.csv", index=False)
+    t = contention_arrivals_table(tmp_path, ["a", "b"])
+    assert t.iloc[0][["a: exact", "a: hit/miss agree", "b: exact", "b: hit/miss agree"]].tolist() == [True, 1.0, False, 0.8]
+    assert t.iloc[0]["server vs itself: hit/miss"] == 0.9
+    with pytest.raises(FileNotFoundError, match="summary_x.csv"):
+        contention_arrivals_table(tmp_path, ["a", "x"])
+
+
+def test_the_plugin_prices_its_decisions_with_the_simulations_profile(monkeypatch, tmp_path):
+    """measure_cases starts the plugin's server with the profile the simulation uses (TOPAS's
+    costs would differ otherwise); stock SGLang gets none; handshakes only with the plugin."""
+    import contextlib
+
+    import topas.fidelity.cpu_server as cs
+    import topas.fidelity.run as fr
+
+    started, measured = [], []
+
+    @contextlib.contextmanager
+    def fake_server(**kw):
+        started.append(kw)
+        yield "http://127.0.0.1:1"
+
+    monkeypatch.setattr(cs, "cpu_server", fake_server)
+    monkeypatch.setattr(fr, "server_kv_settings", lambda url: {"kv_budget_tokens": ct.CASES["burst-4x2"].pool_tokens})
+    monkeypatch.setattr(fr, "replay_measure", lambda url, decision_log=None, handshake=True: measured.append(handshake))
+    monkeypatch.setattr(fr, "run_fidelity", lambda *a, **k: None)
+    ct.measure_cases([ct.CASES["burst-4x2"]], [ct.MODES["plugin"], ct.MODES["sglang-fcfs"]], "my-profile.json",
+                     tmp_path, repeats=1, log=None, server_log_dir=tmp_path)
+    assert [(s["plugin"], s["profile"]) for s in started] == [(True, "my-profile.json"), (False, None)]
+    assert measured == [True, False]
+    started.clear()
+    ct.measure_cases([ct.CASES["burst-4x2"]], [ct.MODES["plugin"]], "p.json", tmp_path, repeats=1, log=None,
+                     server_log_dir=tmp_path, plugin_profile=False)
+    assert started[0]["profile"] is None

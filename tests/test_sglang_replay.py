@@ -166,3 +166,33 @@ def test_replay_keeps_the_servers_own_timestamps_in_run_time():
     assert req.loc[first, "server_received"] == pytest.approx(0.25)
     assert req.loc[first, "server_finished"] == pytest.approx(0.75)
     assert req.drop(index=first)[["server_received", "server_finished"]].isna().all().all()
+
+
+def test_the_scheduler_arrival_is_the_forward_entry_minus_the_queue_wait():
+    """SGLang reports when a prefill batch first took the request (``forward_entry_time``, wall
+    clock) and how long it waited in the scheduler's queue before (``queue_time``): their
+    difference is when it entered the queue, in the replay's run time. NaN where it cannot be
+    told: no timestamps (no --enable-metrics: queue_time 0 and no forward_entry_time), or a
+    retracted request (its queue_time sums several waits)."""
+    from topas.sglang.replay import scheduler_arrival
+
+    t0 = 1_700_000_000.0
+    assert scheduler_arrival({"forward_entry_time": t0 + 0.5, "queue_time": 0.125}, t0) == pytest.approx(0.375)
+    assert scheduler_arrival({"forward_entry_time": t0 + 0.5, "queue_time": 0.0}, t0) == pytest.approx(0.5)
+    for mi in ({"queue_time": 0.0}, {"forward_entry_time": t0 + 0.5}, {},
+               {"forward_entry_time": t0 + 0.5, "queue_time": float("nan")},
+               {"forward_entry_time": t0 + 0.5, "queue_time": -0.1},
+               {"forward_entry_time": t0 + 0.5, "queue_time": 0.1, "num_retractions": 1}):
+        assert math.isnan(scheduler_arrival(mi, t0)), mi
+    # in the replay's requests table
+    trace = scaled_down("chain-3", 1)
+    done = []
+    for i, s in enumerate(trace.tasks[0].stages):
+        mi = {"completion_tokens": s.output_tokens, "cached_tokens": 0, "prompt_tokens": 1}
+        if i == 0:
+            mi.update(forward_entry_time=t0 + 0.25, queue_time=0.05)
+        done.append(_Done(f"{trace.tasks[0].id}/{s.id}", trace.tasks[0].id, s.id, s.agent, s.input_tokens,
+                          float(i), i + 1.0, mi))
+    req = build_replay_result(trace, "fcfs", done, {trace.tasks[0].id: 3.0}, 3.0, None, "r", t0).requests
+    assert req["server_queued"].iloc[0] == pytest.approx(0.20)
+    assert req["server_queued"].iloc[1:].isna().all()

@@ -20,7 +20,11 @@ with the simulation of the same trace (calibrated to that run's speed, as in
 * **completion order**: the fraction of request pairs that finish in the same order in both
   (pairs that the simulator finishes in the same step do not count).
 
-The server's own noise is the same agreement between its repeats. Cases (:data:`CASES`): scripted
+The simulation is timed by the arrivals the server saw (:data:`ARRIVALS`): by default when its
+tokenizer manager received each task's first request; ``scheduler`` / ``scheduler-mid`` when that
+request entered the scheduler's waiting queue (``server_queued``, recorded by the replay since
+issue 12's follow-up) or the middle of its way there. The server's own noise is the same
+agreement between its repeats. Cases (:data:`CASES`): scripted
 bursts (each agent's requests at t=0, a few ms apart so their order is fixed) and Poisson traces;
 modes (:data:`MODES`): the topas plugin running FCFS, LPM and TOPAS, and stock SGLang (no plugin)
 with ``--schedule-policy fcfs`` or ``lpm``, simulated with topas's FCFS and LPM.
@@ -267,31 +271,93 @@ def run_noise(measured: Sequence[pd.DataFrame], prefix_tokens: Mapping[str, int]
     return {f"noise_{k}": float(np.nanmean(v)) if v else float("nan") for k, v in vals.items()}
 
 
-def observed_trace(trace: "Trace", measured: pd.DataFrame, lead_s: float = 0.0) -> "Trace":
-    """``trace`` with each task arriving when the server received its first request
-    (``server_received`` of its root stages, the earliest; minus ``lead_s``, the part of the request
-    path the simulator adds before a root reaches the scheduler), tasks re-sorted by it; a task
-    whose roots have no timestamp keeps its arrival. On a loaded machine the replay client sends a
-    burst's requests tens of ms late and unevenly, and which requests wait together at a decision
-    is what a policy decides on: with the arrivals the server saw, the simulator is judged on the
-    scheduling, not on the client's timing."""
+def observed_trace(trace: "Trace", measured: pd.DataFrame, lead_s: float = 0.0,
+                   column: str = "server_received") -> tuple["Trace", int]:
+    """``trace`` with each task arriving when the server saw its first request, tasks re-sorted by
+    it, and how many tasks fell back to an earlier point of the path or kept the trace's time.
+
+    ``column`` says which point: ``server_received`` (the tokenizer manager received the request;
+    ``lead_s`` is then the part of the request path the simulator adds before a root reaches the
+    scheduler, half of ``EngineConfig.request_latency_s``, and is subtracted so that the simulated
+    root reaches the scheduler when the server's tokenizer got it) or ``server_queued`` (the
+    request entered the scheduler's waiting queue, :func:`topas.sglang.replay.scheduler_arrival`;
+    ``lead_s`` is subtracted the same way, so the simulated root enters the waiting queue exactly
+    then). A task is timed by the earliest of its roots; one whose roots lack ``column`` uses
+    ``server_received`` instead, and one with neither keeps its trace arrival (both counted).
+
+    Only roots are pinned: a later stage of a multi-stage task still becomes ready when the
+    simulation finishes its parents (the engine has no per-request release time), so for
+    Poisson Chain-3 cases the scheduler arrivals time the task roots only.
+
+    On a loaded machine the replay client sends a burst's requests tens of ms late and unevenly,
+    and which requests wait together at a decision is what a policy decides on: with the arrivals
+    the server saw, the simulator is judged on the scheduling, not on the client's timing."""
     from topas.workload.model import Task, Trace
 
-    recv = dict(zip(measured["rid"], pd.to_numeric(measured.get("server_received"), errors="coerce")))
-    tasks = []
+    def col(name: str) -> dict[str, float]:
+        if name not in measured:
+            return {}
+        return dict(zip(measured["rid"], pd.to_numeric(measured[name], errors="coerce")))
+
+    main, fallback = col(column), col("server_received")
+    tasks, fell_back = [], 0
     for t in trace.tasks:
-        times = [recv.get(f"{t.id}/{s.id}", math.nan) for s in t.stages if not s.parents]
-        times = [x for x in times if math.isfinite(x)]
+        roots = [f"{t.id}/{s.id}" for s in t.stages if not s.parents]
+        times = [x for x in (main.get(r, math.nan) for r in roots) if math.isfinite(x)]
+        if not times and column != "server_received":
+            times = [x for x in (fallback.get(r, math.nan) for r in roots) if math.isfinite(x)]
+            fell_back += 1
+        elif not times:
+            fell_back += 1
         arrival = max(min(times) - lead_s, 0.0) if times else t.arrival
         tasks.append(Task(id=t.id, arrival=float(arrival), stages=t.stages, workflow=t.workflow))
     tasks.sort(key=lambda t: t.arrival)
-    return Trace(name=trace.name, agents=trace.agents, tasks=tuple(tasks), meta=dict(trace.meta))
+    return Trace(name=trace.name, agents=trace.agents, tasks=tuple(tasks), meta=dict(trace.meta)), fell_back
+
+
+def ingest_window_mid(measured: pd.DataFrame, tol: float = 1e-6) -> pd.Series:
+    """Per request: the middle of the interval in which it reached the scheduler's socket.
+
+    SGLang's event loop takes new requests only at the start of an iteration
+    (``recv_requests``), so ``server_queued`` is the start of the first iteration *after* the
+    request arrived: it arrived after the previous iteration started. The known iteration starts
+    of a run are its requests' ``server_queued`` and ``server_admitted`` (a prefill batch is
+    scheduled right after the requests are taken in); decode-only iterations leave no
+    timestamp. The interval is (the later of the request's ``server_received`` and the last known
+    iteration start before its ``server_queued``, ``server_queued``]; NaN without
+    ``server_queued``. Unlike ``server_queued`` itself (an iteration boundary, where a simulation
+    whose batch ends a little earlier or later takes the request one iteration apart), the
+    middle lies inside the server's iteration, which the simulation's speed calibration keeps
+    roughly in place."""
+    def col(name: str) -> np.ndarray:
+        return (pd.to_numeric(measured[name], errors="coerce").to_numpy(dtype=float) if name in measured
+                else np.full(len(measured), np.nan))
+
+    queued, received = col("server_queued"), col("server_received")
+    starts = np.concatenate([queued, col("server_admitted")])
+    starts = np.sort(starts[np.isfinite(starts)])
+    out = np.full(len(measured), np.nan)
+    for i, q in enumerate(queued):
+        if not math.isfinite(q):
+            continue
+        before = starts[starts < q - tol]
+        lo = before[-1] if len(before) else -math.inf
+        if math.isfinite(received[i]):
+            lo = max(lo, received[i])
+        out[i] = 0.5 * (lo + q) if math.isfinite(lo) else q
+    return pd.Series(out, index=measured.index, name="server_ingest_mid")
 
 
 #: How the simulated side of a per-request comparison is timed: ``observed`` = each task arrives
-#: when the server received its first request (:func:`observed_trace`), ``trace`` = at the
-#: trace's (Poisson or scripted) times, as the replay client meant to send them.
-ARRIVALS = ("observed", "trace")
+#: when the server's tokenizer manager received its first request (``server_received``),
+#: ``scheduler`` = when that request entered the scheduler's waiting queue (``server_queued``,
+#: :func:`topas.sglang.replay.scheduler_arrival`; runs measured without it fall back to
+#: ``observed`` per task), ``scheduler-mid`` = the middle of the interval in which it reached the
+#: scheduler (:func:`ingest_window_mid`; same fallback), ``trace`` = at the trace's (Poisson or
+#: scripted) times, as the replay client meant to send them. See :func:`observed_trace`.
+ARRIVALS = ("observed", "scheduler", "scheduler-mid", "trace")
+ARRIVAL_COLUMN = {"observed": "server_received", "scheduler": "server_queued",
+                  "scheduler-mid": "server_ingest_mid"}
 
 
 # ----------------------------------------------------------------------------- stored runs
@@ -339,11 +405,12 @@ def compare_runs(run_dir: str | Path, case: Case, mode: str, engine_model: str =
         pt = None
         for rep, m in measured.items():
             f = float(cal.loc[rep, "speed_factor"]) if rep in cal.index else 1.0
-            q = p
-            if arrivals == "observed":
+            q, fell_back = p, 0
+            if arrivals in ARRIVAL_COLUMN:
                 lead = 0.5 * float(getattr(config, "request_latency_s", 0.0) or
                                    (cost.meta.get("overhead") or {}).get("request_s") or 0.0)
-                obs = observed_trace(case_trace(case), m, lead)
+                mm = m.assign(server_ingest_mid=ingest_window_mid(m)) if arrivals == "scheduler-mid" else m
+                obs, fell_back = observed_trace(case_trace(case), mm, lead, ARRIVAL_COLUMN[arrivals])
                 q = Point(str(write_trace(obs, tmp / f"{case.name}_{pol}_{rep}.json.gz")), pol, rate=None,
                           seed=p.seed, load=p.load)
             sim, trace = simulate_point(q, scale_cost(cost, f) if f != 1.0 else cost, config, engine_model)
@@ -351,7 +418,8 @@ def compare_runs(run_dir: str | Path, case: Case, mode: str, engine_model: str =
             tab = request_table(sim.requests, m, pt)
             req_rows.append(tab.assign(case=case.name, mode=mode, policy=pol, repeat=rep))
             run_rows.append({"case": case.name, "kind": case.kind, "mode": mode, "policy": pol, "repeat": rep,
-                             "engine_model": engine_model, "arrivals": arrivals, "speed_factor": f, **agreement(tab)})
+                             "engine_model": engine_model, "arrivals": arrivals, "arrival_fallbacks": fell_back,
+                             "speed_factor": f, **agreement(tab)})
         if pt is not None:
             noise = run_noise(list(measured.values()), pt)
             for r in run_rows:
@@ -390,6 +458,10 @@ def summarize(runs: pd.DataFrame, jct: pd.DataFrame | None = None) -> pd.DataFra
                "noise_hit_agree": float(g["noise_hit_agree"].iloc[0]),
                "noise_wave_agree": float(g["noise_wave_agree"].iloc[0]),
                "noise_order_agree": float(g["noise_order_agree"].iloc[0])}
+        if "arrivals" in g:
+            row["arrivals"] = str(g["arrivals"].iloc[0])
+        if "arrival_fallbacks" in g:
+            row["arrival_fallbacks"] = int(g["arrival_fallbacks"].sum())
         if jct is not None and len(jct):
             j = jct[(jct["case"] == case) & (jct["mode"] == mode) & (jct["policy"] == pol)].set_index("metric")
             for m in ("jct_mean", "jct_p99"):
@@ -409,10 +481,13 @@ def summarize(runs: pd.DataFrame, jct: pd.DataFrame | None = None) -> pd.DataFra
 # ----------------------------------------------------------------------------- measuring
 def measure_cases(cases: Sequence[Case], modes: Sequence[Mode], profile: str | Path, out_dir: str | Path = OUT_DIR,
                   repeats: int = 3, engine_model: str = "sglang", log: Callable[[str], None] | None = print,
-                  server_log_dir: str | Path | None = None) -> None:
+                  server_log_dir: str | Path | None = None, plugin_profile: bool = True) -> None:
     """Start the CPU server once per (pool, mode), replay every case of that pool under the mode's
     policies ``repeats`` times, and write each (case, mode)'s runs with
-    :func:`topas.fidelity.run.run_fidelity` to ``out_dir/<case>/<mode>/``. Stops every server."""
+    :func:`topas.fidelity.run.run_fidelity` to ``out_dir/<case>/<mode>/``. Stops every server.
+    ``plugin_profile``: the plugin's policy prices its decisions with ``profile`` too (the
+    simulation's; off: the plugin's default A100 profile, as the runs before 2026-12-01 21:55 UTC,
+    which made TOPAS decide on other costs on the server than in the simulation)."""
     import time
 
     from topas.fidelity import compare as fc
@@ -427,7 +502,8 @@ def measure_cases(cases: Sequence[Case], modes: Sequence[Mode], profile: str | P
         for mode in modes:
             dlog = slog / f"topas_contention_{mode.name}_{int(time.time())}.jsonl" if mode.plugin else None
             with cpu_server(log_path=slog / f"topas_contention_{mode.name}.server.log", decision_log=dlog,
-                            max_total_tokens=pool, plugin=mode.plugin, schedule_policy=mode.schedule_policy) as url:
+                            max_total_tokens=pool, plugin=mode.plugin, schedule_policy=mode.schedule_policy,
+                            profile=profile if plugin_profile and mode.plugin else None) as url:
                 settings = server_kv_settings(url)
                 if int(settings["kv_budget_tokens"]) != pool:
                     raise RuntimeError(f"the server's pool is {settings['kv_budget_tokens']} tokens, asked for {pool}")
@@ -436,7 +512,7 @@ def measure_cases(cases: Sequence[Case], modes: Sequence[Mode], profile: str | P
                            for pol in mode.policies]
                     if log:
                         log(f"== {c.name} on {mode.name} (pool {pool}): {', '.join(mode.policies)} x {repeats}")
-                    run_fidelity(pts, replay_measure(url, decision_log=dlog), profile, out / c.name / mode.name,
+                    run_fidelity(pts, replay_measure(url, decision_log=dlog, handshake=mode.plugin), profile, out / c.name / mode.name,
                                  repeats=repeats, settings=settings, bars=fc.BENCHMARK_BARS,
                                  meta={"case": c.name, "mode": mode.name, "schedule_policy": mode.schedule_policy,
                                        "plugin": mode.plugin, "server": "CPU test server (topas.fidelity.contention)"},

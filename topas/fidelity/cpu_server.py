@@ -42,11 +42,13 @@ def raise_priority(niceness: int = -19) -> bool:
 def cpu_server(port: int | None = None, policy: str = "fcfs", log_path: str | Path | None = None,
                decision_log: str | Path | None = None, niceness: int | None = -19,
                startup_s: float = 180.0, max_total_tokens: int = 4096, plugin: bool = True,
-               schedule_policy: str | None = None) -> Iterator[str]:
+               schedule_policy: str | None = None, profile: str | Path | None = None) -> Iterator[str]:
     """Start the CPU test server with the plugin; yields its URL; stops it on exit. With
     ``plugin=False`` it is stock SGLang (``SGLANG_PLUGINS=none``: no plugin loaded; the requests'
     topas metadata is ignored) scheduling with ``--schedule-policy schedule_policy`` (SGLang's
-    default, ``fcfs``, when None)."""
+    default, ``fcfs``, when None). ``profile``: the cost profile the plugin's policy prices its
+    decisions with (``TOPAS_PROFILE``; default: the plugin's, the A100 profile). A comparison with
+    the simulator must give the profile the simulation uses, or TOPAS decides on other costs."""
     import urllib.request
 
     from topas.sglang import launcher
@@ -54,7 +56,8 @@ def cpu_server(port: int | None = None, policy: str = "fcfs", log_path: str | Pa
     if not (VENV / ".ready").exists():
         raise RuntimeError(f"{VENV} is not built: run tools/sglang_cpu/build_env.sh (make test-sglang builds it)")
     port = port or launcher.free_port()
-    env = launcher.server_env(policy, decision_log=decision_log) if plugin else launcher.plain_env()
+    env = (launcher.server_env(policy, decision_log=decision_log, profile=os.fspath(profile) if profile else None)
+           if plugin else launcher.plain_env())
     env["OMP_NUM_THREADS"] = "1"
     if niceness is not None:
         raise_priority(niceness)

@@ -13,7 +13,8 @@ import pandas as pd
 from topas import plots
 from topas.fidelity.compare import Comparison, noise_summary, request_path
 
-__all__ = ["plot_sim_vs_measured", "fidelity_table", "path_table", "noise_table", "summary_line", "contention_table"]
+__all__ = ["plot_sim_vs_measured", "fidelity_table", "path_table", "noise_table", "summary_line", "contention_table",
+           "contention_arrivals_table"]
 
 _TABLE_METRICS = (("jct_mean", "mean JCT (s)"), ("jct_p99", "p99 JCT (s)"), ("queue_mean", "mean queueing (s)"),
                   ("e2e_mean", "mean request latency (s)"), ("cached_tokens", "cached tokens"),
@@ -165,3 +166,30 @@ def contention_table(out_dir: "str | Path", engine_models: Sequence[str] | None 
         s.insert(0, "engine model", f.stem[len("summary_"):])
         parts.append(s[["engine model", "case", "mode", "policy", "repeats", *[c for c in cols if c in s]]])
     return pd.concat(parts, ignore_index=True).rename(columns=cols)
+
+
+def contention_arrivals_table(out_dir: "str | Path", tags: Sequence[str]) -> pd.DataFrame:
+    """The same measured runs compared with the simulation timed in different ways (``tags``: the
+    ``summary_<tag>.csv`` files under ``out_dir``, e.g. one per ``--arrivals``), one row per
+    (case, mode, policy): per timing, whether every repeat missed exactly where the simulation did
+    and the mean hit/miss agreement; then the server's own hit/miss agreement between repeats."""
+    from pathlib import Path
+
+    d = Path(out_dir)
+    keys = ["case", "mode", "policy"]
+    out = None
+    for tag in tags:
+        f = d / f"summary_{tag}.csv"
+        if not f.exists():
+            raise FileNotFoundError(f"no {f.name} under {d} (scripts/fidelity_contention.py --compare-only --tag {tag})")
+        s = pd.read_csv(f)
+        part = s[keys + ["same_misses_all", "hit_agree"]].rename(
+            columns={"same_misses_all": f"{tag}: exact", "hit_agree": f"{tag}: hit/miss agree"})
+        if out is None:
+            out = part.merge(s[keys + ["repeats", "noise_hit_agree"]], on=keys)
+        else:
+            out = out.merge(part, on=keys, how="outer")
+    if out is None:
+        raise ValueError("no tags given")
+    cols = [c for c in out.columns if c not in ("repeats", "noise_hit_agree")] + ["repeats", "noise_hit_agree"]
+    return out[cols].rename(columns={"noise_hit_agree": "server vs itself: hit/miss"})

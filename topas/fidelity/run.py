@@ -374,7 +374,8 @@ def server_kv_settings(server: str) -> dict[str, Any]:
 
 
 def replay_measure(server: str, decision_log: str | Path | None = None, timeout_s: float = 3600.0,
-                   pause_s: float = 2.5, warmup: bool = True) -> Callable[[Point, int], "SimResult"]:
+                   pause_s: float = 2.5, warmup: bool = True,
+                   handshake: bool = True) -> Callable[[Point, int], "SimResult"]:
     """``measure(point, repeat)`` replaying the point's trace on ``server`` with
     :func:`topas.sglang.replay.run_replay` (radix cache flushed first; the policy and its parameters
     travel with the requests, so one server serves every policy). ``pause_s``: an idle gap
@@ -387,7 +388,9 @@ def replay_measure(server: str, decision_log: str | Path | None = None, timeout_
     each snapshot flushes it all. The gap also keeps one run's tail off the next one's start. ``warmup``: before the
     first measured run, replay its point once and discard it (a fresh CPU server runs its first
     batches of each shape slowly, which queued requests and evicted prefixes in the first run
-    only: 20 prefix hits of 36 against 27 on a warm server)."""
+    only: 20 prefix hits of 36 against 27 on a warm server). ``handshake=False``: a stock SGLang
+    server without the plugin (:func:`topas.sglang.replay.run_replay` then checks neither the
+    plugin nor its decisions; SGLang's ``--schedule-policy`` schedules)."""
     from topas.engine.config import EngineConfig
     from topas.experiments.spec import Prepared
     from topas.policies.base import make_policy
@@ -401,14 +404,14 @@ def replay_measure(server: str, decision_log: str | Path | None = None, timeout_
             warm[0] = True
             run_replay(Prepared(experiment=None, trace=trace, trace_path=Path(p.workload), rate=p.rate,
                                 nominal_rate=None, policy=make_policy(p.policy, dict(p.params)), cost=None,
-                                config=EngineConfig()), server, timeout_s=timeout_s)
+                                config=EngineConfig()), server, timeout_s=timeout_s, handshake=handshake)
         prepared = Prepared(experiment=None, trace=trace, trace_path=Path(p.workload), rate=p.rate,
                             nominal_rate=None, policy=make_policy(p.policy, dict(p.params)), cost=None,
                             config=EngineConfig())
         if pause_s:
             time.sleep(pause_s)
         before = scheduler_seconds(server)
-        res = run_replay(prepared, server, decision_log=decision_log, timeout_s=timeout_s)
+        res = run_replay(prepared, server, decision_log=decision_log, timeout_s=timeout_s, handshake=handshake)
         if pause_s:
             time.sleep(pause_s)  # let the scheduler flush the run's last second into the counters
         after = scheduler_seconds(server)

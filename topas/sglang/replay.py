@@ -24,7 +24,9 @@ runs with ``--enable-metrics``; they split a request's latency into the path to 
 server's own time and the path back), ``server_admitted`` and ``server_prefilled`` (when the
 scheduler first put the request into a prefill batch, ``meta_info.forward_entry_time``, one
 timestamp per batch, and when that prefill finished: the admission wave without the plugin's
-log; also NaN without ``--enable-metrics``), ``decisions.fallback``; extra summary keys: ``engine``, ``cached_tokens``, ``fallbacks``.
+log; also NaN without ``--enable-metrics``), ``server_queued`` (when the request reached the
+scheduler's waiting queue, see :func:`scheduler_arrival`; NaN without ``--enable-metrics`` and
+for a retracted request), ``decisions.fallback``; extra summary keys: ``engine``, ``cached_tokens``, ``fallbacks``.
 Caveat: ``requests.retractions`` is the server's ``num_retractions``, which also counts the
 plugin's preemptions (it re-queues them as retracted requests); engine retractions alone are
 ``retractions - preemptions`` (``topas.fidelity.compare`` subtracts them).
@@ -73,7 +75,8 @@ NAN_SUMMARY_KEYS = ("avg_decode_batch", "decode_steps", "busy_time", "prefix_loa
 REQUEST_COLUMNS = ["rid", "task_id", "stage_id", "agent", "input_tokens", "output_tokens", "ready",
                    "first_admit", "finish", "queue_time", "prefill_time", "decode_time", "preemptions",
                    "retractions", "recomputed_tokens", "prefix_hit", "cached_tokens", "prompt_tokens",
-                   "e2e_latency", "server_received", "server_finished", "server_admitted", "server_prefilled"]
+                   "e2e_latency", "server_received", "server_finished", "server_admitted", "server_prefilled",
+                   "server_queued"]
 TASK_COLUMNS = ["task_id", "workflow", "arrival", "finish", "jct", "n_stages"]
 PREFIX_EVENT_COLUMNS = ["time", "agent", "event", "tokens", "bytes"]
 TIMELINE_COLUMNS = ["time", "prefix_tokens", "request_tokens", "decode_batch", "prefill_queue", "waiting",
@@ -298,6 +301,32 @@ def _run_time(epoch: Any, t0: float) -> float:
     return float(epoch) - t0 if isinstance(epoch, (int, float)) and epoch > 0 else float("nan")
 
 
+def scheduler_arrival(meta_info: dict[str, Any], t0: float) -> float:
+    """When the request entered the scheduler's waiting queue, in run time (seconds since ``t0``,
+    the client's ``time.time()`` at the run's start); NaN when the server does not say.
+
+    SGLang 0.5.x (``sglang/srt/observability/req_time_stats.py``, ``SchedulerReqTimeStats``) stamps
+    ``wait_queue_entry_time`` when the scheduler's event loop ingests the request
+    (``Scheduler._add_request_to_queue``, at an iteration boundary) and ``forward_entry_time``
+    when a prefill batch first takes it; ``queue_duration_s`` adds ``forward - wait_queue_entry``
+    for every entry into the queue, and ``meta_info["queue_time"]`` is that sum
+    (``get_queueing_time``). ``meta_info["forward_entry_time"]`` is the scheduler's
+    ``perf_counter`` stamp converted to wall-clock time (``time.time()`` of the server's host;
+    the replay runs on the same host, so it shares ``t0``'s clock). Hence the arrival is
+    ``forward_entry_time - queue_time``, exact for a request queued once. A retracted or preempted
+    request (``num_retractions`` > 0) re-enters the queue and its ``queue_time`` sums every wait,
+    so the difference is no arrival: NaN. Both keys need ``--enable-metrics`` (without it the
+    scheduler sends no timestamps and the tokenizer reports ``queue_time`` = 0 with no
+    ``forward_entry_time``: NaN)."""
+    fwd, queued = meta_info.get("forward_entry_time"), meta_info.get("queue_time")
+    if not (isinstance(fwd, (int, float)) and fwd > 0 and isinstance(queued, (int, float))
+            and math.isfinite(queued) and queued >= 0):
+        return float("nan")
+    if int(meta_info.get("num_retractions", 0) or 0) > 0:
+        return float("nan")
+    return float(fwd) - float(queued) - t0
+
+
 def build_replay_result(trace: Trace, policy_name: str, done: list[_Done], task_finish: dict[str, float],
                         wall_s: float, log: list[dict] | None, run_id: str, t0: float) -> SimResult:
     """The SimResult of a finished replay (see the module docstring for what is NaN)."""
@@ -333,6 +362,7 @@ def build_replay_result(trace: Trace, policy_name: str, done: list[_Done], task_
                 "server_finished": _run_time(mi.get("request_finished_ts"), t0),
                 "server_admitted": _run_time(mi.get("forward_entry_time"), t0),
                 "server_prefilled": _run_time(mi.get("prefill_finished_time"), t0),
+                "server_queued": scheduler_arrival(mi, t0),
             })
     requests = pd.DataFrame(rows, columns=REQUEST_COLUMNS)
     prefix_events = pd.DataFrame(sorted(pins), columns=PREFIX_EVENT_COLUMNS)
