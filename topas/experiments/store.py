@@ -337,11 +337,9 @@ def experiment_of(meta: dict[str, Any]) -> Experiment:
         default = json.loads(json.dumps(dataclasses.asdict(EngineConfig())))
         stored = meta["canonical"].get("engine_config") or {}
         opts = {k: v for k, v in stored.items() if k in default and default[k] != v and k != "kv_budget"}
-    cluster: dict[str, Any] = {}
-    if s.get("router") is not None or int(s.get("engines") or 1) > 1:
-        rp = s.get("router_params") or {}
-        cluster = {"engines": int(s.get("engines") or 1), "router": s["router"],
-                   "router_params": json.loads(rp) if isinstance(rp, str) else dict(rp)}
+    # a spec has the cluster columns only for a cluster (Experiment.spec); router_params as JSON, as params
+    cluster = ({"engines": s["engines"], "router": s["router"], "router_params": json.loads(s["router_params"])}
+               if "router" in s else {})
     return Experiment(s["workload"], s["policy"], json.loads(s["params"]), profile=s["profile"], rate=s["rate"],
                       load=s["load"], seed=s["seed"], n_tasks=s["n_tasks"], engine=s["engine"],
                       kv_budget=s["kv_budget"], engine_options=opts,
