@@ -112,11 +112,16 @@ def policy_label(name: str) -> str:
     return POLICY_LABELS.get(name, str(name))
 
 
+def _fallback_color(name: str) -> str:
+    """A stable colour for a name without one of its own (same name, same colour, in every process)."""
+    return FALLBACK_COLORS[zlib.crc32(str(name).encode()) % len(FALLBACK_COLORS)]
+
+
 def policy_color(name: str) -> str:
     """The policy's colour; an unknown name gets a stable fallback colour (same name, same colour)."""
     if name in POLICY_COLORS:
         return POLICY_COLORS[name]
-    return FALLBACK_COLORS[zlib.crc32(str(name).encode()) % len(FALLBACK_COLORS)]
+    return _fallback_color(name)
 
 
 def policy_order(names: Iterable[str]) -> list[str]:
@@ -1146,7 +1151,7 @@ def router_color(name: str) -> str:
     names = [r for r in available_routers() if r != "topas"]
     if name in names:
         return ROUTER_COLORS[names.index(name) % len(ROUTER_COLORS)]
-    return FALLBACK_COLORS[zlib.crc32(str(name).encode()) % len(FALLBACK_COLORS)]
+    return _fallback_color(name)
 
 
 def router_order(names: Iterable[str]) -> list[str]:
