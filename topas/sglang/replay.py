@@ -417,7 +417,7 @@ def check_server(server: str, trace: Trace, policy: str | None) -> None:
     from topas.sglang import server as srv
 
     try:
-        targets = srv.router_workers(server) or [server]
+        targets = srv.servers_behind(server)
         ident = srv.common_identity(targets)
         if policy is not None:
             for u in targets:
@@ -443,7 +443,7 @@ def check_decisions(server: str, run_id: str, policy: str) -> dict[str, Any]:
     from topas.sglang import server as srv
 
     try:
-        targets = srv.router_workers(server) or [server]
+        targets = srv.servers_behind(server)
         runs = combine_runs([srv.run_decisions(u, run_id) for u in targets])
     except srv.ServerError as e:
         raise ReplayError(f"after the replay: {e}") from None
@@ -595,7 +595,7 @@ def run_replay(
     if send_policy:
         name = policy.name
     else:  # the server's own policy ran it: label the result with the policy the plugin names
-        first = (srv.router_workers(server) or [server])[0]
+        first = (workers or [server])[0]  # the router's workers, read once the router was healthy
         name = str(srv.plugin_block(first, refresh=True).get("policy")) if handshake else "server"
     plugin_runs = check_decisions(server, run_id, name) if handshake else None
     result = build_replay_result(trace, name, done, task_finish, wall, log, run_id, t0)

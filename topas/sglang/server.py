@@ -43,6 +43,7 @@ __all__ = [
     "check_policy",
     "run_decisions",
     "router_workers",
+    "servers_behind",
     "PLUGIN_FIX",
     "stored_identity",
 ]
@@ -149,6 +150,12 @@ def router_workers(url: str, timeout_s: float = 10.0) -> list[str] | None:
         return None
     urls = [w.get("url") for w in d["workers"] if isinstance(w, dict)]
     return [check_url(u) for u in urls if isinstance(u, str) and u] or None
+
+
+def servers_behind(url: str, timeout_s: float = 10.0) -> list[str]:
+    """The servers a request to ``url`` may reach: a router's workers (:func:`router_workers`),
+    else ``[url]`` itself."""
+    return router_workers(url, timeout_s) or [url]
 
 
 def plugin_blocks(info: dict[str, Any]) -> list[dict[str, Any]]:
