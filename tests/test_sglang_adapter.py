@@ -73,7 +73,9 @@ class Mirror(Simulator):
             waiting=tuple(ReqSnap(rid, _meta(self, r), r.generated, 0) for rid, r in self.waiting.items()),
             running=tuple(ReqSnap(r.rid, _meta(self, r), r.generated, r.kv) for r in self._running()),
             kv_budget=self.budget, finished=tuple(self._finished),
-            cached=frozenset(a for a, p in self.prefixes.items() if p.resident),
+            # what SGLang's radix tree holds: a prefix being computed is not in it yet
+            cached=frozenset(a for a, p in self.prefixes.items()
+                             if p.resident and p.prefill_left == 0 and a not in self._computing),
             host=frozenset(a for a, p in self.prefixes.items() if p.on_host),
             n_decoding=len(self.decoding),
         )

@@ -9,6 +9,8 @@ finished calls), never from the trace.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import math
 
 import pytest
@@ -123,6 +125,7 @@ class _Spy(LPM):
     """LPM that keeps every view it was shown."""
 
     def reset(self):
+        super().reset()
         self.views = []
 
     def decide(self, view):
@@ -130,16 +133,20 @@ class _Spy(LPM):
         return super().decide(view)
 
 
-def test_with_fcfs_inside_the_tiers_it_is_lpm():
-    # the residency tiers with LPM's FCFS inside (no aging, no groups) give LPM's order exactly,
-    # on every view of a busy run with equal prefixes (LPM's length key is then constant)
+def test_with_fcfs_inside_the_tiers_it_is_lpm_by_residency():
+    # the residency tiers with FCFS inside (no aging, no groups) give the order of an LPM that
+    # matches every resident prefix (also one still being computed) and does not deprioritize
+    # in-batch duplicates, starting from arrival order: exactly, on every view of a busy run with
+    # equal prefixes (LPM's length key is then constant)
     spy = _Spy()
     simulate(_dag4_trace(n=30), spy, load_profile().with_budget(12_000))
     plus = make_policy("topas-plus", rank="fcfs", H_age=0.0)
     busy = [v for v in spy.views if len(v.waiting) > 1 and 0 < len(v.resident) < len(v.prefixes)]
     assert len(busy) > 10
     for v in busy:
-        assert plus.decide(v).admit == LPM().decide(v).admit
+        by_residency = replace(v, prefixes={a: replace(p, in_tree=p.resident) for a, p in v.prefixes.items()})
+        lpm = LPM(in_batch_deprioritize_tokens=10**9)
+        assert plus.decide(v).admit == lpm.decide(by_residency).admit
 
 
 def test_a_small_busy_run_completes_every_task_deterministically():

@@ -55,9 +55,11 @@ def spy(base):
             return super().decide(view)
 
         def on_finish(self, request, time, output_tokens):
+            super().on_finish(request, time, output_tokens)
             self.hook_views.append(request)
 
         def on_preempt(self, request, time, by_engine):
+            super().on_preempt(request, time, by_engine)
             self.hook_views.append(request)
 
     return Spy()

@@ -223,7 +223,8 @@ class Simulator:
         know = self.knowledge
         prefixes = {
             a: PrefixView(a, p.tokens, know.prior(a, p.agent.expected_output_tokens), p.resident, p.on_host,
-                          p.refcount, p.last_used, self._ghost.get(a, False))
+                          p.refcount, p.last_used, self._ghost.get(a, False),
+                          p.resident and p.prefill_left == 0 and a not in self._computing)
             for a, p in self.prefixes.items()
         }
         running = tuple(r.view(now) for r in self._running())

@@ -82,6 +82,11 @@ class PrefixView:
     ``cached`` (prefix-managing policies only): not resident (not pinned) but still in the
     engine's radix cache, so loading it again costs nothing until the LRU takes it; the engine's
     own cache state, which a real scheduler reads from its radix tree.
+
+    ``in_tree``: the prefix's KV is complete in the radix tree, so a request admitted now matches
+    it (SGLang's ``match_prefix``). A resident prefix is not in the tree while a prefill is still
+    computing it, nor, under the overlap scheduler, until that prefill's results are processed
+    (one iteration later). A real scheduler reads this from its tree.
     """
 
     agent: str
@@ -92,6 +97,7 @@ class PrefixView:
     refcount: int
     last_used: float
     cached: bool = False
+    in_tree: bool = False
 
 
 @dataclass(frozen=True, slots=True)

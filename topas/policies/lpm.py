@@ -1,23 +1,44 @@
 """LPM: SGLang's longest-prefix-match ordering (``schedule_policy.py``, policy ``lpm``).
 
-Requests whose agent prefix is resident on the GPU come first, longer matched prefix first; ties
-by ready time (FCFS), then request id. In our model a request's reusable prefix is exactly its
-agent's prefix (suffixes are not shared), so the match length is ``l_a`` if resident, else 0.
-Like SGLang, LPM falls back to FCFS when the waiting queue is longer than 128 requests (SGLang
-skips the radix-tree matching then because it is too expensive).
+As SGLang 0.5.x's ``SchedulePolicy.calc_priority`` does it, at each scheduling point:
+
+1. **Match.** A request's match is the prefix the radix tree holds for it now. In our model a
+   request's reusable prefix is exactly its agent's prefix (suffixes are not shared), so the
+   match is ``l_a`` when the prefix is in the tree (``PrefixView.in_tree``), else 0. A prefix
+   that a running prefill is still computing is *not* matched, though its KV is on the GPU.
+2. **In-batch prefix caching** (``_compute_prefix_matches``). Walking the queue in its order, a
+   request whose match is at most ``in_batch_check_tokens`` is looked up in a scratch tree of the
+   queue's earlier such requests: if it shares at least ``in_batch_deprioritize_tokens`` with one
+   (an earlier request of the same agent, when ``l_a`` is that long) it is deprioritized, else its
+   prompt joins the scratch tree. So of several requests waiting on one uncached prefix, one goes
+   ahead and computes it; the others wait behind everything else and hit it later.
+3. **Sort** (``_sort_by_longest_prefix``): longer match first, deprioritized requests last. The
+   sort is stable and *in place*: ties keep the queue's order, which is the previous sort's
+   order with new (and retracted) requests appended in arrival order. The policy keeps that
+   order between decisions, as SGLang's ``waiting_queue`` does.
+
+Above ``fcfs_fallback_queue`` waiting requests SGLang skips the matching and sorting (too
+expensive) and serves the queue in its current order.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from topas.engine.view import Decision, EngineView
+from topas.engine.view import Decision, EngineView, RequestView
 from topas.policies.base import Policy, register
 
 
 @dataclass(frozen=True)
 class LPMParams:
-    fcfs_fallback_queue: int = 128  # SGLang: above this queue length LPM degrades to FCFS
+    #: ``WAITING_QUEUE_PREFIX_MATCH_MAX``: above this queue length LPM serves the queue as it is
+    fcfs_fallback_queue: int = 128
+    #: ``IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD``: requests matching at most this many cached
+    #: tokens are checked against the queue's other requests
+    in_batch_check_tokens: int = 32
+    #: ``IN_BATCH_PREFIX_CACHING_DEPRIORITIZE_THRESHOLD``: sharing at least this many tokens with
+    #: an earlier checked request deprioritizes a request (a huge value turns step 2 off)
+    in_batch_deprioritize_tokens: int = 32
 
 
 @register
@@ -25,15 +46,45 @@ class LPM(Policy):
     name = "lpm"
     Params = LPMParams
 
+    def reset(self) -> None:
+        self._queue: list[str] = []  # SGLang's waiting_queue order after the last sort
+
+    def on_preempt(self, request: RequestView, time: float, by_engine: bool) -> None:
+        # a retracted request re-enters the queue at its end (Scheduler._add_request_to_queue)
+        if request.rid in self._queue:
+            self._queue.remove(request.rid)
+
     def decide(self, view: EngineView) -> Decision:
-        if len(view.waiting) > self.params.fcfs_fallback_queue:
-            order = sorted(view.waiting, key=lambda r: (r.ready_time, r.rid))
-        else:
+        queue = self._queue_order(view)
+        if len(queue) <= self.params.fcfs_fallback_queue:
             prefixes = view.prefixes
 
-            def match(r) -> int:
+            def match(r: RequestView) -> int:
                 p = prefixes[r.agent]
-                return p.tokens if p.resident else 0
+                return p.tokens if p.in_tree else 0
 
-            order = sorted(view.waiting, key=lambda r: (-match(r), r.ready_time, r.rid))
-        return Decision(admit=tuple(r.rid for r in order))
+            deprioritized = self._in_batch_deprioritized(queue, match, view)
+            queue.sort(key=lambda r: float("inf") if r.rid in deprioritized else -match(r))
+        self._queue = [r.rid for r in queue]
+        return Decision(admit=tuple(self._queue))
+
+    def _queue_order(self, view: EngineView) -> list[RequestView]:
+        """The waiting requests in SGLang's queue order: those already queued in the last sort's
+        order, then the new ones by arrival (ready time, then id)."""
+        waiting = {r.rid: r for r in view.waiting}
+        kept = [waiting.pop(rid) for rid in self._queue if rid in waiting]
+        return kept + sorted(waiting.values(), key=lambda r: (r.ready_time, r.rid))
+
+    def _in_batch_deprioritized(self, queue: list[RequestView], match, view: EngineView) -> set[str]:
+        """Step 2: the requests that wait behind an earlier queued request of their agent."""
+        checked: set[str] = set()  # agents whose prompt is in the scratch tree
+        out: set[str] = set()
+        for r in queue:
+            if match(r) > self.params.in_batch_check_tokens:
+                continue
+            shared = view.prefixes[r.agent].tokens if r.agent in checked else 0
+            if shared >= self.params.in_batch_deprioritize_tokens:
+                out.add(r.rid)
+            else:
+                checked.add(r.agent)
+        return out

@@ -13,7 +13,10 @@ part is the critical-path view of a task. TOPAS+ keeps that part and drops the r
   preemption, no output reservation of ours);
 * **residency first** (tier 1): requests whose agent prefix is resident come before the others,
   as in LPM (without LPM's FCFS fallback above 128 waiting requests), so a prefix is recomputed
-  only when its agents' queues have run dry;
+  only when its agents' queues have run dry. Unlike SGLang's LPM (``topas.policies.lpm``) the
+  tier counts a prefix a prefill is still computing as resident, and it does not deprioritize
+  a cold agent's second request behind other agents (TOPAS+ was selected before LPM was made
+  to do either, and is kept as selected);
 * **critical-path priority** inside a tier: a task's priority is ``g_i(t) * Delta_i / L_i``, the
   share of its remaining expected critical path ``L_i(H, t)`` that admitting its whole ready
   frontier commits (``Delta_i = Delta_task(F | H, t)``, TOPAS's J_admit term, but normalised by

@@ -518,7 +518,8 @@ class Adapter:
             # a managing policy's unpinned prefix that the radix tree still holds (a load re-pins it)
             still_cached = manages and not resident and a in snap.cached
             prefixes[a] = PrefixView(a, p.tokens, self.knowledge.prior(a, p.expected_output), resident,
-                                     a in snap.host, refs.get(a, 0), p.last_used, still_cached)
+                                     a in snap.host, refs.get(a, 0), p.last_used, still_cached,
+                                     resident and (a in cached or a in snap.cached))
         return EngineView(
             time=now,
             kv_budget=snap.kv_budget,
