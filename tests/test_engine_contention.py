@@ -39,8 +39,12 @@ def test_requests_of_one_prefill_batch_each_compute_an_uncached_prefix():
     # the copy is prefilled: the batch costs the prefix once plus (prefix + suffix) once more
     first_iteration = res.timeline["time"].iloc[0]
     assert first_iteration == pytest.approx(C.prefill_time([(300, 0), (50, 300), (350, 0)]))
-    # the copy is freed once the prefix is cached: both hold their own 50 + 1 tokens after it
-    assert res.timeline["request_tokens"].iloc[0] == 2 * 51
+    # the copy is freed when the prefix enters the tree: under the overlap scheduler, when the
+    # batch's result is processed, one iteration after the prefill; without it, at the prefill's
+    # end: both then hold their own 50 + 1 tokens only
+    assert res.timeline["request_tokens"].iloc[0] == 2 * 51 + 300
+    plain = simulate(_burst(2), FCFS(), C, EngineConfig(kv_budget=800, overlap_schedule=False))
+    assert plain.timeline["request_tokens"].iloc[0] == 2 * 51
     shared = simulate(_burst(2), FCFS(), C, EngineConfig(kv_budget=800, prefill_prefix_sharing=True))
     assert shared.timeline["time"].iloc[0] == pytest.approx(C.prefill_time([(300, 0), (50, 300), (50, 300)]))
 
@@ -86,6 +90,24 @@ def test_the_batch_scheduled_right_after_a_prefill_does_not_match_its_prefix():
     assert r["cached_tokens"].tolist() == [0, 0, 300]
     r = _req(simulate(tr, FCFS(), C, EngineConfig(kv_budget=2000, overlap_schedule=False)))
     assert r["cached_tokens"].tolist() == [0, 300, 300]
+
+
+def test_the_duplicate_copy_is_held_until_the_prefix_enters_the_tree():
+    # t0 and t1 compute the prefix in one batch (2 x 361 = 722 <= 1000, each reserving its 61
+    # tokens); t2 (another 361) does not fit then. Right after that prefill t1's copy is still held (SGLang frees it in
+    # cache_unfinished_req, with the prefix's insertion, when the overlap scheduler processes the
+    # batch's result), so t2 still does not fit and waits for a request to leave; then it hits.
+    # Had the copy been freed at once (300 + 2 x 61 + 361 = 783), t2 would have fitted right after
+    # the prefill and, the
+    # prefix not yet in the tree, computed its own copy (the contention suite's burst cases).
+    res = simulate(_burst(3), FCFS(), C, EngineConfig(kv_budget=1000))
+    r = _req(res)
+    assert r["cached_tokens"].tolist() == [0, 0, 300]
+    assert r.loc["t2/S", "first_admit"] == pytest.approx(r.loc["t0/S", "finish"])
+    # without the overlap scheduler the copy goes and the prefix is cached at the prefill's end
+    r = _req(simulate(_burst(3), FCFS(), C, EngineConfig(kv_budget=1000, overlap_schedule=False)))
+    assert r["cached_tokens"].tolist() == [0, 0, 300]
+    assert r.loc["t2/S", "first_admit"] < r.loc["t0/S", "finish"]
 
 
 def test_while_requests_decode_a_failed_admission_waits_for_a_request_to_leave():

@@ -63,8 +63,10 @@ class EngineConfig:
     #: ``run_batch``, then ``process_batch_result`` of the previous batch), and a prefill's KV enters
     #: the radix tree only there (``cache_unfinished_req``). So the batch scheduled right after a
     #: prefill matches none of the prefix that prefill computed: its requests compute their own
-    #: copy, as inside one batch (without ``prefill_prefix_sharing``). Off: the prefix is
-    #: matchable from the next batch on. (That finished requests leave the batch one step late
+    #: copy, as inside one batch (without ``prefill_prefix_sharing``). The duplicate copy a request
+    #: computed is freed there too (``cache_unfinished_req`` finds the prefix already inserted), so
+    #: it still holds memory when that next batch is admitted. Off: the prefix is matchable, and
+    #: the copy freed, from the next batch on. (That finished requests leave the batch one step late
     #: is not modelled.)
     overlap_schedule: bool = True
     #: SGLang's ``batch_is_full``: after an admission fails for lack of memory while requests

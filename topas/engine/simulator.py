@@ -119,8 +119,10 @@ class Simulator:
         self._ghost: dict[str, bool] = {}  # prefixes a managing policy unpinned, still cached
         self._merged: dict[str, str | None] = {}  # agent -> rid whose radix node holds the prefix
         self._computing: set[str] = set()  # agents whose prefix a running request is computing
-        # overlap scheduler: prefixes computed by the last prefill, cached once the next batch is scheduled
+        # overlap scheduler: prefixes computed by the last prefill, cached once the next batch is
+        # scheduled, and the requests whose duplicate copy of a prefix is freed then
         self._cached_after_next: list[str] = []
+        self._free_after_next: list[Request] = []
         self._settling = False
         # records
         self.prefix_events: list[tuple] = []
@@ -591,6 +593,7 @@ class Simulator:
         self.policy.on_preempt(view, self.now, by_engine)
 
     def _finish(self, r: Request) -> None:
+        self._drop_own_prefix(r)  # (still held when it finishes in the batch after its prefill)
         view = r.view(self.now)
         kv = r.kv
         del self.decoding[r.rid]
@@ -633,6 +636,15 @@ class Simulator:
             if self.prefixes[a].prefill_left == 0:  # (not evicted and loaded again meanwhile)
                 self._computing.discard(a)
         self._cached_after_next = []
+        for r in self._free_after_next:
+            self._drop_own_prefix(r)  # (0 if it finished or was stopped meanwhile)
+        self._free_after_next = []
+
+    def _drop_own_prefix(self, r: Request) -> None:
+        """The radix tree keeps one copy of a prefix: free the copy ``r`` computed itself."""
+        self.request_tokens -= r.own_prefix
+        r.kv -= r.own_prefix
+        r.own_prefix = 0
 
     def _prefill_iteration(self) -> None:
         self._process_last_batch()
@@ -669,10 +681,12 @@ class Simulator:
         for r in progressed:
             if r.prefill_left == 0:
                 self.prefill_queue.remove(r)
-                if r.own_prefix:  # the radix tree keeps one copy of the prefix: free this one
-                    self.request_tokens -= r.own_prefix
-                    r.kv -= r.own_prefix
-                    r.own_prefix = 0
+                if r.own_prefix and self.config.overlap_schedule:
+                    # its duplicate is freed when the batch's results are processed, like the
+                    # prefix's insertion into the tree (cache_unfinished_req): one batch later
+                    self._free_after_next.append(r)
+                else:
+                    self._drop_own_prefix(r)
                 r.generated += 1  # the prefill produces the first (next) output token (KV held since _start)
                 r.enter(DECODE, self.now)
                 self.decoding[r.rid] = r
