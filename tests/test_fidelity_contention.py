@@ -218,3 +218,20 @@ def test_the_plugin_prices_its_decisions_with_the_simulations_profile(monkeypatc
     ct.measure_cases([ct.CASES["burst-4x2"]], [ct.MODES["plugin"]], "p.json", tmp_path, repeats=1, log=None,
                      server_log_dir=tmp_path, plugin_profile=False)
     assert started[0]["profile"] is None
+
+
+def test_a_stored_run_finds_its_profile_from_any_clone(tmp_path):
+    from topas.fidelity.run import recorded_profile
+    from topas.paths import profiles_dir
+
+    name = "cpu_tiny-llama"
+    here = str(profiles_dir() / f"{name}.json")
+    # recorded in another worktree: the same file of this checkout
+    assert recorded_profile({"profile_source": f"/elsewhere/wt/data/profiles/{name}.json", "profile": name}) == here
+    # recorded relative to the checkout (as runs are written now)
+    assert recorded_profile({"profile_source": f"data/profiles/{name}.json", "profile": name}) == here
+    # an existing file is used as recorded; nothing recorded: the profile's name
+    own = tmp_path / "p.json"
+    own.write_text("{}")
+    assert recorded_profile({"profile_source": str(own), "profile": name}) == str(own)
+    assert recorded_profile({"profile": name}) == name

@@ -59,6 +59,36 @@ class Point:
         return self.rate if self.rate is not None else 0.0
 
 
+def _portable_source(source: Any) -> str:
+    """A profile file's path as a stored run records it: relative to the checkout when inside it,
+    so that the runs compare again from any other clone."""
+    from topas.paths import REPO_ROOT
+
+    text = str(source)
+    try:
+        return str(Path(text).resolve().relative_to(REPO_ROOT))
+    except (ValueError, OSError):
+        return text
+
+
+def recorded_profile(meta: Mapping[str, Any]) -> str:
+    """The profile a stored run was simulated with: its recorded file (relative to this checkout,
+    or absolute) when that file exists; else the file of the same name in this checkout's
+    profiles (runs recorded in another clone or worktree stored its absolute path); else the
+    profile's name."""
+    from topas.paths import REPO_ROOT, profiles_dir
+
+    source = str(meta.get("profile_source") or "")
+    if source:
+        path = Path(source) if Path(source).is_absolute() else REPO_ROOT / source
+        if path.is_file():
+            return str(path)
+        here = profiles_dir() / Path(source).name
+        if here.is_file():
+            return str(here)
+    return str(meta["profile"])
+
+
 def sim_engine(profile: "str | Path | CostModel", kv_budget: int | None = None,
                settings: Mapping[str, Any] | None = None) -> tuple["CostModel", "EngineConfig"]:
     """The simulator's cost model and config for a server: the profile with the server's KV budget
@@ -252,7 +282,7 @@ def run_fidelity(points: Sequence[Point], measure: Callable[[Point, int], "SimRe
     bars = dict(BENCHMARK_BARS if bars is None else bars)
     meta = {**(meta or {}), "profile": cost.name, "profile_hash": cost.profile_hash, "engine_model": engine_model,
             "calibrate": calibrate if probe or calibrate == "busy" else None,
-            "profile_source": str(cost.meta.get("source", profile if not hasattr(profile, "name") else "")),
+            "profile_source": _portable_source(cost.meta.get("source", profile if not hasattr(profile, "name") else "")),
             "kv_budget_tokens": cost.kv_budget_tokens, "engine_config": dataclasses.asdict(config),
             "repeats": repeats, "host": platform.node(), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     comp = None
@@ -436,7 +466,7 @@ def resimulate(out_dir: str | Path, profile: "str | Path | CostModel | None" = N
     d = Path(out_dir)
     old = read_comparison(d)
     meta = dict(old.meta)
-    prof = profile or meta.get("profile_source") or meta["profile"]
+    prof = profile or recorded_profile(meta)
     cost, config = sim_engine(prof, meta.get("kv_budget_tokens"),
                               {"host_tier": meta.get("engine_config", {}).get("host_tier", False)})
     tdir = Path(traces_dir or TRACES_DIR)
