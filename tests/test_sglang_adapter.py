@@ -178,6 +178,23 @@ def test_decides_only_at_events_and_restricts_admission_between():
     assert tv.done == {"A"} and tv.observed_output == {"A": 8}
 
 
+def test_a_prefix_in_use_is_in_the_tree_only_when_the_probe_finds_it():
+    # LPM matches only what the radix tree holds: the plugin probes every agent it knows, also one
+    # a running request uses (resident anyway, but its prefill may not have reached the tree)
+    trace = scaled_down("chain-3", 2, rate=10.0)
+    ad = Adapter(make_policy("lpm"), load_profile())
+    m0, m1 = _req_meta(trace, "t00000", "A", 0.0), _req_meta(trace, "t00001", "A", 0.1)
+    ad.step(_snap(100.0, [ReqSnap("e0", m0)]))
+    ad.on_admitted(["e0"], 100.0)
+    agent = m0.dag[0][1]
+    for in_tree in (False, True):
+        snap = dataclasses.replace(_snap(100.2, [ReqSnap("e1", m1)], [ReqSnap("e0", m0, 0, 40)]),
+                                   probe=lambda a, hit=in_tree: hit and a == agent)
+        assert agent in ad.probe_agents()
+        p = ad.view(snap, 0.2).prefixes[agent]
+        assert p.resident and p.in_tree == in_tree
+
+
 class _Boom:
     name = "boom"
     manages_prefixes = False

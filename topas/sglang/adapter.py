@@ -377,10 +377,11 @@ class Adapter:
         return self._cost
 
     def probe_agents(self) -> list[str]:
-        """Agents whose residency the plugin should probe in the radix tree before the next
-        :meth:`step`: the known agents neither pinned nor used by a running request."""
-        used = {r.meta.agent for r in self.reqs.values() if r.state == _RUNNING}
-        return [a for a in self.prefixes if a not in self.pinned and a not in used]
+        """Agents whose prefix the plugin should probe in the radix tree before the next
+        :meth:`step`: the known agents not pinned. One that a running request uses is resident
+        anyway, but its prefix may still be being computed: the probe says whether a request
+        admitted now would match it (``PrefixView.in_tree``, which LPM reads)."""
+        return [a for a in self.prefixes if a not in self.pinned]
 
     def prefix_tokens_of(self, agent: str) -> int:
         return self.prefixes[agent].tokens
