@@ -85,7 +85,7 @@ def test_a_retracted_request_rejoins_at_the_end_of_the_queue():
     lpm = make_policy("lpm")
     v = view([req("a1", "a", 0.0), req("b1", "b", 0.1)])
     assert order(lpm, v) == ["a1", "b1"]
-    lpm.on_preempt(req("a1", "a", 0.0), 2.0, by_engine=True)
+    lpm.on_preempt(req("a1", "a", 0.0), 0.15, by_engine=True)  # after b1 (0.1), before c1 (0.2)
     assert order(lpm, view([req("a1", "a", 0.0), req("b1", "b", 0.1), req("c1", "c", 0.2)])) == \
         ["b1", "a1", "c1"]
 

@@ -15,7 +15,7 @@ As SGLang 0.5.x's ``SchedulePolicy.calc_priority`` does it, at each scheduling p
 3. **Sort** (``_sort_by_longest_prefix``): longer match first, deprioritized requests last. The
    sort is stable and *in place*: ties keep the queue's order, which is the previous sort's
    order with new (and retracted) requests appended in arrival order. The policy keeps that
-   order between decisions, as SGLang's ``waiting_queue`` does.
+   order between decisions, as SGLang's ``waiting_queue`` does (``topas.policies.queue``).
 
 Above ``fcfs_fallback_queue`` waiting requests SGLang skips the matching and sorting (too
 expensive) and serves the queue in its current order.
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from topas.engine.view import Decision, EngineView, RequestView
 from topas.policies.base import Policy, register
+from topas.policies.queue import WaitingQueue
 
 
 @dataclass(frozen=True)
@@ -47,15 +48,13 @@ class LPM(Policy):
     Params = LPMParams
 
     def reset(self) -> None:
-        self._queue: list[str] = []  # SGLang's waiting_queue order after the last sort
+        self._queue = WaitingQueue()
 
     def on_preempt(self, request: RequestView, time: float, by_engine: bool) -> None:
-        # a retracted request re-enters the queue at its end (Scheduler._add_request_to_queue)
-        if request.rid in self._queue:
-            self._queue.remove(request.rid)
+        self._queue.requeue(request.rid, time)  # it re-enters the queue at its end
 
     def decide(self, view: EngineView) -> Decision:
-        queue = self._queue_order(view)
+        queue = self._queue.current(view)
         if len(queue) <= self.params.fcfs_fallback_queue:
             prefixes = view.prefixes
 
@@ -65,15 +64,8 @@ class LPM(Policy):
 
             deprioritized = self._in_batch_deprioritized(queue, match, view)
             queue.sort(key=lambda r: float("inf") if r.rid in deprioritized else -match(r))
-        self._queue = [r.rid for r in queue]
-        return Decision(admit=tuple(self._queue))
-
-    def _queue_order(self, view: EngineView) -> list[RequestView]:
-        """The waiting requests in SGLang's queue order: those already queued in the last sort's
-        order, then the new ones by arrival (ready time, then id)."""
-        waiting = {r.rid: r for r in view.waiting}
-        kept = [waiting.pop(rid) for rid in self._queue if rid in waiting]
-        return kept + sorted(waiting.values(), key=lambda r: (r.ready_time, r.rid))
+        self._queue.keep(queue)
+        return Decision(admit=tuple(r.rid for r in queue))
 
     def _in_batch_deprioritized(self, queue: list[RequestView], match, view: EngineView) -> set[str]:
         """Step 2: the requests that wait behind an earlier queued request of their agent."""
