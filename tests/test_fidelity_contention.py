@@ -191,6 +191,23 @@ def test_the_arrivals_table_puts_each_timing_of_the_same_runs_side_by_side(tmp_p
         contention_arrivals_table(tmp_path, ["a", "x"])
 
 
+def test_the_current_table_reads_each_case_from_its_newest_runs(tmp_path):
+    from topas.fidelity.report import contention_current_table
+
+    def summary(folder, rows):
+        (tmp_path / folder).mkdir()
+        pd.DataFrame([{"case": c, "mode": m, "policy": p, "repeats": 3, "hit_agree": h, "same_misses_all": h == 1.0}
+                      for c, m, p, h in rows]).to_csv(tmp_path / folder / "summary_sim-observed.csv", index=False)
+
+    summary("old", [("b", "plugin", "lpm", 0.5), ("b", "plugin", "fcfs", 1.0)])
+    summary("new", [("b", "plugin", "lpm", 1.0), ("p", "stock", "lpm", 0.9)])
+    t = contention_current_table(tmp_path, ["new", "old"])
+    got = {(r["case"], r["policy"]): (r["runs"], r["hit/miss agree"]) for _, r in t.iterrows()}
+    assert got == {("b", "fcfs"): ("old", 1.0), ("b", "lpm"): ("new", 1.0), ("p", "lpm"): ("new", 0.9)}
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        contention_current_table(tmp_path, ["new", "nowhere"])
+
+
 def test_the_plugin_prices_its_decisions_with_the_simulations_profile(monkeypatch, tmp_path):
     """measure_cases starts the plugin's server with the profile the simulation uses (TOPAS's
     costs would differ otherwise); stock SGLang gets none; handshakes only with the plugin."""

@@ -193,3 +193,27 @@ def contention_arrivals_table(out_dir: "str | Path", tags: Sequence[str]) -> pd.
         raise ValueError("no tags given")
     cols = [c for c in out.columns if c not in ("repeats", "noise_hit_agree")] + ["repeats", "noise_hit_agree"]
     return out[cols].rename(columns={"noise_hit_agree": "server vs itself: hit/miss"})
+
+
+def contention_current_table(root: "str | Path", dirs: Sequence[str], tag: str = "sim-observed") -> pd.DataFrame:
+    """The contention suite as it stands: one row per (case, mode, policy), from the first of
+    ``dirs`` (folders under ``root``, newest measurements first) whose ``summary_<tag>.csv`` has
+    it, so that a case measured again (e.g. after the plugin's policy changed) is read from its
+    new runs only. The ``runs`` column names the folder; the other columns are
+    :func:`contention_table`'s."""
+    from pathlib import Path
+
+    keys = ["case", "mode", "policy"]
+    parts = []
+    seen: set[tuple] = set()
+    for name in dirs:
+        f = Path(root) / name / f"summary_{tag}.csv"
+        if not f.exists():
+            raise FileNotFoundError(f"no {f} (scripts/fidelity_contention.py --compare-only --tag {tag} --out {f.parent})")
+        t = contention_table(f.parent, [tag]).drop(columns="engine model")
+        new = [tuple(r) not in seen for r in t[keys].itertuples(index=False)]
+        t = t[new]
+        seen.update(tuple(r) for r in t[keys].itertuples(index=False))
+        t.insert(0, "runs", name)
+        parts.append(t)
+    return pd.concat(parts, ignore_index=True).sort_values(keys, kind="stable").reset_index(drop=True)
