@@ -122,11 +122,6 @@ LEGACY_ENGINE: Mapping[str, Any] = {
     "full_output_reserve": False,
 }
 
-#: The behaviour switches (the fields an experiment's ``engine_options`` may set).
-BEHAVIOURS = ("host_tier", "radix_cache", "prefill_prefix_sharing", "overlap_schedule", "admission_gate",
-              "full_output_reserve", "ignore_eos", "request_latency_s", "swap_bandwidth_scale")
-
-
 def engine_config(options: Mapping[str, Any] | None = None, **base: Any) -> EngineConfig:
     """An :class:`EngineConfig` from ``base`` fields and ``options`` (names checked, values
     coerced from the strings a command line gives); a bad name or value raises ``ValueError``

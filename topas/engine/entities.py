@@ -144,7 +144,6 @@ class Prefix:
     on_host: bool = False
     refcount: int = 0
     last_used: float = -1.0
-    loaded_at: float = -1.0
     prefill_left: int = 0  # > 0 while a first-ever load is being prefilled
 
     @property

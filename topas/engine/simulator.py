@@ -484,7 +484,6 @@ class Simulator:
                 self._merged[a] = _PENDING  # the request that computes it holds it in its own node
         p.resident = True
         p.last_used = self.now
-        p.loaded_at = self.now
         self.prefix_tokens += p.tokens
 
     def _record_prefix(self, kind: str, p: Prefix, nbytes: float) -> None:
