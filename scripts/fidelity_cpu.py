@@ -5,6 +5,7 @@
     python scripts/fidelity_cpu.py                       # CPU benchmark -> data/results/fidelity/cpu-tiny-llama
     python scripts/fidelity_cpu.py --ci                  # the CI-sized case -> .../cpu-tiny-llama-ci
     python scripts/fidelity_cpu.py --server URL --profile NAME --traces chain-3,dag-4 --rates 0.2,0.3 --out DIR
+    python scripts/fidelity_cpu.py --resimulate          # no server: the stored runs, the current simulator
 
 Steps: start the server (unless ``--server``), profile it (``--reprofile``, or when the profile
 file is missing), replay every (trace, rate, policy) ``--repeats`` times, simulate the same
@@ -51,10 +52,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--decision-log", default=None,
                     help="with --server on this machine: the server's TOPAS_DECISION_LOG (fills queueing times)")
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--resimulate", action="store_true",
+                    help="no server: rebuild the stored comparison in --out from its measured runs with the current "
+                         "simulator (after an engine change; topas.fidelity.run.resimulate)")
     args = ap.parse_args(argv)
     if args.ci:
         args.traces, args.policies, args.rates, args.repeats, args.tasks = "chain-3-ci", "fcfs,topas", "3", 2, 16
     out = args.out or RESULTS / ("cpu-tiny-llama-ci" if args.ci else "cpu-tiny-llama")
+    if args.resimulate:
+        from topas.fidelity.run import resimulate
+
+        comp = resimulate(out, engine_model=args.engine_model, log=print)
+        print("\n".join(fc.verdict_lines(comp)))
+        return 0 if comp.passed else 3
     write_traces(TRACES_DIR)
     traces = [str(TRACES_DIR / f"{t}.json.gz") if t in CPU_WORKLOADS else t for t in args.traces.split(",")]
 
