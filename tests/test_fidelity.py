@@ -401,3 +401,27 @@ def test_a_managing_policys_eviction_leaves_a_computed_prefix_cached_and_a_reloa
     assert sim.prefix_events[-1][1:3] == ("chain3.A", "load_cached")
     sim._load(b)
     assert b.prefill_left == b.tokens  # recomputed
+
+
+def test_resimulate_rebuilds_a_stored_comparison_from_its_measured_runs(tmp_path):
+    # `scripts/fidelity_cpu.py --resimulate`: no server; the shipped CI comparison's measured side
+    # is kept exactly, the simulated side is the current simulator's
+    import shutil
+    import sys
+
+    from topas.fidelity.compare import read_comparison
+    from topas.paths import REPO_ROOT
+
+    sys.path.insert(0, str(REPO_ROOT / "scripts"))
+    import fidelity_cpu
+
+    out = tmp_path / "ci"
+    shutil.copytree(REPO_ROOT / "data/results/fidelity/cpu-tiny-llama-ci", out)
+    before = read_comparison(out)
+    rc = fidelity_cpu.main(["--ci", "--resimulate", "--out", str(out)])
+    after = read_comparison(out)
+    assert rc in (0, 3)
+    measured = lambda c: c.runs[c.runs["engine"] == "sglang"].reset_index(drop=True)  # noqa: E731
+    pd.testing.assert_frame_equal(measured(before), measured(after))
+    assert set(after.runs["engine"]) == set(before.runs["engine"])
+    assert "resimulated" in after.meta
