@@ -93,8 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     from topas.fidelity.cpu_server import cpu_server
 
     pool = 32768 if args.ci else 4096  # the CI case: no eviction (see tests_sglang/test_fidelity_ci.py)
+    # the plugin prices its decisions (TOPAS's) on the simulation's profile, or the two sides
+    # would compare two cost models
     with cpu_server(log_path=out.parent / f".{out.name}.server.log", decision_log=decision_log,
-                    max_total_tokens=pool) as url:
+                    max_total_tokens=pool, profile=args.profile) as url:
         return run(url, True)
 
 

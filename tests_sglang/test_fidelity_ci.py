@@ -39,7 +39,8 @@ CI_POOL = 32768
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     d = tmp_path_factory.mktemp("fidelity")
-    with cpu_server(log_path=d / "server.log", decision_log=d / "decisions.jsonl", max_total_tokens=CI_POOL) as url:
+    with cpu_server(log_path=d / "server.log", decision_log=d / "decisions.jsonl", max_total_tokens=CI_POOL,
+                    profile=PROFILE) as url:  # the plugin prices TOPAS on the simulation's profile
         yield {"url": url, "dir": d, "log": d / "decisions.jsonl"}
 
 
