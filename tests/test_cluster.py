@@ -277,9 +277,10 @@ def test_routers_from_abstracts_and_summaries_run_dag4_clusters_to_completion_de
 #: "id jct" lines (floats as repr), recorded on main's code before the speed-ups (issue 15;
 #: flowguard and wasma when they arrived, sglang-cache-aware after its on_miss change): an
 #: optimisation of topas/cluster must leave every number as it was. A deliberate change of the
-#: model updates these (print ``pinned_digest(...)``) and says why in its commit.
+#: model updates these (print ``pinned_digest(...)``) and says why in its commit. round-robin/FCFS
+#: moved with the engine's later free of a duplicate prefix copy (overlap scheduler, 2026-12-02).
 PINNED = {
-    ("round-robin", "fcfs"): "02972bfddc31d7c3",
+    ("round-robin", "fcfs"): "f73cb39eca13f7d7",
     ("least-load", "lpm"): "877f6d1954bb0315",
     ("sglang-cache-aware", "topas"): "6516ce7f15b86b16",
     ("kairos", "fcfs"): "1abc70ebdf370ecd",

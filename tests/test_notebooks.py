@@ -60,7 +60,8 @@ EXPECTED: dict[str, list[str]] = {
     "10_fidelity.ipynb": ["fidelity_sim_vs_measured.png", "fidelity_sim_vs_measured.pdf",
                           "fidelity_table.csv", "fidelity_table.md", "fidelity_noise.csv", "fidelity_noise.md",
                           "fidelity_path.csv", "fidelity_path.md", "fidelity_contention.csv", "fidelity_contention.md",
-                          "fidelity_contention_arrivals.csv", "fidelity_contention_arrivals.md"],
+                          "fidelity_contention_arrivals.csv", "fidelity_contention_arrivals.md",
+                          "fidelity_contention_current.csv", "fidelity_contention_current.md"],
     "11_engine_model.ipynb": ["engine_model.png", "engine_model.pdf", "engine_model_table.csv", "engine_model_table.md",
                               "engine_model_shift.csv", "engine_model_shift.md"],
     "12_when_claims_hold.ipynb": [

@@ -85,8 +85,8 @@ def test_editing_a_policy_in_a_clone_reruns_the_sweep(tmp_path):
     assert first["ran"] == 1 and sweep() == {**first, "ran": 0}  # stored, then served from the store
     fcfs = pkg / "policies" / "fcfs.py"
     text = fcfs.read_text()
-    assert "key=lambda r: (r.ready_time, r.rid))" in text
-    fcfs.write_text(text.replace("key=lambda r: (r.ready_time, r.rid))", "key=lambda r: (-r.ready_time, r.rid))"))
+    assert "order = self._queue.current(view)\n" in text
+    fcfs.write_text(text.replace("order = self._queue.current(view)\n", "order = self._queue.current(view)[::-1]\n"))
     lifo = sweep()
     assert lifo["ran"] == 1 and lifo["key"] != first["key"]
     assert lifo["jct"] != first["jct"]  # the edited policy's own result, not the stored FCFS one

@@ -87,9 +87,11 @@ class SpyFCFS(FCFS):
     """FCFS that records ``on_preempt`` calls."""
 
     def reset(self) -> None:
+        super().reset()
         self.preempted: list[tuple[str, int, bool]] = []
 
     def on_preempt(self, request, time, by_engine):
+        super().on_preempt(request, time, by_engine)
         self.preempted.append((request.rid, request.generated, by_engine))
 
 
