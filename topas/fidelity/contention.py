@@ -377,7 +377,7 @@ def compare_runs(run_dir: str | Path, case: Case, mode: str, engine_model: str =
     import tempfile
 
     from topas.fidelity.compare import read_comparison
-    from topas.fidelity.run import Point, prefix_tokens, recorded_profile, scale_cost, sim_engine, simulate_point
+    from topas.fidelity.run import Point, prefix_tokens, scale_cost, simulate_point, stored_sim_engine
     from topas.workload.trace_io import write_trace
 
     if arrivals not in ARRIVALS:
@@ -387,8 +387,7 @@ def compare_runs(run_dir: str | Path, case: Case, mode: str, engine_model: str =
     d = Path(run_dir)
     comp = read_comparison(d)
     meta = comp.meta
-    cost, config = sim_engine(recorded_profile(meta), meta.get("kv_budget_tokens"),
-                              {"host_tier": meta.get("engine_config", {}).get("host_tier", False)})
+    cost, config = stored_sim_engine(meta)
     trace_file = Path(traces_dir or OUT_DIR / "traces") / f"{case.name}.json.gz"
     runs = comp.runs
     req_rows, run_rows = [], []
@@ -563,11 +562,10 @@ def _resimulated_runs(runs: pd.DataFrame, d: Path, case: Case, engine_model: str
     """The runs table with its ``sim-calibrated`` rows recomputed with ``engine_model`` (the
     measured rows as stored), so the JCT comparison follows the engine model being judged."""
     from topas.fidelity.compare import read_comparison, run_metrics
-    from topas.fidelity.run import Point, prefix_tokens, recorded_profile, scale_cost, sim_engine, simulate_point
+    from topas.fidelity.run import Point, prefix_tokens, scale_cost, simulate_point, stored_sim_engine
 
     meta = read_comparison(d).meta
-    cost, config = sim_engine(recorded_profile(meta), meta.get("kv_budget_tokens"),
-                              {"host_tier": meta.get("engine_config", {}).get("host_tier", False)})
+    cost, config = stored_sim_engine(meta)
     trace_file = traces_dir / f"{case.name}.json.gz"
     keep = runs[runs["engine"] != "sim-calibrated"]
     new = []

@@ -168,21 +168,25 @@ def contention_table(out_dir: "str | Path", engine_models: Sequence[str] | None 
     return pd.concat(parts, ignore_index=True).rename(columns=cols)
 
 
+def _contention_summary(out_dir: "str | Path", tag: str) -> "Path":
+    """``summary_<tag>.csv`` under ``out_dir``; missing: an error saying how to write it."""
+    from pathlib import Path
+
+    f = Path(out_dir) / f"summary_{tag}.csv"
+    if not f.exists():
+        raise FileNotFoundError(f"no {f} (scripts/fidelity_contention.py --compare-only --tag {tag} --out {f.parent})")
+    return f
+
+
 def contention_arrivals_table(out_dir: "str | Path", tags: Sequence[str]) -> pd.DataFrame:
     """The same measured runs compared with the simulation timed in different ways (``tags``: the
     ``summary_<tag>.csv`` files under ``out_dir``, e.g. one per ``--arrivals``), one row per
     (case, mode, policy): per timing, whether every repeat missed exactly where the simulation did
     and the mean hit/miss agreement; then the server's own hit/miss agreement between repeats."""
-    from pathlib import Path
-
-    d = Path(out_dir)
     keys = ["case", "mode", "policy"]
     out = None
     for tag in tags:
-        f = d / f"summary_{tag}.csv"
-        if not f.exists():
-            raise FileNotFoundError(f"no {f.name} under {d} (scripts/fidelity_contention.py --compare-only --tag {tag})")
-        s = pd.read_csv(f)
+        s = pd.read_csv(_contention_summary(out_dir, tag))
         part = s[keys + ["same_misses_all", "hit_agree"]].rename(
             columns={"same_misses_all": f"{tag}: exact", "hit_agree": f"{tag}: hit/miss agree"})
         if out is None:
@@ -207,9 +211,7 @@ def contention_current_table(root: "str | Path", dirs: Sequence[str], tag: str =
     parts = []
     seen: set[tuple] = set()
     for name in dirs:
-        f = Path(root) / name / f"summary_{tag}.csv"
-        if not f.exists():
-            raise FileNotFoundError(f"no {f} (scripts/fidelity_contention.py --compare-only --tag {tag} --out {f.parent})")
+        f = _contention_summary(Path(root) / name, tag)
         t = contention_table(f.parent, [tag]).drop(columns="engine model")
         new = [tuple(r) not in seen for r in t[keys].itertuples(index=False)]
         t = t[new]

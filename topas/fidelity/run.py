@@ -89,6 +89,14 @@ def recorded_profile(meta: Mapping[str, Any]) -> str:
     return str(meta["profile"])
 
 
+def stored_sim_engine(meta: Mapping[str, Any], profile: "str | Path | CostModel | None" = None
+                      ) -> tuple["CostModel", "EngineConfig"]:
+    """The simulator as a stored comparison was simulated (its ``meta.json``): its profile
+    (:func:`recorded_profile`, unless ``profile`` overrides it), its KV budget and host tier."""
+    return sim_engine(profile or recorded_profile(meta), meta.get("kv_budget_tokens"),
+                      {"host_tier": meta.get("engine_config", {}).get("host_tier", False)})
+
+
 def sim_engine(profile: "str | Path | CostModel", kv_budget: int | None = None,
                settings: Mapping[str, Any] | None = None) -> tuple["CostModel", "EngineConfig"]:
     """The simulator's cost model and config for a server: the profile with the server's KV budget
@@ -466,9 +474,7 @@ def resimulate(out_dir: str | Path, profile: "str | Path | CostModel | None" = N
     d = Path(out_dir)
     old = read_comparison(d)
     meta = dict(old.meta)
-    prof = profile or recorded_profile(meta)
-    cost, config = sim_engine(prof, meta.get("kv_budget_tokens"),
-                              {"host_tier": meta.get("engine_config", {}).get("host_tier", False)})
+    cost, config = stored_sim_engine(meta, profile)
     tdir = Path(traces_dir or TRACES_DIR)
     meas = old.runs[old.runs["engine"] == "sglang"]
     rows: list[dict[str, Any]] = []
