@@ -507,9 +507,10 @@ class Adapter:
         # prefix is evictable, i.e. free memory, and a load of it just pins it); for the others
         # SGLang's radix cache decides, so a prefix is resident while it is fully cached.
         manages = self.policy.manages_prefixes
-        cached = set() if manages else set(snap.cached)
+        in_tree = set(snap.cached)  # agents whose prefix is fully in the radix tree
         if snap.probe is not None and not manages:
-            cached.update(a for a in self.probe_agents() if snap.probe(a))
+            in_tree.update(a for a in self.probe_agents() if snap.probe(a))
+        cached = set() if manages else in_tree
         prefixes = {}
         prefix_tokens = 0
         for a, p in self.prefixes.items():
@@ -520,7 +521,7 @@ class Adapter:
             still_cached = manages and not resident and a in snap.cached
             prefixes[a] = PrefixView(a, p.tokens, self.knowledge.prior(a, p.expected_output), resident,
                                      a in snap.host, refs.get(a, 0), p.last_used, still_cached,
-                                     resident and (a in cached or a in snap.cached))
+                                     resident and a in in_tree)
         return EngineView(
             time=now,
             kv_budget=snap.kv_budget,
