@@ -310,7 +310,9 @@ def test_sglang_sweeps_run_one_at_a_time_in_this_process(tmp_path, monkeypatch):
         return simulate(p.trace, p.policy, p.cost, p.config)
 
     monkeypatch.setenv(spec_mod.SGLANG_URL_ENV, "http://127.0.0.1:1")
-    monkeypatch.setattr(spec_mod, "sglang_server_identity", lambda policy=None: {"device": "test"})  # no handshake
+    from topas.sglang import engine as sglang_engine
+
+    monkeypatch.setattr(sglang_engine, "sglang_server_identity", lambda policy=None: {"device": "test"})  # no handshake
     monkeypatch.setattr(spec_mod, "run_prepared",
                         lambda p, progress=False: fake_replay(p, spec_mod.sglang_url(), progress))
     exps = [Experiment("dag-4", "fcfs", load=1.2, seed=s, n_tasks=5, engine="sglang") for s in range(3)]

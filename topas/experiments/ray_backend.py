@@ -70,7 +70,7 @@ def map_experiments_ray(
     :class:`topas.experiments.ExperimentFailed` naming the experiment; values already passed to
     ``on_result`` are kept.
     """
-    from topas.experiments.local import ExperimentFailed
+    from topas.errors import ExperimentFailed
 
     ray = _import_ray()
     started = False

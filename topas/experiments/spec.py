@@ -28,13 +28,15 @@ the result depends on, so a results store can reuse a result exactly when it is 
   they existed (its key still moves with ``code``); likewise a policy parameter declared with ``metadata={"key": "omit-default"}`` (added
   later, e.g. ``output_estimator``) is left out of ``params`` at its default
   (:func:`topas.policies.base.key_params`);
-* ``server`` (``engine="sglang"`` only): the identity of the SGLang server(s) it replays on
-  (:class:`topas.sglang.server.ServerIdentity`: model name and config hash, KV pool, SGLang
-  version, schedule policy, device, tensor parallelism, page size, plugin version), asked once
-  per process and server, so a result measured on one server is never reused for another;
+* what else the engine's results depend on (:meth:`topas.engine.registry.Engine.key_entries`):
+  for a replay on a real server (``engine="sglang"``), ``server``, the identity of the SGLang
+  server(s) it replays on (:class:`topas.sglang.server.ServerIdentity`: model name and config
+  hash, KV pool, SGLang version, schedule policy, device, tensor parallelism, page size, plugin
+  version), asked once per process and server, so a result measured on one server is never
+  reused for another;
 * ``cluster`` (only for a cluster: ``engines > 1`` or a ``router`` named; issue 15): the number
-  of engines, the router and its resolved parameters; ``code`` then also covers
-  ``topas/cluster``. Absent for a single engine, so a single-engine key is what it was before
+  of engines, the router and its resolved parameters; the run is then the engine's ``cluster``
+  engine, whose ``code`` also covers ``topas/cluster``. Absent for a single engine, so a single-engine key is what it was before
   clusters existed;
 * ``schema``: :data:`KEY_SCHEMA`, bumped when the meaning of a result changes in a way none of
   the above captures (e.g. a change to how this module prepares a run).
@@ -56,12 +58,16 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
+from topas import engines as _engines
 from topas.engine.cost import DEFAULT_PROFILE
+from topas.errors import ExperimentError
 from topas.paths import traces_dir
+from topas.provenance import code_fingerprint
 
 if TYPE_CHECKING:  # pragma: no cover
     from topas.engine.config import EngineConfig
     from topas.engine.cost import CostModel
+    from topas.engine.registry import Engine
     from topas.engine.knowledge import Knowledge
     from topas.engine.metrics import SimResult
     from topas.policies.base import Policy
@@ -80,23 +86,20 @@ __all__ = [
     "prepare",
     "run_experiment",
     "run_prepared",
-    "SGLANG_URL_ENV",
 ]
 
 #: Version of the key's canonical form (see the module docstring).
 KEY_SCHEMA = "topas.experiment/4"  # 4: the code in the key; 3: one SGLang-faithful engine model (issue 12); 2: TOPAS ties
-#: Engines an experiment may name: the simulator (stock SGLang's behaviours by default; its
-#: ``engine_options`` switch them, see :class:`topas.engine.config.EngineConfig`), or a replay on a
-#: real SGLang server.
-ENGINES = ("sim", "sglang")
+#: Engines an experiment may name: the registered, listed ones (:mod:`topas.engines`; the
+#: simulator first, whose ``engine_options`` switch stock SGLang's behaviours, see
+#: :class:`topas.engine.config.EngineConfig`).
+ENGINES = _engines.available_engines()
+#: The engine an experiment names when it names none.
+DEFAULT_ENGINE = ENGINES[0]
 _TRACE_SUFFIXES = (".json.gz", ".json")
 #: The knowledge and arrival-process fields (issue 16) and their defaults (today's behaviour):
 #: rows of results stored before they existed are read with these values.
 KNOWLEDGE_FIELDS = {"prior_noise": 0.0, "prior_bias": 1.0, "dag_visibility": "full", "arrivals": "poisson"}
-
-
-class ExperimentError(ValueError):
-    """A bad experiment spec or an unknown workload; the message names the offending item."""
 
 
 # ----------------------------------------------------------------------------- traces
@@ -250,7 +253,7 @@ class Experiment:
     load: float | None = None
     seed: int = 0
     n_tasks: int | None = None
-    engine: str = "sim"
+    engine: str = DEFAULT_ENGINE
     kv_budget: int | None = None
     engine_options: tuple[tuple[str, Any], ...] = ()
     prior_noise: float = 0.0
@@ -291,9 +294,9 @@ class Experiment:
         opts = _norm_params(self.engine_options)
         object.__setattr__(self, "engine_options", opts)
         if opts:
-            if self.engine != "sim":
-                raise ExperimentError(f"engine_options {dict(opts)} apply to the simulator only, not engine "
-                                      f"{self.engine!r}; configure the server instead")
+            if not self.base_engine().options:
+                raise ExperimentError(f"engine_options {dict(opts)} apply to {_labels('options')} only, not "
+                                      f"engine {self.engine!r}; configure the server instead")
             try:
                 cfg = self.engine_config()
             except ValueError as e:
@@ -334,9 +337,9 @@ class Experiment:
             return
         if not isinstance(self.router, str) or not self.router:
             raise ExperimentError(f"router must be a router name, got router={self.router!r}")
-        if self.engine != "sim":
-            raise ExperimentError(f"a cluster (engines={self.engines}, router={self.router!r}) runs on the "
-                                  f"simulator only, not engine {self.engine!r}")
+        if self.base_engine().cluster is None:
+            raise ExperimentError(f"a cluster (engines={self.engines}, router={self.router!r}) runs on "
+                                  f"{_labels('cluster')} only, not engine {self.engine!r}")
         from topas.cluster.routers import RouterError
 
         try:
@@ -346,8 +349,18 @@ class Experiment:
 
     @property
     def is_cluster(self) -> bool:
-        """Whether this experiment runs the cluster simulator (a router is named)."""
+        """Whether this experiment runs several engines behind a router (a router is named)."""
         return self.router is not None
+
+    def base_engine(self) -> "Engine":
+        """The registered engine this experiment names (:func:`topas.engine.registry.get_engine`)."""
+        return _engines.get_engine(self.engine)
+
+    def runner(self) -> "Engine":
+        """The registered engine that runs it: the named one, or for a cluster that engine's
+        ``cluster`` engine."""
+        base = self.base_engine()
+        return _engines.get_engine(base.cluster) if self.is_cluster and base.cluster else base
 
     # ------------------------------------------------------------------ resolution
     @property
@@ -422,6 +435,10 @@ class Experiment:
             raise ExperimentError("this experiment has no router (a single engine)")
         return make_router(self.router, dict(self.router_params))
 
+    def prepare(self) -> "Prepared":
+        """Every input built and checked (:func:`prepare`)."""
+        return prepare(self)
+
     def canonical(self) -> dict[str, Any]:
         """What the result depends on (see the module docstring); :meth:`key` hashes it."""
         if "canonical" not in self._cache:
@@ -430,11 +447,11 @@ class Experiment:
             path = self.trace_path()
             policy = self.make_policy()
             rate = self.resolve_rate()
-            from topas.provenance import engine_fingerprint
+            runner = self.runner()
 
             canon = self._cache["canonical"] = {
                 "schema": KEY_SCHEMA,
-                "code": engine_fingerprint(self.engine),
+                "code": code_fingerprint(runner.code),
                 "engine": self.engine,
                 "engine_config": dataclasses.asdict(self.engine_config()),
                 "trace_sha256": trace_sha256(path),
@@ -450,12 +467,8 @@ class Experiment:
                 canon["knowledge"] = knowledge
             if self.arrivals != "poisson":
                 canon["arrivals"] = self.arrivals
-            if self.engine == "sglang":
-                canon["server"] = sglang_server_identity(self.policy)
+            canon.update(runner.key_entries(self))
             if self.is_cluster:
-                from topas.provenance import ENGINE_CODE, code_fingerprint
-
-                canon["code"] = code_fingerprint((*ENGINE_CODE[self.engine], "cluster"))
                 canon["cluster"] = {"engines": self.engines, "router": self.router,
                                     "router_params": dataclasses.asdict(self.make_router().params)}
         return self._cache["canonical"]
@@ -567,79 +580,33 @@ def prepare(exp: Experiment) -> Prepared:
     return Prepared(exp, trace, path, rate, nominal, policy, cost, exp.engine_config(), exp.knowledge(), router)
 
 
-#: The SGLang server that ``engine="sglang"`` experiments replay on (``topas serve`` prints it).
-SGLANG_URL_ENV = "TOPAS_SGLANG_URL"
-
-
-#: The identity (JSON of :class:`topas.sglang.server.ServerIdentity`) that ``engine="sglang"`` keys
-#: use when no server is named: to find stored measured results without a server
-#: (``make figures ENGINE=sglang``; ``scripts/reproduce.py`` sets it from the store).
-SGLANG_IDENTITY_ENV = "TOPAS_SGLANG_IDENTITY"
-
-
-def sglang_urls() -> list[str]:
-    """The server URLs from ``$TOPAS_SGLANG_URL`` (comma-separated: several identical servers
-    share a sweep); :class:`ExperimentError` when unset or malformed."""
-    from topas.sglang.server import ServerError, parse_servers
-
-    text = os.environ.get(SGLANG_URL_ENV, "").strip()
-    if not text:
-        raise ExperimentError(
-            f"engine 'sglang' replays on a running SGLang server: start one with `topas serve --policy "
-            f"<name> -- <sglang args>` and set {SGLANG_URL_ENV}=http://HOST:PORT (or pass --server)")
-    try:
-        return parse_servers(text)
-    except ServerError as e:
-        raise ExperimentError(f"${SGLANG_URL_ENV}: {e}") from None
-
-
-def sglang_url() -> str:
-    """The server this thread replays on: the one a multi-server sweep assigned to it
-    (:func:`topas.sglang.pool.current_server`), else the first of :func:`sglang_urls`."""
-    from topas.sglang.pool import current_server
-
-    return current_server() or sglang_urls()[0]
-
-
-def sglang_server_identity(policy: str | None = None) -> dict[str, Any]:
-    """The identity of the server(s) in ``$TOPAS_SGLANG_URL`` (the handshake: each must run the
-    topas plugin, able to run ``policy``, and all must be identical), or, with no server named,
-    ``$TOPAS_SGLANG_IDENTITY``. Raises :class:`topas.sglang.server.ServerError` (one line)."""
-    from topas.sglang.server import check_policy, common_identity
-
-    if not os.environ.get(SGLANG_URL_ENV, "").strip() and os.environ.get(SGLANG_IDENTITY_ENV):
-        return json.loads(os.environ[SGLANG_IDENTITY_ENV])
-    urls = sglang_urls()
-    ident = common_identity(urls)
-    if policy is not None:
-        for u in urls:
-            check_policy(u, policy)
-    return ident.as_dict()
-
-
 def run_experiment(exp: Experiment, progress: bool = False) -> "SimResult":
-    """Run one experiment and return its :class:`~topas.engine.metrics.SimResult`: on the
-    simulator (``engine="sim"``; requests end at EOS as a real model's do, so running requests
-    reserve SGLang's decaying ``new_token_ratio`` of their remaining output), or replayed on the
-    SGLang server at ``$TOPAS_SGLANG_URL`` (``engine="sglang"``,
-    :func:`topas.sglang.replay.run_replay`; same tables, same columns)."""
+    """Run one experiment on its engine (:meth:`Experiment.runner`) and return its
+    :class:`~topas.engine.metrics.SimResult`: the simulator's tables and summary, whichever engine
+    ran it (the simulator, the cluster simulator, a replay on an SGLang server)."""
     return run_prepared(prepare(exp), progress=progress)
 
 
 def run_prepared(p: Prepared, progress: bool = False) -> "SimResult":
     """Run a :class:`Prepared` experiment on its engine (see :func:`run_experiment`)."""
-    if p.experiment.engine == "sglang":
-        url = sglang_url()
-        from topas.sglang.replay import run_replay
+    return p.experiment.runner().run(p, progress=progress)
 
-        return run_replay(p, url, progress=progress)
-    if p.router is not None:
-        from topas.cluster import simulate_cluster
 
-        exp = p.experiment
-        policies = [p.policy, *(exp.make_policy() for _ in range(exp.engines - 1))]
-        return simulate_cluster(p.trace, policies, p.router, p.cost, p.config, knowledge=p.knowledge,
-                                seed=exp.seed, progress=progress)
-    from topas.engine.simulator import simulate
+def _labels(capability: str) -> str:
+    """The labels of the registered engines with ``capability`` (``options``, ``cluster``), for messages."""
+    names = [n for n in _engines.registered_engines()
+             if getattr(_engines.get_engine(n), capability) and _engines.get_engine(n).listed]
+    return " or ".join(_engines.get_engine(n).label for n in names)
 
-    return simulate(p.trace, p.policy, p.cost, p.config, progress=progress, knowledge=p.knowledge)
+
+def __getattr__(name: str) -> Any:
+    # The SGLang server's environment variables and look-ups were defined here before the engines
+    # were registered; scripts still import them from here.
+    if name in _SGLANG_NAMES:
+        from topas.sglang import engine as sglang_engine
+
+        return getattr(sglang_engine, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_SGLANG_NAMES = ("SGLANG_URL_ENV", "SGLANG_IDENTITY_ENV", "sglang_urls", "sglang_url", "sglang_server_identity")

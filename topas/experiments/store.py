@@ -431,7 +431,7 @@ def ensure_stored(
     """Run what ``store`` lacks of ``experiments`` (each result stored as it finishes) and return
     the store and the experiments' keys in the input order: the engine of :func:`run_sweep` and
     :func:`topas.experiments.run_many`."""
-    from topas.experiments.local import check_sweep, map_experiments, workers
+    from topas.experiments.dispatch import check_sweep, map_experiments, workers
     from topas.experiments.ray_backend import map_experiments_ray
 
     if not isinstance(store, ResultStore):

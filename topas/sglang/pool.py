@@ -6,7 +6,7 @@ GPUs: one server each). Two replays on one server would measure each other, so a
 runs more than one. :func:`map_on_servers` gives each server a thread that takes the next
 experiment of the sweep as soon as its previous replay finished (longest arrival spans first, so
 the servers finish close together); :func:`current_server` tells the replay in a thread which
-server is its own (``topas.experiments.spec.sglang_url``).
+server is its own (``topas.sglang.engine.sglang_url``).
 
 The servers must be identical (:func:`topas.sglang.server.common_identity`): then a result does
 not depend on which server measured it and the sweep's results are those of one server.
@@ -46,12 +46,12 @@ def map_on_servers(
     their arrival span (one server takes them in the input order).
     The first failure stops handing out experiments, waits for the replays in flight (their
     results, if ``fn`` stores them, are kept) and raises
-    :class:`topas.experiments.local.ExperimentFailed` naming the experiment. On Ctrl-C nothing new
+    :class:`topas.errors.ExperimentFailed` naming the experiment. On Ctrl-C nothing new
     starts; the replays in flight are abandoned (the threads are daemons) and
     ``KeyboardInterrupt`` propagates.
     """
-    from topas.experiments.local import ExperimentFailed
-    from topas.experiments.spec import sglang_urls
+    from topas.errors import ExperimentFailed
+    from topas.sglang.urls import sglang_urls
 
     servers = list(servers) if servers is not None else sglang_urls()
     out: list[Any] = [None] * len(exps)

@@ -535,11 +535,9 @@ def run_replay(
     """
     import dataclasses
 
-    from topas.experiments.spec import Experiment, prepare
-
-    if isinstance(prepared_or_experiment, Experiment):
+    if not hasattr(prepared_or_experiment, "trace"):  # an Experiment, prepared here (as on the simulator)
         exp = prepared_or_experiment
-        prepared = prepare(replace(exp, engine="sim")) if exp.engine != "sim" else prepare(exp)
+        prepared = replace(exp, engine="sim").prepare() if exp.engine != "sim" else exp.prepare()
     else:
         prepared = prepared_or_experiment
     trace: Trace = prepared.trace
