@@ -27,15 +27,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from topas.engine.metrics import WALL_CLOCK_KEYS, SimResult, build_result
-
-if TYPE_CHECKING:  # pragma: no cover
-    from topas.cluster.simulator import ClusterSimulator
 
 CLUSTER_WALL_CLOCK_KEYS = (*WALL_CLOCK_KEYS, "routing_wall_s")
 
@@ -97,7 +94,9 @@ def copies_stats(copies: pd.DataFrame, agents: list[str], t0: float, t1: float) 
     }
 
 
-def build_cluster_result(sim: "ClusterSimulator", wall_seconds: float) -> ClusterResult:
+def build_cluster_result(sim: Any, wall_seconds: float) -> ClusterResult:
+    """The result of a finished :class:`topas.cluster.simulator.ClusterSimulator` ``sim`` (its
+    engines' tables merged, each engine's own result kept)."""
     engines = sim.engines
     per_engine = [build_result(e, wall_seconds=0.0) for e in engines]
     for r, e in zip(per_engine, engines):

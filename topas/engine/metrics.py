@@ -10,13 +10,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
-
-if TYPE_CHECKING:  # pragma: no cover
-    from topas.engine.simulator import Simulator
 
 WALL_CLOCK_KEYS = ("sim_wall_s", "decision_wall_mean_ms", "decision_wall_p50_ms",
                    "decision_wall_p99_ms", "decision_wall_share")
@@ -48,7 +45,9 @@ def percentile(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else float("nan")
 
 
-def build_result(sim: "Simulator", wall_seconds: float) -> SimResult:
+def build_result(sim: Any, wall_seconds: float) -> SimResult:
+    """The tables and summary of a finished :class:`topas.engine.simulator.Simulator` ``sim``
+    (``wall_seconds``: the run's wall time)."""
     tasks = pd.DataFrame(
         [
             {

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from topas.experiments import grid
+from topas.experiments.grid import one_run_per_policy  # noqa: F401  (the notebooks' analysis.one_run_per_policy)
 from topas.experiments.spec import Experiment, available_traces
 
 PAPER_LABEL = "paper (reported)"
@@ -54,17 +55,6 @@ def with_params(experiments: Iterable[Experiment], params: Mapping[str, object] 
         return list(experiments)
     return [dataclasses.replace(e, params={**dict(params), **dict(e.params)}) if e.policy.startswith("topas") else e
             for e in experiments]
-
-
-def one_run_per_policy(workloads: Sequence[str], policies: Sequence[str], load: float, seed: int,
-                       n_tasks: int, params: Mapping[str, object] | None = None) -> list[Experiment]:
-    """One experiment per workload x policy (``params`` go to the TOPAS policies only)."""
-    return [
-        Experiment(w, p, dict(params or {}) if p.startswith("topas") else {}, load=load, seed=seed, n_tasks=n_tasks,
-                   engine=grid.default_engine())
-        for w in workloads
-        for p in policies
-    ]
 
 
 # --- decision overhead (notebook 05) --------------------------------------------------------

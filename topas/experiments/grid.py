@@ -315,14 +315,23 @@ def named_grid(name: str, engine: str | None = None) -> list[Experiment]:
     return [*results_table(quick, engine), *notebook_grid(quick, engine)]
 
 
+def one_run_per_policy(workloads: Sequence[str], policies: Sequence[str], load: float, seed: int,
+                       n_tasks: int, params: Mapping[str, object] | None = None) -> list[Experiment]:
+    """One experiment per workload x policy (``params`` go to the TOPAS policies only)."""
+    return [
+        Experiment(w, p, dict(params or {}) if p.startswith("topas") else {}, load=load, seed=seed, n_tasks=n_tasks,
+                   engine=default_engine())
+        for w in workloads
+        for p in policies
+    ]
+
+
 def notebook_grid(quick: bool = False, engine: str | None = None) -> list[Experiment]:
     """The experiments the notebooks sweep on ``engine`` (02-08 and 14: JCT vs load on every
     workload, the ablations, the sensitivity grids, the mechanism runs, the robustness grid), without duplicates: what ``make
     reproduce`` runs after its table, for the plan it prints. Notebook 11 compares the two
     *simulated* engines only and runs nothing on a server."""
     import os
-
-    from topas.experiments.analysis import one_run_per_policy
 
     engine = engine or default_engine()
     old = os.environ.get(ENGINE_ENV)
