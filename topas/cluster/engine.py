@@ -2,14 +2,14 @@
 
 :class:`ClusterEngine` subclasses :class:`topas.engine.simulator.Simulator` without changing its
 model: it has no task arrivals of its own (the cluster delivers each request it routes here),
-runs one iteration of ``Simulator.run``'s loop per :meth:`step`, sends the requests its finishes
-make ready back to the cluster (which routes them, possibly to another engine), and bounds its
-closed-form decode runs by the earliest time another engine may deliver a request
-(:meth:`_next_event`).
+runs the single engine's own :meth:`~topas.engine.simulator.Simulator.step` per :meth:`step`,
+sends the requests its finishes make ready back to the cluster (which routes them, possibly to
+another engine), and bounds its closed-form decode runs by the earliest time another engine may
+deliver a request (:meth:`_next_event`). Idle, it waits for its own next delivery only
+(:meth:`_idle_until`), never past it to that horizon.
 
-Engine hook this relies on (``topas/engine`` is not edited): ``Simulator.run`` has no
-single-iteration method, so :meth:`step` repeats its loop body; a ``Simulator.step()`` in the
-engine would remove that copy.
+The cluster is seen through :class:`Cluster` (what the engine calls back), so this module does
+not import the cluster simulator.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-from typing import TYPE_CHECKING
+from typing import Mapping, Protocol
 
 from topas.engine.cost import CostModel
 from topas.engine.config import EngineConfig
@@ -28,14 +28,24 @@ from topas.engine.view import EngineView
 from topas.policies.base import Policy
 from topas.workload.model import Trace
 
-if TYPE_CHECKING:  # pragma: no cover
-    from topas.cluster.simulator import ClusterSimulator
-
 INF = math.inf
 
 
+class Cluster(Protocol):
+    """What a :class:`ClusterEngine` calls back (:class:`topas.cluster.simulator.ClusterSimulator`)."""
+
+    #: request id -> the engine it was routed to
+    assignment: Mapping[str, int]
+
+    def touched(self, i: int) -> None: ...
+    def ready(self, r: Request, t: float) -> None: ...
+    def responded(self, r: Request, engine: "ClusterEngine") -> None: ...
+    def finished(self, r: Request, engine: "ClusterEngine") -> None: ...
+    def horizon(self, engine: "ClusterEngine") -> float: ...
+
+
 class ClusterEngine(Simulator):
-    def __init__(self, index: int, cluster: "ClusterSimulator", trace: Trace, policy: Policy, cost: CostModel,
+    def __init__(self, index: int, cluster: Cluster, trace: Trace, policy: Policy, cost: CostModel,
                  config: EngineConfig | None = None, knowledge: Knowledge | None = None) -> None:
         # tasks arrive at the cluster, not here: the engine gets the trace's agents and no tasks
         # (the cluster validates the whole trace once, against the smallest engine)
@@ -153,33 +163,19 @@ class ClusterEngine(Simulator):
         return pending, (max(now, bound) if bound < INF else INF)
 
     def step(self) -> bool:
-        """One iteration of ``Simulator.run``'s loop; False when the engine has nothing to do
-        until a request is delivered (an idle engine, or waiting requests its policy declined)."""
+        """One step of the single engine (:meth:`Simulator.step`), the cluster told before and
+        after; False when the engine has nothing to do until a request is delivered (an idle
+        engine, or waiting requests its policy declined)."""
         self._touch()
         try:
-            return self._step()
+            return super().step()
         finally:
             self._touch()
 
-    def _step(self) -> bool:
-        self._admit_arrivals()
-        if self._dirty and self.waiting:
-            self._decide()
-        if self.prefill_queue or self._pending_prefix_prefill():
-            self._prefill_iteration()
-        elif self.decoding:
-            self._decode_until_event()
-        elif self.waiting and not self._idle_retry:
-            self._process_last_batch()
-            self._idle_retry = True
-            self._dirty = True
-        elif self._delayed:
-            self._process_last_batch()
-            self.now = max(self.now, self._delayed[0][0])
-            self._idle_retry = False
-        else:
-            return False
-        return True
+    def _idle_until(self) -> float | None:
+        # an idle engine waits for its own next delivery only: the cluster's horizon (another
+        # engine's possible finish) may deliver nothing, and the cluster steps that engine first
+        return self._delayed[0][0] if self._delayed else None
 
     def held_prefixes(self) -> frozenset[str]:
         """Agents whose prefix KV is on this GPU: resident (pinned, or in the radix cache) or

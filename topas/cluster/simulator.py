@@ -35,7 +35,7 @@ from topas.cluster.routers.base import Router
 from topas.cluster.state import ClusterInfo, EngineState, RouteRequest
 from topas.engine.config import EngineConfig
 from topas.engine.cost import CostModel
-from topas.engine.entities import Request, TaskState
+from topas.engine.entities import Request, TaskState, add_reply_latency, roots, start_task
 from topas.engine.knowledge import Knowledge
 from topas.engine.simulator import SimulationStuck
 from topas.policies.base import Policy
@@ -129,28 +129,18 @@ class ClusterSimulator:
                 bar.update(self.finished_tasks - done)
                 done = self.finished_tasks
         bar.close()
-        half = self.engines[0]._half_latency
-        if half > 0:  # the last reply's way back to the client (once per task)
-            for ts in self.tasks.values():
-                if ts.finish_time is not None:
-                    ts.finish_time += half
+        add_reply_latency(self.tasks.values(), self.engines[0]._half_latency)  # once per task
         return build_cluster_result(self, wall_seconds=_time.perf_counter() - wall0)
 
     def _arrive(self, t: float) -> None:
         while self._next_arrival < len(self._arrivals) and self._arrivals[self._next_arrival].arrival <= t:
             task = self._arrivals[self._next_arrival]
             self._next_arrival += 1
-            ts = TaskState(task=task)
+            ts = start_task(task)
             self.tasks[task.id] = ts
-            for s in task.stages:
-                rid = f"{task.id}/{s.id}"
-                r = Request(rid=rid, task=ts, stage=s, agent=s.agent, x=s.input_tokens, y=s.output_tokens,
-                            max_new=s.max_new)
-                ts.requests[s.id] = r
-                self.requests[rid] = r
-            for s in task.stages:
-                if not s.parents:
-                    self.ready(ts.requests[s.id], task.arrival)
+            self.requests.update((r.rid, r) for r in ts.requests.values())
+            for r in roots(ts):
+                self.ready(r, task.arrival)
 
     # ------------------------------------------------------------------ engine callbacks
     def ready(self, r: Request, t: float) -> None:

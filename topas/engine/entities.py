@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
+from typing import Iterable, Iterator, Mapping
 
 from topas.engine.knowledge import reveal
 from topas.engine.view import RequestView, StageView, TaskView
@@ -149,3 +149,27 @@ class Prefix:
     @property
     def tokens(self) -> int:
         return self.agent.prefix_tokens
+
+
+def start_task(task: Task) -> TaskState:
+    """A task's run state when it arrives: one :class:`Request` per stage, in stage order, each
+    ``rid`` = ``task/stage``, of the stage's input ``x``, output ``y`` and ``max_new``."""
+    ts = TaskState(task=task)
+    for s in task.stages:
+        ts.requests[s.id] = Request(rid=f"{task.id}/{s.id}", task=ts, stage=s, agent=s.agent, x=s.input_tokens,
+                                    y=s.output_tokens, max_new=s.max_new)
+    return ts
+
+
+def roots(ts: TaskState) -> Iterator[Request]:
+    """The requests of a task's root stages (no parents: ready when the task arrives), in stage order."""
+    return (ts.requests[s.id] for s in ts.task.stages if not s.parents)
+
+
+def add_reply_latency(tasks: Iterable[TaskState], half_latency: float) -> None:
+    """Add the last reply's way back to the client (half a request path) to every finished task's
+    finish time (nothing when there is no request path)."""
+    if half_latency > 0:
+        for ts in tasks:
+            if ts.finish_time is not None:
+                ts.finish_time += half_latency

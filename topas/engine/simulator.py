@@ -40,7 +40,8 @@ from tqdm.auto import tqdm
 
 from topas.engine.config import EngineConfig
 from topas.engine.cost import CostModel
-from topas.engine.entities import DECODE, DONE, PENDING, PREFILL, WAITING, Prefix, Request, TaskState
+from topas.engine.entities import (DECODE, DONE, PENDING, PREFILL, WAITING, Prefix, Request, TaskState,
+                                   add_reply_latency, roots, start_task)
 from topas.engine.knowledge import Knowledge
 from topas.engine.metrics import SimResult, build_result
 from topas.engine.view import Decision, EngineView, InfeasibleDecision, PrefixView
@@ -138,40 +139,50 @@ class Simulator:
         wall0 = _time.perf_counter()
         bar = tqdm(total=n_tasks, desc=f"simulate {self.policy.name}", unit="task", disable=not progress)
         finished = 0
-        while True:
-            self._admit_arrivals()
-            if self._dirty and self.waiting:
-                self._decide()
-            if self.prefill_queue or self._pending_prefix_prefill():
-                self._prefill_iteration()
-            elif self.decoding:
-                self._decode_until_event()
-            elif self.waiting and not self._idle_retry:
-                # Idle with requests waiting and nothing admitted: ask the policy once more (it can
-                # see that nothing changed and fall back) before waiting for the next arrival.
-                self._process_last_batch()  # an idle iteration processes the last batch
-                self._idle_retry = True
-                self._dirty = True
-            elif (t_next := self._next_event()) is not None:
-                self._process_last_batch()
-                self.now = max(self.now, t_next)
-                self._idle_retry = False
-            elif self.waiting:
-                raise SimulationStuck(
-                    f"policy {self.policy.name!r} admitted none of the {len(self.waiting)} waiting "
-                    f"requests (e.g. {next(iter(self.waiting))}) while the engine is idle at t={self.now:.6f}s"
-                )
-            else:
-                break
+        while self.step():
             if self.finished_tasks != finished:
                 bar.update(self.finished_tasks - finished)
                 finished = self.finished_tasks
+        if self.waiting:
+            raise SimulationStuck(
+                f"policy {self.policy.name!r} admitted none of the {len(self.waiting)} waiting "
+                f"requests (e.g. {next(iter(self.waiting))}) while the engine is idle at t={self.now:.6f}s"
+            )
         bar.close()
-        if self._half_latency > 0:  # the last reply's way back to the client
-            for ts in self.tasks.values():
-                if ts.finish_time is not None:
-                    ts.finish_time += self._half_latency
+        add_reply_latency(self.tasks.values(), self._half_latency)
         return build_result(self, wall_seconds=_time.perf_counter() - wall0)
+
+    def step(self) -> bool:
+        """One iteration of the engine: admit what arrived, let the policy decide, then run one
+        prefill iteration, or decode until the next event, or (idle) ask the policy once more,
+        or wait for :meth:`_idle_until`. False when there is nothing left to do: idle, the
+        policy asked again, and nothing more reaches the engine."""
+        self._admit_arrivals()
+        if self._dirty and self.waiting:
+            self._decide()
+        if self.prefill_queue or self._pending_prefix_prefill():
+            self._prefill_iteration()
+        elif self.decoding:
+            self._decode_until_event()
+        elif self.waiting and not self._idle_retry:
+            # Idle with requests waiting and nothing admitted: ask the policy once more (it can
+            # see that nothing changed and fall back) before waiting for the next arrival.
+            self._process_last_batch()  # an idle iteration processes the last batch
+            self._idle_retry = True
+            self._dirty = True
+        elif (t_next := self._idle_until()) is not None:
+            self._process_last_batch()
+            self.now = max(self.now, t_next)
+            self._idle_retry = False
+        else:
+            return False
+        return True
+
+    def _idle_until(self) -> float | None:
+        """How far an idle engine moves its clock: to :meth:`_next_event` (None: nothing more
+        comes). A cluster's engine waits for its own deliveries only, never past them to the
+        cluster's horizon (:class:`topas.cluster.engine.ClusterEngine`)."""
+        return self._next_event()
 
     def _next_event(self) -> float | None:
         """When something next reaches the engine from outside: a task arrival or a request at the
@@ -186,18 +197,12 @@ class Simulator:
         while self._next_arrival < len(self._arrivals) and self._arrivals[self._next_arrival].arrival <= self.now:
             task = self._arrivals[self._next_arrival]
             self._next_arrival += 1
-            ts = TaskState(task=task)
+            ts = start_task(task)
             self.tasks[task.id] = ts
             self.active_tasks[task.id] = ts
-            for s in task.stages:
-                rid = f"{task.id}/{s.id}"
-                r = Request(rid=rid, task=ts, stage=s, agent=s.agent, x=s.input_tokens, y=s.output_tokens,
-                            max_new=s.max_new)
-                ts.requests[s.id] = r
-                self.requests[rid] = r
-            for s in task.stages:
-                if not s.parents:
-                    self._make_ready(ts.requests[s.id], task.arrival)
+            self.requests.update((r.rid, r) for r in ts.requests.values())
+            for r in roots(ts):
+                self._make_ready(r, task.arrival)
         while self._delayed and self._delayed[0][0] <= self.now:
             t, _, r = heapq.heappop(self._delayed)
             self._enqueue(r, t)
