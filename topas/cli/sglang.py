@@ -98,7 +98,7 @@ def replay_cmd(trace_name, policy, params, rate, load, seed, n_tasks, server, ou
     """
     if rate is not None and load is not None:
         raise click.UsageError("give either --rate or --load, not both")
-    from topas.cli import simulate_summary_lines
+    from topas.cli.simulate import simulate_summary_lines
     from topas.engine.cost import ProfileError
     from topas.experiments.spec import Experiment, ExperimentError, prepare
     from topas.policies.base import PolicyError, parse_param_strings

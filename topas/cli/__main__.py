@@ -1,0 +1,5 @@
+"""``python -m topas.cli``: the ``topas`` command line."""
+
+from topas.cli import main
+
+main()
