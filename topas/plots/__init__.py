@@ -1,0 +1,95 @@
+"""The shared plotting style: policy names, colours and order; saving figures and tables.
+
+Every notebook uses these so that a policy has the same colour, name and position in every
+figure of the reproduction::
+
+    from topas import plots
+    plots.use_style()
+    fig, ax = plt.subplots()
+    sns.barplot(df, x="policy", y="jct_mean", hue="policy",
+                order=plots.policy_order(df.policy), palette=plots.policy_palette(df.policy), ax=ax)
+    plots.save_figure(fig, "jct_by_policy")           # figures/jct_by_policy.png and .pdf
+    plots.save_table(summary, "jct_by_policy")         # figures/jct_by_policy.csv and .md
+
+Colours: TOPAS is a strong vermillion and its ablations are shades of it; the baselines take
+distinct colours of the Okabe-Ito colour-blind-safe palette. A policy not listed here (a new
+one, or a typo) is not an error: it gets a stable fallback colour and its raw name as label.
+
+Output folder: ``out_dir`` if given, else ``$TOPAS_FIGURES`` if set, else ``<repo>/figures``.
+Files are written atomically (a temporary file in the same folder, then a rename), so a killed
+notebook never leaves a half-written figure or table behind.
+"""
+
+from topas.paths import REPO_ROOT  # noqa: F401  (plots.REPO_ROOT: where figures/ is by default)
+from topas.plots.style import (AGENT_COLORS, FALLBACK_COLORS, POLICY_COLORS, POLICY_LABELS, POLICY_ORDER,
+    WORKLOAD_LABELS, policy_color, policy_label, policy_order, policy_palette, use_style, workload_label)  # noqa: F401
+from topas.plots.output import (MEASURED_ON_ENV, _atomic_write, figures_dir, measured_caption, save_figure,
+    save_table, text_overlaps, to_markdown)  # noqa: F401
+from topas.plots.workloads import (draw_workflow, plot_workflows, workflow_layout, workload_sizes)  # noqa: F401
+from topas.plots.load import (LOAD_LABEL, METRIC_LABELS, PAPER_LABEL, ablation_table, jct_table,
+    needs_log_scale, plot_ablation_bars, plot_metric_vs_load, trace_status)  # noqa: F401
+from topas.plots.mechanism import (plot_decision_time, plot_engine_model, plot_kv_occupancy,
+    plot_paper_vs_ours, plot_sensitivity, plot_stage_queueing)  # noqa: F401
+from topas.plots.explorer import (H_AGE_CHOICES, plot_jct_ecdf, slider_choices)  # noqa: F401
+from topas.plots.robustness import (ROBUST_XLABELS, plot_estimator_convergence, plot_robustness)  # noqa: F401
+from topas.plots.claims import (FRACTION_LABEL, plot_capacity_jct, plot_headroom, plot_reading_space)  # noqa: F401
+from topas.plots.cluster import (INNER_MARKERS, ROUTER_COLORS, plot_cluster_balance, plot_cluster_jct,
+    plot_cluster_scaling, router_color, router_order)  # noqa: F401
+
+__all__ = [
+    "AGENT_COLORS",
+    "FALLBACK_COLORS",
+    "FRACTION_LABEL",
+    "H_AGE_CHOICES",
+    "INNER_MARKERS",
+    "LOAD_LABEL",
+    "MEASURED_ON_ENV",
+    "METRIC_LABELS",
+    "PAPER_LABEL",
+    "POLICY_COLORS",
+    "POLICY_LABELS",
+    "POLICY_ORDER",
+    "ROBUST_XLABELS",
+    "ROUTER_COLORS",
+    "WORKLOAD_LABELS",
+    "ablation_table",
+    "draw_workflow",
+    "figures_dir",
+    "jct_table",
+    "measured_caption",
+    "needs_log_scale",
+    "plot_ablation_bars",
+    "plot_capacity_jct",
+    "plot_cluster_balance",
+    "plot_cluster_jct",
+    "plot_cluster_scaling",
+    "plot_decision_time",
+    "plot_engine_model",
+    "plot_estimator_convergence",
+    "plot_headroom",
+    "plot_jct_ecdf",
+    "plot_kv_occupancy",
+    "plot_metric_vs_load",
+    "plot_paper_vs_ours",
+    "plot_reading_space",
+    "plot_robustness",
+    "plot_sensitivity",
+    "plot_stage_queueing",
+    "plot_workflows",
+    "policy_color",
+    "policy_label",
+    "policy_order",
+    "policy_palette",
+    "router_color",
+    "router_order",
+    "save_figure",
+    "save_table",
+    "slider_choices",
+    "text_overlaps",
+    "to_markdown",
+    "trace_status",
+    "use_style",
+    "workflow_layout",
+    "workload_label",
+    "workload_sizes",
+]

@@ -1,0 +1,149 @@
+"""Saving figures and tables: the output folder, atomic writes, markdown tables, overlapping text."""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import matplotlib
+import pandas as pd
+
+from topas.paths import REPO_ROOT
+
+
+# --- output ---------------------------------------------------------------------------------
+
+
+def figures_dir(out_dir: str | os.PathLike | None = None) -> Path:
+    """Where figures and tables go: ``out_dir``, else ``$TOPAS_FIGURES``, else ``<repo>/figures``."""
+    if out_dir is None:
+        env = os.environ.get("TOPAS_FIGURES")
+        out_dir = env if env else REPO_ROOT / "figures"
+    return Path(out_dir)
+
+
+def _atomic_write(path: Path, write: Callable[[str], None]) -> Path:
+    """Call ``write(tmp_path)`` then rename the temporary file onto ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # a fresh name in the same folder (so the rename is atomic), created by ``write`` itself so
+    # the file gets the usual permissions (mkstemp would make it private)
+    tmp = str(path.parent / f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+#: Set (by ``scripts/reproduce.py --engine sglang``) to the SGLang server's short identity: the
+#: figures and tables then say they were measured there (:func:`measured_caption`).
+MEASURED_ON_ENV = "TOPAS_MEASURED_ON"
+
+
+def measured_caption() -> str | None:
+    """``measured on SGLang (<server>)`` when ``$TOPAS_MEASURED_ON`` names a server, else ``None``."""
+    label = os.environ.get(MEASURED_ON_ENV, "").strip()
+    return f"measured on SGLang ({label})" if label else None
+
+
+def save_figure(fig: matplotlib.figure.Figure, name: str, out_dir: str | os.PathLike | None = None) -> list[Path]:
+    """Write ``<out_dir>/<name>.png`` and ``<name>.pdf`` atomically; return both paths.
+
+    Metadata dates are dropped so that re-rendering unchanged data gives the same PDF. With
+    ``$TOPAS_MEASURED_ON`` set the figure gets a footnote ``measured on SGLang (<server>)``.
+    """
+    out = figures_dir(out_dir)
+    caption = measured_caption()
+    if caption and not any(t.get_text() == caption for t in fig.texts):
+        fig.text(0.99, 0.0, caption, ha="right", va="top", fontsize=7, color="0.35")
+    paths = []
+    for fmt, meta in (("png", {"Software": None}), ("pdf", {"CreationDate": None, "Producer": None})):
+        paths.append(
+            _atomic_write(
+                out / f"{name}.{fmt}",
+                lambda tmp, fmt=fmt, meta=meta: fig.savefig(tmp, format=fmt, metadata=meta, bbox_inches="tight"),
+            )
+        )
+    return paths
+
+
+def _fmt_cell(v: Any, floatfmt: str) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA or v is pd.NaT:
+        return ""
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, numbers.Integral):
+        return str(int(v))
+    if isinstance(v, numbers.Real):
+        return format(float(v), floatfmt)
+    return str(v).replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(df: pd.DataFrame, floatfmt: str = ",.1f") -> str:
+    """A GitHub-flavoured Markdown table of ``df`` (no tabulate needed): numeric columns
+    right-aligned, floats as ``floatfmt``, missing values empty, ``|`` escaped."""
+    cols = [str(c) for c in df.columns]
+    numeric = [pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]) for c in df.columns]
+    lines = [
+        "| " + " | ".join(c.replace("|", "\\|") for c in cols) + " |",
+        "|" + "|".join("---:" if n else "---" for n in numeric) + "|",
+    ]
+    for row in df.itertuples(index=False, name=None):
+        lines.append("| " + " | ".join(_fmt_cell(v, floatfmt) for v in row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def save_table(
+    df: pd.DataFrame, name: str, out_dir: str | os.PathLike | None = None, floatfmt: str = ",.1f"
+) -> list[Path]:
+    """Write ``<out_dir>/<name>.csv`` (full precision) and ``<name>.md`` atomically; return both paths."""
+    out = figures_dir(out_dir)
+    csv = _atomic_write(out / f"{name}.csv", lambda tmp: df.to_csv(tmp, index=False))
+
+    caption = measured_caption()
+
+    def write_md(tmp: str) -> None:
+        head = f"{caption[0].upper()}{caption[1:]}.\n\n" if caption else ""
+        Path(tmp).write_text(head + to_markdown(df, floatfmt), encoding="utf-8")
+
+    md = _atomic_write(out / f"{name}.md", write_md)
+    return [csv, md]
+
+
+def text_overlaps(fig: matplotlib.figure.Figure) -> list[tuple[str, str]]:
+    """Pairs of visible, non-empty texts of ``fig`` whose rendered boxes overlap (for tests:
+    a readable figure returns ``[]``). Texts inside one legend are compared as well."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    # Tick labels of ticks outside an axis's view interval keep visible=True but are not drawn.
+    undrawn = set()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            tol = 1e-9 * max(abs(lo), abs(hi), 1.0)
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                if not lo - tol <= tick.get_loc() <= hi + tol:
+                    undrawn.update({id(tick.label1), id(tick.label2)})
+    texts = []
+    for t in fig.findobj(matplotlib.text.Text):
+        if id(t) in undrawn:
+            continue
+        if t.get_visible() and t.get_text().strip() and t.figure is not None:
+            bb = t.get_window_extent(renderer)
+            if bb.width > 0 and bb.height > 0:
+                texts.append((t.get_text(), bb))
+    hits = []
+    for i in range(len(texts)):
+        for j in range(i + 1, len(texts)):
+            a, b = texts[i][1], texts[j][1]
+            # strict overlap of the interiors (touching edges is fine)
+            if a.x0 < b.x1 - 0.5 and b.x0 < a.x1 - 0.5 and a.y0 < b.y1 - 0.5 and b.y0 < a.y1 - 0.5:
+                hits.append((texts[i][0], texts[j][0]))
+    return hits
