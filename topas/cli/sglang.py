@@ -1,4 +1,4 @@
-"""``topas serve`` and ``topas replay`` (attached to the ``topas`` group in topas/cli.py)."""
+"""``topas serve`` and ``topas replay`` (attached to the ``topas`` group in topas/cli/__init__.py)."""
 
 from __future__ import annotations
 

@@ -54,14 +54,13 @@ import math
 import numbers
 import os
 from dataclasses import dataclass, field
-from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from topas import engines as _engines
 from topas.engine.cost import DEFAULT_PROFILE
 from topas.errors import ExperimentError
-from topas.paths import traces_dir
+from topas.experiments.traces import _read_trace, available_traces, resolve_trace_path, trace_sha256  # noqa: F401
 from topas.provenance import code_fingerprint
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -96,93 +95,9 @@ KEY_SCHEMA = "topas.experiment/4"  # 4: the code in the key; 3: one SGLang-faith
 ENGINES = _engines.available_engines()
 #: The engine an experiment names when it names none.
 DEFAULT_ENGINE = ENGINES[0]
-_TRACE_SUFFIXES = (".json.gz", ".json")
 #: The knowledge and arrival-process fields (issue 16) and their defaults (today's behaviour):
 #: rows of results stored before they existed are read with these values.
 KNOWLEDGE_FIELDS = {"prior_noise": 0.0, "prior_bias": 1.0, "dag_visibility": "full", "arrivals": "poisson"}
-
-
-# ----------------------------------------------------------------------------- traces
-
-
-def available_traces() -> list[str]:
-    """Names of the traces in ``data/traces/`` (``<name>.json.gz`` or ``<name>.json``), sorted.
-
-    A trace name has no dot: the provenance files beside the traces (e.g.
-    ``metagpt_sop.runs.json``, the MetaGPT runs a trace was converted from) are not traces."""
-    d = traces_dir()
-    if not d.is_dir():
-        return []
-    names = set()
-    for p in d.iterdir():
-        for suf in _TRACE_SUFFIXES:
-            if p.is_file() and p.name.endswith(suf) and "." not in p.name[: -len(suf)]:
-                names.add(p.name[: -len(suf)])
-    return sorted(names)
-
-
-def resolve_trace_path(workload: str | os.PathLike[str]) -> Path:
-    """The trace file of ``workload``: a name under ``data/traces/`` or a path to a file.
-
-    A string with a path separator or a ``.json``/``.json.gz`` suffix, or one naming an existing
-    file, is a path; a missing path raises ``FileNotFoundError``. Any other string is a trace
-    name; an unknown one raises :class:`ExperimentError` listing the available traces.
-    """
-    s = os.fspath(workload)
-    if not s:
-        raise ExperimentError("workload is empty; give a trace name or a trace file")
-    p = Path(s)
-    looks_like_path = isinstance(workload, Path) or os.sep in s or "/" in s or s.endswith(_TRACE_SUFFIXES)
-    if p.is_file():
-        return p
-    if looks_like_path:
-        if p.is_dir():
-            raise ExperimentError(f"trace file {s}: is a directory, not a trace file")
-        raise FileNotFoundError(f"trace file {s}: no such file")
-    for suf in _TRACE_SUFFIXES:
-        cand = traces_dir() / f"{s}{suf}"
-        if cand.is_file():
-            return cand
-    avail = available_traces()
-    raise ExperimentError(
-        f"unknown workload {s!r}: no trace file {s}.json.gz in {traces_dir()} and no such file; "
-        f"available traces: {', '.join(avail) if avail else '(none)'}"
-    )
-
-
-def _file_stamp(path: Path) -> tuple[str, int, int]:
-    st = path.stat()
-    return (str(path.resolve()), st.st_mtime_ns, st.st_size)
-
-
-@lru_cache(maxsize=64)
-def _sha256_file(stamp: tuple[str, int, int]) -> str:
-    return hashlib.sha256(Path(stamp[0]).read_bytes()).hexdigest()
-
-
-def trace_sha256(path: Path) -> str:
-    """sha256 (hex) of a trace file's bytes (cached per process by path, mtime and size)."""
-    return _sha256_file(_file_stamp(path))
-
-
-@lru_cache(maxsize=8)
-def _read_trace_cached(stamp: tuple[str, int, int], kv_budget: int | None) -> "Trace":
-    from topas.workload.trace_io import read_trace
-
-    return read_trace(stamp[0], kv_budget=kv_budget)
-
-
-def _read_trace(path: Path, kv_budget: int | None = None) -> "Trace":
-    """Read (and validate) a trace, cached per process: a sweep reads each file once per worker.
-
-    Errors name the path as given, not the resolved one."""
-    from topas.workload.trace_io import read_trace
-    from topas.workload.validate import TraceError
-
-    try:
-        return _read_trace_cached(_file_stamp(path), kv_budget)
-    except TraceError:
-        return read_trace(path, kv_budget=kv_budget)  # re-raise with the path as the user gave it
 
 
 # ----------------------------------------------------------------------------- the spec

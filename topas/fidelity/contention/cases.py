@@ -1,0 +1,128 @@
+"""The contention cases and modes (:data:`CASES`, :data:`MODES`): scripted bursts and Poisson
+traces on a KV pool that holds about two prefixes, and each case's trace."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from topas.paths import REPO_ROOT
+
+if TYPE_CHECKING:  # pragma: no cover
+    from topas.workload.model import Trace
+
+
+OUT_DIR = REPO_ROOT / "data" / "results" / "fidelity" / "contention"
+
+
+@dataclass(frozen=True)
+class Case:
+    """A contention case: ``agents`` agents with ``prefix_tokens``-token prefixes on a pool of
+    ``pool_tokens`` (about two prefixes plus a few requests).
+
+    ``kind="burst"``: ``per_agent`` single-stage requests per agent, interleaved by agent
+    (a1 b1 c1 a2 b2 ...), arriving ``gap_s`` apart from t=0; ``kind="poisson"``: ``n_tasks`` tasks
+    of the synthetic ``shape`` (one stage per agent) with Poisson arrivals of ``rate`` tasks/s
+    from ``seed``."""
+
+    name: str
+    kind: str
+    agents: int
+    prefix_tokens: int
+    input_tokens: int
+    output_tokens: int
+    pool_tokens: int
+    per_agent: int = 0
+    gap_s: float = 0.002
+    shape: str = "chain-3"
+    n_tasks: int = 0
+    rate: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("burst", "poisson"):
+            raise ValueError(f"case {self.name!r}: kind must be 'burst' or 'poisson', got {self.kind!r}")
+        if self.kind == "burst" and self.per_agent < 1:
+            raise ValueError(f"case {self.name!r}: a burst needs per_agent >= 1")
+        if self.kind == "poisson" and (self.n_tasks < 1 or not self.rate > 0):
+            raise ValueError(f"case {self.name!r}: a Poisson case needs n_tasks >= 1 and rate > 0")
+
+
+@dataclass(frozen=True)
+class Mode:
+    """How the server schedules: the topas plugin running the run's policy (``plugin=True``), or
+    stock SGLang with ``--schedule-policy schedule_policy`` (simulated with topas's policy of the
+    same name)."""
+
+    name: str
+    plugin: bool
+    schedule_policy: str | None = None
+    policies: tuple[str, ...] = ("fcfs", "lpm", "topas")
+
+
+#: The pool of every case: two 1,024-token prefixes plus about four requests' KV and reservations.
+POOL = 2 * 1024 + 640
+
+CASES: dict[str, Case] = {c.name: c for c in (
+    # three agents, three requests each, at t=0 (2 ms apart): the first prefill runs alone, the
+    # rest queue behind it and compete for a pool that holds two prefixes
+    Case("burst-3x3", "burst", agents=3, prefix_tokens=1024, input_tokens=64, output_tokens=16,
+         pool_tokens=POOL, per_agent=3),
+    # four agents, two requests each
+    Case("burst-4x2", "burst", agents=4, prefix_tokens=1024, input_tokens=64, output_tokens=16,
+         pool_tokens=POOL, per_agent=2),
+    # the burst of make test-sglang (tests_sglang/test_server.py), on that server's 4,096-token pool
+    Case("burst-ci", "burst", agents=3, prefix_tokens=1536, input_tokens=64, output_tokens=16,
+         pool_tokens=4096, per_agent=3),
+    # Chain-3 tasks (agents A -> B -> C) arriving as a Poisson process
+    Case("poisson-chain3", "poisson", agents=3, prefix_tokens=1024, input_tokens=64, output_tokens=16,
+         pool_tokens=POOL, shape="chain-3", n_tasks=16, rate=2.0, seed=0),
+    # the same at half the load: fewer tasks overlap, so fewer evictions race with finishes
+    Case("poisson-chain3-slow", "poisson", agents=3, prefix_tokens=1024, input_tokens=64, output_tokens=16,
+         pool_tokens=POOL, shape="chain-3", n_tasks=16, rate=1.0, seed=0),
+)}
+
+MODES: dict[str, Mode] = {m.name: m for m in (
+    Mode("plugin", plugin=True),
+    Mode("sglang-fcfs", plugin=False, schedule_policy="fcfs", policies=("fcfs",)),
+    Mode("sglang-lpm", plugin=False, schedule_policy="lpm", policies=("lpm",)),
+)}
+
+
+# ----------------------------------------------------------------------------- traces
+def case_trace(case: Case) -> "Trace":
+    """The case's trace (deterministic)."""
+    from topas.workload.model import Agent, Stage, Task, Trace
+    from topas.workload.synthetic import generate
+    from topas.workload.validate import validate_trace
+
+    if case.kind == "poisson":
+        t = generate(case.shape, case.n_tasks, case.rate, case.seed, case.prefix_tokens, case.input_tokens,
+                     case.output_tokens)
+        if len(t.agents) != case.agents:
+            raise ValueError(f"case {case.name!r}: shape {case.shape} has {len(t.agents)} agents, not {case.agents}")
+        trace = Trace(name=case.name, agents=t.agents, tasks=t.tasks,
+                      meta={**dict(t.meta), "description": f"contention case {case.name} (topas.fidelity.contention)"})
+    else:
+        names = [f"{case.name}.{chr(ord('a') + k)}" for k in range(case.agents)]
+        agents = {n: Agent(n, case.prefix_tokens, float(case.output_tokens)) for n in names}
+        tasks = []
+        for i in range(case.per_agent):
+            for k, n in enumerate(names):
+                j = i * case.agents + k
+                tasks.append(Task(id=f"t{j:03d}", arrival=round(j * case.gap_s, 6), workflow="burst",
+                                  stages=(Stage("s", n, case.input_tokens, case.output_tokens),)))
+        trace = Trace(name=case.name, agents=agents, tasks=tuple(tasks),
+                      meta={"description": f"contention burst {case.name}: {case.per_agent} requests of each of "
+                                           f"{case.agents} agents, {case.gap_s * 1e3:g} ms apart (topas.fidelity.contention)",
+                            "generator": "topas.fidelity.contention.case_trace"})
+    validate_trace(trace, kv_budget=case.pool_tokens)
+    return trace
+
+
+def write_case_trace(case: Case, out_dir: str | Path = OUT_DIR / "traces") -> Path:
+    from topas.workload.trace_io import write_trace
+
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    return write_trace(case_trace(case), Path(out_dir) / f"{case.name}.json.gz")
