@@ -61,7 +61,8 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from topas.experiments.spec import KNOWLEDGE_FIELDS, Experiment
+from topas.engines import get_engine
+from topas.experiments.spec import ENGINES, KNOWLEDGE_FIELDS, Experiment
 from topas.provenance import environment, git_commit, git_dirty
 
 __all__ = [
@@ -83,8 +84,9 @@ TABLES = ("tasks", "requests", "decisions", "prefix_events", "timeline")
 META = "meta.json"
 MANIFEST = "manifest.json"
 _TMP_PREFIX = ".tmp-"
-#: Engines whose shipped packs the default store reads, in this order (``data/results/<engine>``).
-PACK_ENGINES = ("sim", "sglang")
+#: Engines whose shipped packs the default store reads, in this order (``data/results/<engine>``):
+#: the engines an experiment may name (the simulator first).
+PACK_ENGINES = ENGINES
 STORE_ONLY_ENV = "TOPAS_STORE_ONLY"
 STORE_ENV = "TOPAS_STORE"
 STORE_LOG_ENV = "TOPAS_STORE_LOG"
@@ -333,7 +335,7 @@ def experiment_of(meta: dict[str, Any]) -> Experiment:
 
     s = meta["experiment"]
     opts: dict[str, Any] = {}
-    if s["engine"] == "sim":
+    if s["engine"] in ENGINES and get_engine(s["engine"]).options:  # the simulator's engine options
         default = json.loads(json.dumps(dataclasses.asdict(EngineConfig())))
         stored = meta["canonical"].get("engine_config") or {}
         opts = {k: v for k, v in stored.items() if k in default and default[k] != v and k != "kv_budget"}
