@@ -204,8 +204,9 @@ class Experiment:
                 if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 1:
                     raise ExperimentError(f"{name} must be an integer >= 1 or None, got {name}={v!r}")
                 object.__setattr__(self, name, int(v))
-        if self.engine not in ENGINES:
-            raise ExperimentError(f"unknown engine {self.engine!r}; valid engines: {', '.join(ENGINES)}")
+        listed = _engines.available_engines()  # the registry as it is now (an engine may register later)
+        if self.engine not in listed:
+            raise ExperimentError(f"unknown engine {self.engine!r}; valid engines: {', '.join(listed)}")
         opts = _norm_params(self.engine_options)
         object.__setattr__(self, "engine_options", opts)
         if opts:
