@@ -25,7 +25,7 @@ def test_fingerprint_follows_every_byte_of_the_code(tmp_path):
     fp = provenance.code_fingerprint(provenance.CODE_PACKAGES, pkg)
     assert fp == provenance.code_fingerprint(provenance.CODE_PACKAGES, REPO_ROOT / "topas")
     # a package outside the set (the CLI, the plots, the notebooks' helpers) is not part of it
-    (pkg / "plots.py").write_text((pkg / "plots.py").read_text() + "\n# a comment\n")
+    (pkg / "plots" / "style.py").write_text((pkg / "plots" / "style.py").read_text() + "\n# a comment\n")
     provenance.code_fingerprint.cache_clear()
     assert provenance.code_fingerprint(provenance.CODE_PACKAGES, pkg) == fp
     for edit in ("policies/fcfs.py", "engine/simulator.py", "workload/arrivals.py"):
