@@ -270,5 +270,11 @@ def test_convergence_study_is_one_tidy_row_per_run_and_indicator(tmp_path):
     assert light.stable.all()  # half the nominal rate: no queue builds
     heavy = df[(df.load == 3.0) & (df.n_tasks == 40)]
     assert not heavy.stable.any() and (heavy.n_growing > 0).all()
+    from topas.experiments.protocol.convergence import capacity_table
+
+    caps = capacity_table(df)
+    assert list(caps.n_tasks) == [30, 40]
+    row = caps[caps.n_tasks == 40].iloc[0]
+    assert (row.capacity, row.lower, row.upper, row.n_seeds) == (0.5, 0.5, 3.0, 2)
     with pytest.raises(ValueError, match="parameters given for lpm"):
         convergence_study(["fcfs"], "dag-4", [1.0], [0], [30], store=ResultStore(tmp_path), params={"lpm": {}})

@@ -7,13 +7,14 @@
   stability;
 * :mod:`.paired` -- paired latency comparisons over common random numbers (t and bootstrap
   intervals, win / tie / loss), refused where a compared policy is not stable;
-* :mod:`.convergence` -- the convergence study (verdict vs run length).
+* :mod:`.convergence` -- the convergence study (verdict vs run length) and the capacity table
+  built from it.
 
 Statistics come from ``scipy.stats``; these functions are small wrappers with tests against
 known cases (tests/test_protocol.py).
 """
 
-from topas.experiments.protocol.convergence import convergence_study
+from topas.experiments.protocol.convergence import capacity_table, convergence_study
 from topas.experiments.protocol.grid_capacity import (
     GridCapacity,
     capacity_from_runs,
@@ -51,6 +52,7 @@ __all__ = [
     "UnstableComparison",
     "Warmup",
     "capacity_from_runs",
+    "capacity_table",
     "check_disjoint",
     "compare_latency",
     "convergence_study",

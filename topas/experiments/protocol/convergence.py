@@ -13,9 +13,10 @@ from typing import Any, Mapping, Sequence
 
 import pandas as pd
 
+from topas.experiments.protocol.grid_capacity import grid_capacity
 from topas.experiments.protocol.steady import ALPHA, INDICATORS, MIN_FRACTION, N_BATCHES, steady_state
 
-__all__ = ["COLUMNS", "convergence_study"]
+__all__ = ["CAPACITY_COLUMNS", "COLUMNS", "capacity_table", "convergence_study"]
 
 #: The columns of :func:`convergence_study`'s frame, one row per (policy, load, run length, seed,
 #: indicator).
@@ -61,3 +62,24 @@ def convergence_study(policies: Sequence[str], workload: str, loads: Sequence[fl
                 ev["jct_mean"] = ev["seed"].map({s: float(t["jct"].mean()) for s, t in tasks.items()})
                 frames.append(ev)
     return pd.concat(frames, ignore_index=True)[list(COLUMNS)]
+
+
+#: The columns of :func:`capacity_table`.
+CAPACITY_COLUMNS = ("policy", "workload", "n_tasks", "capacity", "lower", "upper", "seed_low", "seed_high",
+                    "n_seeds", "min_fraction", "loads")
+
+
+def capacity_table(frame: pd.DataFrame, min_fraction: float = MIN_FRACTION) -> pd.DataFrame:
+    """Capacity with its interval (:func:`~topas.experiments.protocol.grid_capacity.grid_capacity`)
+    per (policy, workload, run length) of a :func:`convergence_study` frame, from its per-(load,
+    seed) verdicts (``seed_stable``); the frame's loads are the grid. One row each
+    (:data:`CAPACITY_COLUMNS`; ``loads`` lists the grid)."""
+    rows = []
+    for (policy, workload, n), g in frame.groupby(["policy", "workload", "n_tasks"], sort=True):
+        v = g.drop_duplicates(["load", "seed"])[["load", "seed", "seed_stable"]].rename(columns={"seed_stable": "stable"})
+        c = grid_capacity(v, min_fraction, what=f"{workload}/{policy}, {n} tasks")
+        rows.append({"policy": policy, "workload": workload, "n_tasks": int(n), "capacity": c.capacity,
+                     "lower": c.lower, "upper": c.upper, "seed_low": c.seed_low, "seed_high": c.seed_high,
+                     "n_seeds": c.n_seeds, "min_fraction": c.min_fraction,
+                     "loads": " ".join(f"{l:g}" for l in c.loads)})
+    return pd.DataFrame(rows, columns=list(CAPACITY_COLUMNS))
