@@ -95,8 +95,9 @@ LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 lab: $(VENV)/.lab-installed  ## open JupyterLab in notebooks/ (ARGS="--no-browser --port 8890" pass through)
 	cd notebooks && $(abspath $(VENV))/bin/jupyter lab $(LAB_ROOT) $(ARGS)
 
-traces: $(STAMP)  ## regenerate the workload traces in data/traces/
+traces: $(STAMP)  ## regenerate the synthetic workload traces and the held-out random workflows in data/traces/
 	$(VPY) scripts/make_traces.py
+	$(VPY) scripts/make_traces.py --held-out
 
 # MetaGPT workloads (tools/metagpt/README.md). MetaGPT lives in its own venvs, never in $(VENV):
 # SOP = metagpt==0.8.2 from the registry; TL = MetaGPT main at METAGPT_TL_COMMIT (TeamLeader mode is

@@ -7,8 +7,14 @@ Each file is ``SYNTHETIC[name]()`` with the generator's defaults (topas/workload
 written by ``topas.workload.write_trace``, which is byte-deterministic: running this script again
 reproduces the committed files bit for bit (tests/test_synthetic.py checks it).
 
-    python scripts/make_traces.py                 # all three into data/traces/
+``--held-out`` writes the held-out family of random workflows instead
+(:mod:`topas.workload.random_dag`): ``random-dag-<seed>`` for every generator seed of
+``topas.experiments.protocol.seeds.HELD_OUT_WORKFLOW_SEEDS``, with the generator's defaults
+(tests/test_random_dag.py checks they regenerate bit for bit).
+
+    python scripts/make_traces.py                 # the synthetic traces into data/traces/
     python scripts/make_traces.py --out /tmp/t --only dag-4
+    python scripts/make_traces.py --held-out      # the held-out random workflows
 """
 
 from __future__ import annotations
@@ -36,13 +42,27 @@ def main(argv: list[str] | None = None) -> list[Path]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=None, help="output directory (default: data/traces/)")
     ap.add_argument("--only", choices=sorted([*SYNTHETIC, *LONG]), default=None, help="write only this workload")
+    ap.add_argument("--held-out", action="store_true",
+                    help="write the held-out random workflows (one per HELD_OUT_WORKFLOW_SEEDS seed) instead")
     args = ap.parse_args(argv)
+    if args.held_out and args.only:
+        ap.error("--held-out and --only exclude each other")
     out = args.out if args.out is not None else traces_dir()
     out.mkdir(parents=True, exist_ok=True)
-    names = [args.only] if args.only else [*SYNTHETIC, *LONG]
+    if args.held_out:
+        from topas.experiments.protocol.seeds import HELD_OUT_WORKFLOW_SEEDS
+        from topas.workload import random_dag
+
+        names = [random_dag.trace_name(s) for s in HELD_OUT_WORKFLOW_SEEDS]
+        held_out = {random_dag.trace_name(s): s for s in HELD_OUT_WORKFLOW_SEEDS}
+    else:
+        names = [args.only] if args.only else [*SYNTHETIC, *LONG]
+        held_out = {}
     written = []
     for name in names:
-        if name in LONG:
+        if name in held_out:
+            trace = random_dag.generate(held_out[name])
+        elif name in LONG:
             gen, n = LONG[name]
             trace = dataclasses.replace(SYNTHETIC[gen](n_tasks=n), name=name)
         else:

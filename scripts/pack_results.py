@@ -22,12 +22,19 @@ commit at packing time, the environment (Python and library versions) and the pa
 is written beside the old one and swapped in with renames, so an interrupted run leaves the old
 pack whole; a pack over ``--max-mb`` (default 50) is refused.
 
+**Provenance.** The pack is refused, with the changes listed, when the working tree is dirty
+(changes outside ``figures/`` and ``data/results/``, the folders a reproduction writes:
+:func:`topas.provenance.dirty_entries`) or when any result to pack was produced from a dirty tree
+(its ``meta.json`` ``git_dirty``): the shipped results must come from committed code. For an
+experiment, ``--allow-dirty`` packs anyway and says so in the manifest (``allow_dirty``,
+``tree_dirty``, ``dirty_entries``).
+
 Measured results (``--engine sglang``) are packed from what the store holds of the chosen grid
 (``--grid full|quick|gpu-afternoon``, :func:`topas.experiments.grid.named_grid`), without running
 the notebooks and without a server (the keys use the server identity the stored replays record):
 a GPU box that ran part of a grid ships that part; the manifest says how much of the grid it is.
 
-Usage: ``python scripts/pack_results.py [--engine sim] [--grid G] [--max-mb 50] [--log FILE]``
+Usage: ``python scripts/pack_results.py [--engine sim] [--grid G] [--max-mb 50] [--log FILE] [--allow-dirty]``
 (``--log`` reuses a store log from an earlier notebook run instead of executing the notebooks).
 """
 
@@ -54,7 +61,7 @@ from topas.experiments.store import (  # noqa: E402
     ResultStore,
     git_commit,
 )
-from topas.provenance import environment  # noqa: E402
+from topas.provenance import OUTPUT_PATHS, dirty_entries, environment  # noqa: E402
 
 SCHEMA = "topas.results-pack/1"
 
@@ -142,15 +149,45 @@ def measured_keys(grid: str) -> tuple[list[str], set[str], int]:
 PACKED_ENGINES = {"sim": ("sim",), "sglang": ("sglang",)}
 
 
-def build_pack(keys: list[str], loaded: set[str], summary_only: set[str], engine: str, dest: Path) -> dict:
-    """Copy the results into ``dest`` (a new folder) and return the manifest."""
+#: Dirty entries listed in a refusal (and kept in the manifest), at most.
+SHOW_DIRTY = 20
+
+
+def check_clean_tree(entries: list[str] | None, allow_dirty: bool) -> None:
+    """Refuse (``SystemExit`` with the changes listed) a dirty tree, or one outside git, unless
+    ``allow_dirty``."""
+    if allow_dirty:
+        return
+    if entries is None:
+        raise SystemExit("error: not a git checkout: a pack must name the commit its results come from; "
+                         "pass --allow-dirty to pack anyway (recorded in the manifest)")
+    if entries:
+        shown = "\n  ".join(entries[:SHOW_DIRTY]) + (f"\n  ... ({len(entries)} in all)" if len(entries) > SHOW_DIRTY else "")
+        raise SystemExit(f"error: the working tree has uncommitted changes outside {', '.join(OUTPUT_PATHS)}:\n  {shown}\n"
+                         "The shipped results must come from committed code: commit (or stash) the changes, "
+                         "re-run what they affect, then pack; or pass --allow-dirty for an experiment "
+                         "(recorded in the manifest)")
+
+
+def build_pack(keys: list[str], loaded: set[str], summary_only: set[str], engine: str, dest: Path,
+               allow_dirty: bool = False, provenance: dict | None = None) -> dict:
+    """Copy the results into ``dest`` (a new folder) and return the manifest. A result produced
+    from a dirty tree is refused (``SystemExit`` naming it) unless ``allow_dirty``; ``provenance``
+    (the pack's own: ``allow_dirty``, ``tree_dirty``, ``dirty_entries``) goes into the manifest."""
     store = ResultStore()
     experiments = []
     size = 0
+    metas = {}
     for key in sorted(keys):
         meta = store.meta(key)
-        if meta.get("engine", "sim") not in PACKED_ENGINES[engine]:
-            continue
+        if meta.get("engine", "sim") in PACKED_ENGINES[engine]:
+            metas[key] = meta
+    dirty = [m["label"] for m in metas.values() if m.get("git_dirty")]
+    if dirty and not allow_dirty:
+        raise SystemExit(f"error: {len(dirty)} of the {len(metas)} results to pack were produced from a dirty tree "
+                         f"(git_dirty in their meta.json), e.g. {dirty[0]}; re-run them from a clean commit "
+                         "(remove them from data/results/store first), or pass --allow-dirty for an experiment")
+    for key, meta in metas.items():
         src = store.locate(key)
         out = dest / key[:2] / key
         out.mkdir(parents=True)
@@ -176,6 +213,8 @@ def build_pack(keys: list[str], loaded: set[str], summary_only: set[str], engine
         "packed_at_commit": git_commit(),
         "result_commits": sorted({e["git_commit"] for e in experiments}),
         "any_result_dirty": any(bool(e["git_dirty"]) for e in experiments),
+        "allow_dirty": bool(allow_dirty),
+        **(provenance or {}),
         "code_fingerprints": sorted({str(e["code"]) for e in experiments}),
         "environment": environment(),
         "n_experiments": len(experiments),
@@ -195,7 +234,15 @@ def main(argv: list[str] | None = None) -> int:
                     help="--engine sglang: pack what the store holds of this grid (default: full)")
     ap.add_argument("--log", type=Path, default=None,
                     help="a store log from an earlier notebook run (default: run the notebooks now)")
+    ap.add_argument("--allow-dirty", action="store_true",
+                    help="pack even from a dirty tree or dirty results (an experiment; recorded in the manifest)")
     args = ap.parse_args(argv)
+    entries = dirty_entries()
+    check_clean_tree(entries, args.allow_dirty)
+    provenance = {"tree_dirty": None if entries is None else bool(entries),
+                  "dirty_entries": (entries or [])[:SHOW_DIRTY]}
+    if args.allow_dirty and (entries or entries is None):
+        print("warning: packing from a dirty tree (--allow-dirty); the manifest records it", flush=True)
 
     grid_size = None
     if args.engine == "sglang" and args.log is None:
@@ -212,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        manifest = build_pack(keys, loaded, summary_only, args.engine, tmp)
+        manifest = build_pack(keys, loaded, summary_only, args.engine, tmp, args.allow_dirty, provenance)
         if grid_size is not None:
             manifest.update({"grid": args.grid, "grid_experiments": grid_size})
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")

@@ -10,6 +10,12 @@ everywhere"): the chosen variant has the smallest **worst** ratio over all point
 metrics; ties (within 0.5%) go to the smaller geometric mean of the ratios. MetaGPT workloads are
 never run here: the chosen variant is then run on them untouched.
 
+Arrival seeds come from the protocol's fixed ranges (:mod:`topas.experiments.protocol.seeds`):
+the selection runs on the first ``--seeds`` tuning seeds (``TUNING_SEEDS``: 100, 101, ...), the
+``--confirm`` step on the first ``--seeds`` evaluation seeds (``EVALUATION_SEEDS``: 0, 1, ...), so
+that no selection sees a seed a reported number uses. (The committed selection CSVs were made with
+seeds 0..N-1 for both steps, before the ranges were fixed.)
+
 Runs go through the results store (``run_sweep``), so a killed selection resumes. Writes
 ``data/results/selection/topas_plus_selection.csv`` (one row per candidate and point; atomic) and
 prints the ranking and the chosen variant.
@@ -18,7 +24,7 @@ prints the ranking and the chosen variant.
 untouched) and ``topas`` against the baselines on MetaGPT-SOP and MetaGPT-TL (loads 0.8, 1.0,
 1.2 unless ``--loads``), written to ``data/results/selection/topas_plus_metagpt.csv``.
 
-    python scripts/select_topas_plus.py                      # 300 tasks, seeds 0-1, loads 0.8-1.4
+    python scripts/select_topas_plus.py                      # 300 tasks, seeds 100-101, loads 0.8-1.4
     python scripts/select_topas_plus.py --tasks 60 --seeds 1 --loads 1.2   # a smoke test
     python scripts/select_topas_plus.py --confirm            # then, once: the MetaGPT workloads
 """
@@ -34,9 +40,14 @@ from pathlib import Path
 import pandas as pd
 
 from topas.experiments import Experiment, ResultStore, run_sweep
+from topas.experiments.protocol.seeds import EVALUATION_SEEDS, TUNING_SEEDS, first
 from topas.paths import data_dir
 
 WORKLOADS = ("chain-3", "dag-4", "dag-10-wide")
+#: The arrival seeds of the selection (its first ``--seeds``): tuning seeds only.
+SEEDS = TUNING_SEEDS
+#: ... and of ``--confirm``, an evaluation of the chosen variant on held-out workloads.
+CONFIRM_SEEDS = EVALUATION_SEEDS
 BASELINES = ("fcfs", "lpm", "spf", "parrot-fcfs", "autellix-las")
 #: the candidates, every parameter spelled out (so a later change of defaults does not move them)
 _BASE = {"residency_first": True, "rank": "path", "H_age": 60.0, "group": "off", "starve_s": 0.0}
@@ -65,16 +76,16 @@ CONFIRM_OUT = OUT.with_name("topas_plus_metagpt.csv")
 
 
 def experiments(tasks: int, seeds: int, loads: list[float], workloads=WORKLOADS,
-                candidates: dict[str, tuple[str, dict]] | None = None
+                candidates: dict[str, tuple[str, dict]] | None = None, seed_range: range = SEEDS
                 ) -> tuple[list[Experiment], list[tuple[str, Experiment]]]:
-    """Baseline runs and (variant name, run) pairs; ``candidates`` maps a variant name to
-    (policy, params), by default every topas-plus candidate."""
+    """Baseline runs and (variant name, run) pairs on the first ``seeds`` seeds of ``seed_range``;
+    ``candidates`` maps a variant name to (policy, params), by default every topas-plus candidate."""
     if candidates is None:
         candidates = {name: ("topas-plus", params) for name, params in CANDIDATES.items()}
     base, cands = [], []
     for wl in workloads:
         for load in loads:
-            for seed in range(seeds):
+            for seed in first(seed_range, seeds, "--seeds"):
                 base += [Experiment(wl, b, load=load, seed=seed, n_tasks=tasks) for b in BASELINES]
                 cands += [(name, Experiment(wl, pol, params, load=load, seed=seed, n_tasks=tasks))
                           for name, (pol, params) in candidates.items()]
@@ -123,7 +134,7 @@ def write_atomic(df: pd.DataFrame, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", type=int, default=300)
-    ap.add_argument("--seeds", type=int, default=2, help="arrival seeds 0..N-1")
+    ap.add_argument("--seeds", type=int, default=2, help="the first N seeds of the range: tuning seeds (100, 101, ...); --confirm: evaluation seeds (0, 1, ...)")
     ap.add_argument("--loads", type=float, nargs="+", help="default: 0.8 1.0 1.2 1.4 (--confirm: 0.8 1.0 1.2)")
     ap.add_argument("--confirm", action="store_true",
                     help="run the chosen topas-plus (its defaults) and topas on the MetaGPT workloads")
@@ -157,7 +168,7 @@ def confirm(args: argparse.Namespace, loads: list[float], store: ResultStore) ->
     """The chosen topas-plus, untouched (no parameter given: its defaults), on the held-out workloads."""
     out = args.out or CONFIRM_OUT
     base_exps, runs = experiments(args.tasks, args.seeds, loads, workloads=HELD_OUT,
-                                  candidates={p: (p, {}) for p in CONFIRM_POLICIES})
+                                  candidates={p: (p, {}) for p in CONFIRM_POLICIES}, seed_range=CONFIRM_SEEDS)
     base = run_sweep(base_exps, store, jobs=args.jobs, desc="baselines")
     res = run_sweep([e for _, e in runs], store, jobs=args.jobs, desc="topas-plus and topas")
     res.insert(0, "variant", [name for name, _ in runs])

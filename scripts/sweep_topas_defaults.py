@@ -12,6 +12,11 @@ Two stages, both committed with their raw runs:
     python scripts/sweep_topas_defaults.py --stage refine        # 2: the best region, 500 tasks, 2 seeds
     python scripts/sweep_topas_defaults.py --stage quick         # a smoke test
 
+Arrival seeds come from the protocol's tuning range (``TUNING_SEEDS``,
+:mod:`topas.experiments.protocol.seeds`): ``--seeds N`` takes its first ``N`` (100, 101, ...), never
+an evaluation seed. (The committed CSVs below were made with seeds 0..N-1, before the ranges were
+fixed.)
+
 Stage 1 writes ``data/results/topas_defaults_sweep.csv``, stage 2
 ``data/results/topas_defaults_refine.csv`` (one row per run); each prints its ranking. The
 defaults are stage 2's best.
@@ -32,12 +37,15 @@ from tqdm import tqdm
 
 from topas.engine.cost import load_profile
 from topas.engine.simulator import simulate
+from topas.experiments.protocol.seeds import TUNING_SEEDS, first
 from topas.paths import data_dir, traces_dir
 from topas.policies import make_policy
 from topas.workload.arrivals import retime
 from topas.workload.trace_io import read_trace
 
 WORKLOADS = ("chain-3", "dag-4", "dag-10-wide")
+#: The arrival seeds a sweep draws from (its first ``--seeds``): tuning seeds only.
+SEEDS = TUNING_SEEDS
 BASELINES = ("fcfs", "lpm", "spf", "parrot-fcfs", "autellix-las")
 GRID = {
     "preempt": (True, False),
@@ -73,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stage", choices=list(STAGES), default="coarse")
     ap.add_argument("--tasks", type=int, help="tasks per run (default: the stage's)")
     ap.add_argument("--loads", type=float, nargs="+", default=[1.0, 1.3])
-    ap.add_argument("--seeds", type=int, help="arrival seeds 0..N-1 (default: the stage's)")
+    ap.add_argument("--seeds", type=int, help="the first N tuning seeds (100, 101, ...; default: the stage's N)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count())
     ap.add_argument("--out", type=Path, help="CSV of the runs (default: data/results/<stage's file>)")
     args = ap.parse_args(argv)
@@ -82,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     args.seeds = args.seeds or seeds
     args.out = args.out or data_dir() / "results" / fname
     combos = [tuple(zip(grid, values)) for values in itertools.product(*grid.values())]
-    points = [(w, l, s) for w in WORKLOADS for l in args.loads for s in range(args.seeds)]
+    points = [(w, l, s) for w in WORKLOADS for l in args.loads for s in first(SEEDS, args.seeds, "--seeds")]
     jobs = [(w, l, s, args.tasks, b, ()) for (w, l, s) in points for b in BASELINES]
     jobs += [(w, l, s, args.tasks, "topas", c) for (w, l, s) in points for c in combos]
     with ProcessPoolExecutor(args.jobs) as pool:

@@ -37,7 +37,7 @@ def test_nothing_refers_outside_the_repository():
     assert not bad, "references outside the repository:\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize("doc", ["method.md", "design.md", "capacity.md", "topas_plus.md", "cluster.md"])
+@pytest.mark.parametrize("doc", ["method.md", "design.md", "capacity.md", "topas_plus.md", "cluster.md", "protocol.md"])
 def test_docs_name_only_code_that_exists(doc):
     text = (DOCS / doc).read_text()
     paths = set(re.findall(r"`((?:topas|scripts|tests|data)/[A-Za-z0-9_./-]+\.(?:py|md|csv|json))`", text))

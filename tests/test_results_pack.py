@@ -57,7 +57,7 @@ def packed(tmp_path, monkeypatch):
     monkeypatch.setattr(mod, "ResultStore", lambda: ResultStore(work))
     dest = tmp_path / "data" / "results" / "sim"
     dest.mkdir(parents=True)
-    manifest = mod.build_pack(*mod.read_log(log), "sim", dest)
+    manifest = mod.build_pack(*mod.read_log(log), "sim", dest, allow_dirty=True)  # a dev tree may be dirty
     return exps, dest, manifest, work
 
 

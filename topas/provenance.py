@@ -11,8 +11,12 @@
   result's ``meta.json``, the shipped pack's manifest and ``scripts/reproduce.py``'s inputs file
   record it.
 
-A dirty tree is *recorded*, not refused: the fingerprint already tells a result of edited code
-from one of the committed code, and the dirty flag says the commit alone cannot rebuild it.
+A dirty tree is *recorded*, not refused, for a result: the fingerprint already tells a result of
+edited code from one of the committed code, and the dirty flag says the commit alone cannot
+rebuild it. "Dirty" means changed outside :data:`OUTPUT_PATHS` (``figures/`` and
+``data/results/``, what a reproduction writes while it runs), so a reproduction started from a
+clean commit records clean results although it rewrites the figures as it goes. Packing the
+shipped results (``scripts/pack_results.py``) refuses a dirty tree unless told otherwise.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["CODE_PACKAGES", "ENGINE_CODE", "code_fingerprint", "engine_fingerprint", "environment",
-           "git_commit", "git_dirty", "versions", "VERSIONED"]
+           "dirty_entries", "git_commit", "git_dirty", "versions", "VERSIONED", "OUTPUT_PATHS"]
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 #: The sub-packages whose code produces a simulated result: the workload model and arrivals, the
@@ -91,12 +95,24 @@ def git_commit() -> str:
     return sha if len(sha) == 40 else "unknown"
 
 
+#: Folders (relative to the repository root) that a reproduction writes: changes there do not make
+#: the tree dirty.
+OUTPUT_PATHS = ("figures", "data/results")
+
+
+def dirty_entries() -> list[str] | None:
+    """``git status --porcelain`` lines of the changes outside :data:`OUTPUT_PATHS` (tracked
+    changes and untracked files that git does not ignore); ``None`` outside git."""
+    out = _git("status", "--porcelain", "--", ":(top)", *(f":(top,exclude){p}" for p in OUTPUT_PATHS))
+    return None if out is None else [line for line in out.splitlines() if line.strip()]
+
+
 @functools.lru_cache(maxsize=1)
 def git_dirty() -> bool | None:
-    """Whether the working tree differs from ``HEAD`` (tracked changes or untracked files that git
-    does not ignore); ``None`` outside git."""
-    out = _git("status", "--porcelain")
-    return None if out is None else bool(out.strip())
+    """Whether the working tree differs from ``HEAD`` outside :data:`OUTPUT_PATHS`
+    (:func:`dirty_entries`); ``None`` outside git."""
+    entries = dirty_entries()
+    return None if entries is None else bool(entries)
 
 
 def versions() -> dict[str, str]:
