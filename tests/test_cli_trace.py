@@ -129,7 +129,7 @@ def cases():
         (d2, "task t00000 stage A: the stages form a cycle: A -> B -> D -> A"),
         (d3, "task t00001 stage D: output_tokens must be a positive integer, got 3.0"),
         (d4, "task t00001: arrival 2.0 is earlier than the arrival 5.0 of the preceding task t00000"),
-        (d5, "unsupported schema version 'topas.trace/0' (supported schema versions: topas.trace/1)"),
+        (d5, "unsupported schema version 'topas.trace/0' (supported schema versions: topas.trace/1, topas.trace/2)"),
         (d6, "task t00001 stage B: unknown agent 'ghost'"),
     ]
 
