@@ -343,6 +343,7 @@ def validate_trace(trace: "Trace", kv_budget: int | None = None, source: str | N
             raise TraceError(source, "stage has no segments while others have (all stages or none)",
                              task=t.id, stage=s.id)
         table: dict[str, tuple[str, Any, Any, Any, Any]] = {}
+        rows_of: dict[int, tuple[str, Any, Any, Any, Any]] = {}  # a Segment shared by stages: checked once
         stages_of = []
         for t in trace.tasks:
             rows = []
@@ -350,7 +351,11 @@ def validate_trace(trace: "Trace", kv_budget: int | None = None, source: str | N
                 s = t.stage_map[sid]
                 segs = []
                 for g in s.segments or ():
-                    row = (g.id, g.tokens, g.kind, g.task, g.origin)
+                    row = rows_of.get(id(g))
+                    if row is not None:
+                        segs.append(row)
+                        continue
+                    row = rows_of[id(g)] = (g.id, g.tokens, g.kind, g.task, g.origin)
                     p = _id_problem("a segment id", g.id) or _length_problem(f"segment {g.id}: tokens", g.tokens)
                     if p:
                         raise TraceError(source, p, task=t.id, stage=s.id)
