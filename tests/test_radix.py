@@ -28,7 +28,7 @@ def shared_tokens(pa, pb) -> int:
     return n
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(seqs_st, st.data())
 def test_paths_spell_the_sequences_and_share_exactly_their_common_prefix(seqs, data):
     tree = RadixTree(seqs)
