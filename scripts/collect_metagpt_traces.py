@@ -55,7 +55,7 @@ METAGPT_TL_COMMIT = "1dfce070d29041fbd10dc9deb4a2db48bd5aebc7"  # FoundationAgen
 WORKFLOWS = {
     "sop": {"trace": "metagpt-sop", "venv": ".venvs/metagpt-sop", "metagpt": f"metagpt=={METAGPT_SOP_VERSION}",
             "n_round": 12},
-    "tl": {"trace": "metagpt-tl", "venv": ".venvs/metagpt-tl", "metagpt": f"MetaGPT main@{METAGPT_TL_COMMIT[:8]}",
+    "tl": {"trace": "metagpt-tl", "raw_trace": "metagpt-tl-raw", "venv": ".venvs/metagpt-tl", "metagpt": f"MetaGPT main@{METAGPT_TL_COMMIT[:8]}",
            "n_round": 30},
 }
 
@@ -267,9 +267,13 @@ def convert(args, calls_path: Path) -> Path:
     from topas.workload.trace_io import write_trace
 
     wf = WORKFLOWS[args.workflow]
-    trace = convert_file(calls_path, name=wf["trace"], rate=NOMINAL_RATES[wf["trace"]], encoding="cl100k_base")
-    out = write_trace(trace, args.out_dir / f"{wf['trace']}.json.gz")
-    print(f"wrote {out}: {len(trace.tasks)} tasks, {trace.num_requests} requests, {len(trace.agents)} agents")
+    # the masked trace (volatile values normalised away) and, for TL, whose RoleZero prompts carry
+    # the current time, the variant a deployment sees: one distinct second per call
+    variants = [(wf["trace"], "masked")] + ([(wf["raw_trace"], "distinct")] if "raw_trace" in wf else [])
+    for name, time in variants:
+        trace = convert_file(calls_path, name=name, rate=NOMINAL_RATES[name], encoding="cl100k_base", time=time)
+        out = write_trace(trace, args.out_dir / f"{name}.json.gz")
+        print(f"wrote {out}: {len(trace.tasks)} tasks, {trace.num_requests} requests, {len(trace.agents)} agents")
     return out
 
 

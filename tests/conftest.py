@@ -108,3 +108,46 @@ def good_trace_dict() -> dict:
             {"id": "t00001", "arrival": 1.5, "workflow": "tiny", "stages": stages()},
         ],
     }
+
+
+def good_trace_v2_dict() -> dict:
+    """A valid topas.trace/2 trace: two tasks whose prompts share segments (the worked example of
+    tests/test_reuse.py).
+
+    ``P`` is agent a's prefix (4 tokens), ``H`` a header both tasks' a-calls hold after it (2),
+    ``C`` task t00000's context (5) that its stages A and B both hold, then each call's unique part;
+    t00001/B is agent b's call: its prefix ``Pb`` (3) and 2 tokens of its own."""
+    seg = [
+        {"id": "P", "tokens": 4, "kind": "prefix"},
+        {"id": "H", "tokens": 2, "kind": "shared"},
+        {"id": "C", "tokens": 5, "kind": "context", "task": "t00000", "origin": "A"},
+        {"id": "U0", "tokens": 3, "kind": "unique", "task": "t00000", "origin": "A"},
+        {"id": "U1", "tokens": 6, "kind": "unique", "task": "t00000", "origin": "B"},
+        {"id": "V", "tokens": 7, "kind": "unique", "task": "t00001", "origin": "A"},
+        {"id": "Pb", "tokens": 3, "kind": "prefix"},
+        {"id": "W", "tokens": 2, "kind": "unique", "task": "t00001", "origin": "B"},
+    ]
+    return {
+        "schema": "topas.trace/2",
+        "name": "tiny2",
+        "meta": {"description": "test"},
+        "agents": [
+            {"name": "a", "prefix_tokens": 4, "expected_output_tokens": 5.0},
+            {"name": "b", "prefix_tokens": 3, "expected_output_tokens": 5.0},
+        ],
+        "tasks": [
+            {"id": "t00000", "arrival": 0.0, "workflow": "tiny2", "stages": [
+                {"id": "A", "agent": "a", "input_tokens": 10, "output_tokens": 5, "parents": [],
+                 "segments": ["P", "H", "C", "U0"]},
+                {"id": "B", "agent": "a", "input_tokens": 13, "output_tokens": 5, "parents": ["A"],
+                 "segments": ["P", "H", "C", "U1"]},
+            ]},
+            {"id": "t00001", "arrival": 1.0, "workflow": "tiny2", "stages": [
+                {"id": "A", "agent": "a", "input_tokens": 9, "output_tokens": 5, "parents": [],
+                 "segments": ["P", "H", "V"]},
+                {"id": "B", "agent": "b", "input_tokens": 2, "output_tokens": 5, "parents": ["A"],
+                 "segments": ["Pb", "W"]},
+            ]},
+        ],
+        "segments": seg,
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -129,7 +130,7 @@ def cases():
         (d2, "task t00000 stage A: the stages form a cycle: A -> B -> D -> A"),
         (d3, "task t00001 stage D: output_tokens must be a positive integer, got 3.0"),
         (d4, "task t00001: arrival 2.0 is earlier than the arrival 5.0 of the preceding task t00000"),
-        (d5, "unsupported schema version 'topas.trace/0' (supported schema versions: topas.trace/1)"),
+        (d5, "unsupported schema version 'topas.trace/0' (supported schema versions: topas.trace/1, topas.trace/2)"),
         (d6, "task t00001 stage B: unknown agent 'ghost'"),
     ]
 
@@ -211,3 +212,27 @@ def test_describe_bad_file(runner, tmp_path):
     d["agents"].append(d["agents"][0])
     r = run(runner, "trace", "describe", write(tmp_path, d))
     assert r.exit_code == 1 and "agent a: duplicate agent name" in r.stderr
+
+
+def test_describe_prints_the_perfect_cache_reuse(runner, tmp_path):
+    from conftest import good_trace_v2_dict
+
+    r = run(runner, "trace", "describe", write(tmp_path, good_trace_v2_dict()))
+    assert r.exit_code == 0, r.output
+    # tests/test_reuse.py works the numbers out: 17 of 49 prompt tokens, 6 cross-task, 11 within
+    assert ("reuse      a perfect radix cache reuses 34.7% of 49 prompt tokens (cross-task 12.2%, "
+            "within-task 22.4%)") in r.stdout
+    assert "segments   8 distinct (topas.trace/2): prefix 2 (7 tokens), shared 1 (2 tokens)" in r.stdout
+    r = run(runner, "trace", "describe", TRACES / "dag-4.json.gz")  # /1: the agent-prefix model
+    assert "reuses 85.6% of 14,336,000 prompt tokens (cross-task 85.6%, within-task 0.0%)" in r.stdout
+    assert "agent-prefix model (topas.trace/1)" in r.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, share", [("metagpt-sop", 48.7), ("metagpt-tl", 84.5), ("metagpt-tl-raw", 5.0)])
+def test_describe_metagpt_reuse_is_that_of_the_real_token_sequences(runner, name, share):
+    r = run(runner, "trace", "describe", name)
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.stdout.splitlines() if x.startswith("reuse "))
+    got = float(re.search(r"reuses ([\d.]+)%", line).group(1))
+    assert abs(got - share) <= 2.0, line

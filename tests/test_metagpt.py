@@ -23,6 +23,7 @@ from topas.workload.metagpt import (
     calls_to_trace,
     common_prefix_len,
     convert_file,
+    distinct_time,
     normalise,
     read_calls,
     render,
@@ -300,7 +301,7 @@ def test_responder_answers_are_well_formed():
 # ----------------------------------------------------------------------------- the committed traces
 
 
-@pytest.mark.parametrize("name", ["metagpt-sop", "metagpt-tl"])
+@pytest.mark.parametrize("name", ["metagpt-sop", "metagpt-tl", "metagpt-tl-raw"])
 def test_committed_trace_validates_and_runs_under_every_policy(name):
     from topas.engine.cost import load_profile
     from topas.experiments import Experiment, run_experiment
@@ -355,3 +356,67 @@ def test_the_runs_working_directory_is_masked():
     assert tr.agents["Architect"].prefix_tokens >= len(words(render([recs[0]["messages"][0]])))
     assert normalise("at /w/b1/workspace on 2025-06-30 19:45:55", "/w/b1") == "at <WORKDIR>/workspace on <DATETIME>"
     assert normalise("cd {project_name}_1795951056 ") == "cd {project_name}_<EPOCH> "
+
+
+# ----------------------------------------------------------------------------- segments (topas.trace/2)
+
+
+def _sharing_reuse(tr, seqs):
+    """Per request: reuse over the trace's segments, and over the token sequences (plain trie)."""
+    from topas.workload.radix import reuse_of_sequences
+    from topas.workload.reuse import request_reuse
+
+    return [c + w for _t, _p, c, w in request_reuse(tr)], reuse_of_sequences(seqs)
+
+
+def _in_trace_order(tr, recs):
+    by = {(r["run_id"], r["call_id"]): r for r in recs}
+    runs = {m["task"]: m["run_id"] for m in tr.meta["runs"]}
+    return [by[(runs[t.id], s.id)] for t in tr.tasks for s in t.stages]
+
+
+@pytest.mark.parametrize("fixture", ["sop_run.jsonl.gz", "tl_run.jsonl.gz"])
+def test_segments_reuse_exactly_what_the_normalised_prompts_share(fixture):
+    recs = read_calls(FIX / fixture)
+    recs2 = [dict(r, run_id=r["run_id"] + "-again") for r in recs]  # a second task: cross-task sharing
+    tr = convert(recs + recs2)
+    assert tr.has_segments
+    ordered = _in_trace_order(tr, recs + recs2)
+    got, want = _sharing_reuse(tr, [words(normalise(render(r["messages"]), r.get("workdir") or "")) for r in ordered])
+    assert got == want and sum(want) > 0
+    for t in tr.tasks:
+        for s in t.stages:  # the agent prefix is a leading run of segments, all of kind prefix
+            cum = [sum(g.tokens for g in s.segments[:k + 1]) for k in range(len(s.segments))]
+            assert tr.agents[s.agent].prefix_tokens in cum
+            assert all(g.kind == "prefix" for g, c in zip(s.segments, cum) if c <= tr.agents[s.agent].prefix_tokens)
+
+
+def test_masked_values_longer_than_their_placeholder_are_a_unique_last_segment():
+    sysmsg = "You are Mike. The current time is {}. Be brief."
+    recs = [call("r0", "c1", "TeamLeader", t=(0, 1), system=sysmsg.format("2025-06-30 19:45:55"), user="a b"),
+            call("r1", "c1", "TeamLeader", t=(0, 1), system=sysmsg.format("2025-06-30 19:46:01"), user="a b")]
+    tr = convert(recs)
+    n_raw, n_norm = len(words(render(recs[0]["messages"]))), len(words(normalise(render(recs[0]["messages"]))))
+    assert n_raw > n_norm
+    s0, s1 = tr.tasks[0].stages[0], tr.tasks[1].stages[0]
+    assert [g.id for g in s0.segments[:-1]] == [g.id for g in s1.segments[:-1]]  # same normalised prompt
+    assert s0.segments[-1].kind == s1.segments[-1].kind == "unique" and s0.segments[-1] != s1.segments[-1]
+    assert s0.segments[-1].tokens == n_raw - n_norm
+    assert sum(g.tokens for g in s0.segments) == n_raw == tr.agents["TeamLeader"].prefix_tokens + s0.input_tokens
+
+
+def test_distinct_time_gives_every_call_its_own_second_and_shares_only_what_precedes_it():
+    sysmsg = "You are Mike. The current time is {}. Be brief."
+    recs = [call("r0", "c1", "TeamLeader", t=(0, 1), system=sysmsg.format("2025-06-30 19:45:55"), user="a b"),
+            call("r0", "c2", "TeamLeader", ["c1"], t=(2, 3), system=sysmsg.format("2025-06-30 19:45:55"), user="a c")]
+    assert distinct_time(sysmsg.format("2025-06-30 19:45:55"), 61) == sysmsg.format("2025-07-01 09:01:01")
+    masked, raw = convert(recs), convert(recs, time="distinct")
+    assert raw.meta["segments"]["time"] == "distinct" and masked.meta["segments"]["time"] == "masked"
+    # the recording's own times repeat; a deployment's do not: the raw variant shares the text up to the time
+    upto = len(words(render([{"role": "system", "content": "You are Mike. The current time is 2025-07-01 09:00:00"}])))
+    assert raw.agents["TeamLeader"].prefix_tokens < upto - 1 < masked.agents["TeamLeader"].prefix_tokens
+    ordered = _in_trace_order(raw, recs)
+    got, want = _sharing_reuse(raw, [words(distinct_time(render(r["messages"]), k)) for k, r in enumerate(ordered)])
+    assert got == want
+    with pytest.raises(ValueError, match="time must be one of masked, distinct"):
+        convert(recs, time="raw")

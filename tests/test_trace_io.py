@@ -137,3 +137,67 @@ def test_max_new_tokens_round_trips_and_is_written_only_when_set(tmp_path):
     assert back == t and trace_to_dict(back) == d
     plain = trace_to_dict(trace_from_dict(good()))
     assert all("max_new_tokens" not in s for task in plain["tasks"] for s in task["stages"])
+
+
+# ----------------------------------------------------------------------------- topas.trace/2
+
+import copy  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from conftest import good_trace_v2_dict  # noqa: E402
+
+TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
+SCHEMA2 = TRACES / "topas.trace-2.schema.json"
+
+
+def schema2_validator():
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(SCHEMA2.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def test_v2_round_trip_is_byte_deterministic_and_keeps_the_segments(tmp_path):
+    d = good_trace_v2_dict()
+    t = trace_from_dict(d, source="<good2>")
+    p = write_trace(t, tmp_path / "t2.json.gz")
+    back = read_trace(p)
+    assert back == t and back.has_segments
+    out = trace_to_dict(back)
+    assert out["schema"] == "topas.trace/2"
+    assert out["segments"] == d["segments"]  # the table in order of first use
+    assert write_trace(back, tmp_path / "again.json.gz").read_bytes() == p.read_bytes()
+
+
+def test_a_trace_without_segments_is_still_written_as_v1():
+    assert trace_to_dict(dag4(n_tasks=3, seed=0))["schema"] == "topas.trace/1"
+    assert "segments" not in trace_to_dict(trace_from_dict(good(), source="<good>"))
+
+
+def test_the_published_json_schema_accepts_v2_documents_and_rejects_bad_ones():
+    v = schema2_validator()
+    d = good_trace_v2_dict()
+    v.validate(d)
+    v.validate(trace_to_dict(trace_from_dict(d)))
+    for mutate in (
+        lambda x: x.pop("segments"),
+        lambda x: x["tasks"][0]["stages"][0].pop("segments"),
+        lambda x: x["segments"][0].update(kind="header"),
+        lambda x: x["segments"][2].pop("origin"),  # a context segment names task and origin
+        lambda x: x["segments"][1].update(task="t00000"),  # a shared one does not
+        lambda x: x["segments"][0].update(tokens=0),
+        lambda x: x.update(schema="topas.trace/1"),
+    ):
+        bad = copy.deepcopy(d)
+        mutate(bad)
+        assert not v.is_valid(bad), mutate
+
+
+@pytest.mark.slow  # jsonschema walks every stage of 4,000-request traces
+@pytest.mark.parametrize("name", ["metagpt-sop", "metagpt-tl", "metagpt-tl-raw"])
+def test_shipped_v2_traces_match_the_published_json_schema(name):
+    v = schema2_validator()
+    d = json.loads(gzip.decompress((TRACES / f"{name}.json.gz").read_bytes()))
+    assert d["schema"] == "topas.trace/2"
+    errors = sorted(v.iter_errors(d), key=lambda e: list(e.path))
+    assert not errors, errors[0].message

@@ -359,3 +359,92 @@ def test_max_new_tokens_counts_in_the_budget_rule():
     trace_from_dict(d, kv_budget=budget)  # every prefix and request fits
     s["max_new_tokens"] = budget - prefix - s["input_tokens"] + 1
     reject(d, "task t00000 stage D", f"+ max_new_tokens {s['max_new_tokens']}", f"> budget {budget}", kv_budget=budget)
+
+
+# ----------------------------------------------------------------------------- topas.trace/2: segments
+
+from conftest import good_trace_v2_dict as good2  # noqa: E402
+
+
+def seg(d: dict, gid: str) -> dict:
+    return next(g for g in d["segments"] if g["id"] == gid)
+
+
+def test_good_v2_trace_loads_with_its_segments_shared():
+    t = trace_from_dict(good2(), source=SRC)
+    a, b = t.tasks[0].stage_map["A"], t.tasks[0].stage_map["B"]
+    assert [g.id for g in a.segments] == ["P", "H", "C", "U0"]
+    assert a.segments[2] is b.segments[2]  # one Segment object per id
+    assert sum(g.tokens for g in a.segments) == t.agents["a"].prefix_tokens + a.input_tokens
+
+
+def _swap_kinds(d: dict) -> None:
+    """H (after P) becomes task t00000's context, C (after H) a shared segment."""
+    c = seg(d, "C")
+    del c["task"], c["origin"]
+    c["kind"] = "shared"
+    seg(d, "H").update(kind="context", task="t00000", origin="A")
+
+
+def _v2(mutate):
+    d = good2()
+    mutate(d)
+    return d
+
+
+@pytest.mark.parametrize("mutate, fragments", [
+    (lambda d: d.pop("segments"), ["top level", "missing field 'segments'"]),
+    (lambda d: stage(d, 0, "A").pop("segments"), ["task t00000 stage A", "missing field 'segments'"]),
+    (lambda d: seg(d, "H").update(tokens=0), ["segment H", "tokens must be a positive integer"]),
+    (lambda d: seg(d, "H").update(kind="header"), ["segment H", "kind must be one of prefix, shared, context, unique"]),
+    (lambda d: seg(d, "H").update(colour="red"), ["segment H", "unknown field 'colour'"]),
+    (lambda d: d["segments"].append({"id": "H", "tokens": 2, "kind": "shared"}), ["duplicate segment id"]),
+    (lambda d: stage(d, 0, "A")["segments"].__setitem__(3, "Z"), ["task t00000 stage A", "unknown segment 'Z'"]),
+    (lambda d: stage(d, 0, "A").update(input_tokens=11),
+     ["task t00000 stage A", "segments add up to 14 tokens, not the prompt's prefix_tokens 4 + input_tokens 11 = 15"]),
+    (lambda d: stage(d, 0, "A").update(segments=["P", "H", "C", "U0", "U0"], input_tokens=13),
+     ["task t00000 stage A", "segment 'U0' is listed twice"]),
+    (lambda d: seg(d, "H").update(kind="prefix"),
+     ["task t00000 stage A", "prefix segment 'H' ends at token 6, beyond the agent prefix of 4 tokens"]),
+    (lambda d: _swap_kinds(d), ["task t00000 stage A", "shared segment 'C' after a context one"]),
+    (lambda d: seg(d, "C").pop("origin"), ["task t00000 stage A", "context segment 'C' must name its task and origin"]),
+    (lambda d: seg(d, "H").update(task="t00000"), ["task t00000 stage A", "shared segment 'H' must not name a task"]),
+    (lambda d: seg(d, "C").update(origin="B"),
+     ["task t00000 stage A", "names origin 'B', but the first stage of the task (topological order) that holds it is this one"]),
+    (lambda d: stage(d, 1, "A").update(segments=["P", "H", "C", "V"], input_tokens=14),
+     ["task t00001 stage A", "context segment 'C' belongs to task t00000, not to this one"]),
+    (lambda d: stage(d, 0, "B").update(segments=["P", "H", "C", "U0"], input_tokens=10),
+     ["task t00000 stage B", "unique segment 'U0' is also held by stage A"]),
+    (lambda d: stage(d, 0, "B").update(segments=["P", "C", "U1"], input_tokens=11),
+     ["task t00000 stage B", "segment 'C' follows 'P' here but 'H' elsewhere"]),
+    (lambda d: d["agents"][0].update(prefix_tokens=5) or stage(d, 0, "A").update(input_tokens=9)
+     or stage(d, 0, "B").update(input_tokens=12) or stage(d, 1, "A").update(input_tokens=8),
+     ["task t00000 stage A", "no segment boundary at the agent prefix (prefix_tokens 5)"]),
+    (lambda d: d["segments"].append({"id": "X", "tokens": 2, "kind": "shared"}),
+     ["segment X", "segment is held by no stage"]),
+])
+def test_v2_rules_reject_with_the_item_named(mutate, fragments):
+    reject(_v2(mutate), *fragments)
+
+
+def test_v1_document_may_not_carry_segments():
+    d = good()
+    stage(d, 0, "A")["segments"] = ["P"]
+    reject(d, "task t00000 stage A", "unknown field 'segments'")
+
+
+def test_built_v2_trace_checks_one_segment_per_id():
+    import dataclasses
+
+    t = trace_from_dict(good2(), source=SRC)
+    validate_trace(t)
+    s = t.tasks[0].stages[1]
+    other = dataclasses.replace(s.segments[2], tokens=6)
+    bad = dataclasses.replace(s, segments=s.segments[:2] + (other,) + s.segments[3:], input_tokens=14)
+    t2 = type(t)(t.name, t.agents, (dataclasses.replace(t.tasks[0], stages=(t.tasks[0].stages[0], bad)),)
+                 + t.tasks[1:], t.meta)
+    with pytest.raises(TraceError, match="segment C is .* here but .* in another stage"):
+        validate_trace(t2)
+    # slicing and re-timing keep the segments (they live in the stages)
+    validate_trace(t.head(1))
+    assert t.head(1).has_segments

@@ -140,6 +140,9 @@ def describe_lines(t, source: str = "") -> list[str]:
     lines.append(fmt(header))
     lines.extend(fmt(r) for r in rows)
     lines.append(f"sum of prefixes: {total_prefix} tokens")
+    from topas.workload.reuse import reuse_lines
+
+    lines.extend(reuse_lines(t))
     return lines
 
 

@@ -1,5 +1,6 @@
-"""Workflows and traces: the DAG model, the trace schema (``topas.trace/1``) with its validation,
-Poisson arrivals and the paper's synthetic workloads.
+"""Workflows and traces: the DAG model, the trace schemas (``topas.trace/1``; ``topas.trace/2`` adds
+the prompts' segments) with their validation, Poisson arrivals, the paper's synthetic workloads and
+what a perfect prefix cache reuses in a trace (:mod:`topas.workload.reuse`).
 
 Quick start::
 
@@ -9,13 +10,14 @@ Quick start::
 
 from topas.workload.arrivals import poisson_arrivals, retime
 from topas.workload.critical_path import longest_path_from, longest_remaining_path
-from topas.workload.model import Agent, Stage, Task, Trace
+from topas.workload.model import Agent, Segment, Stage, Task, Trace
 from topas.workload.synthetic import SYNTHETIC, chain3, dag4, dag10_wide
 from topas.workload.trace_io import read_trace, request_id, trace_from_dict, trace_to_dict, write_trace
 from topas.workload.validate import SUPPORTED_SCHEMAS, TraceError, validate_dict, validate_trace
 
 __all__ = [
     "Agent",
+    "Segment",
     "Stage",
     "Task",
     "Trace",

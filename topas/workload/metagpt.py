@@ -1,4 +1,4 @@
-"""MetaGPT workloads: recorded LLM calls of MetaGPT runs -> ``topas.trace/1`` traces (pure Python).
+"""MetaGPT workloads: recorded LLM calls of MetaGPT runs -> ``topas.trace/2`` traces (pure Python).
 
 The calls are recorded inside a MetaGPT environment by ``tools/metagpt/recorder.py`` (driven by
 ``scripts/collect_metagpt_traces.py``), one JSON object per line (format ``topas.metagpt-calls/1``,
@@ -31,7 +31,18 @@ The mapping (docs/method.md "The workload model"; choices the issue leaves open 
   times, epoch seconds (Engineer2's instruction names a ``{project_name}_<epoch>`` folder) and
   32-hex ids become fixed placeholders (RoleZero writes the current time into its system prompt;
   without this no two TeamLeader calls would share their prefix). Token counts of ``x_v`` are
-  those of the original text.
+  those of the original text;
+- the **segments** (``topas.trace/2``) are the nodes of the radix tree (:mod:`topas.workload.radix`)
+  of every call's *sharing text*, with an extra boundary at ``l_a``, so that a perfect radix cache
+  over the segments reuses exactly what it reuses over those token sequences. The sharing text of
+  the masked traces (``time="masked"``) is the normalised prompt; its token count can fall short
+  of the original's (a date-time is longer than ``<DATETIME>``), and *choice:* the difference is
+  one more ``unique`` segment at the end of the call (the masked values are never shared). The
+  unmasked variant (``time="distinct"``, ``metagpt-tl-raw``) shares the original prompt with the
+  current time RoleZero writes into it (:data:`CURRENT_TIME`) replaced by one distinct second per
+  call (:func:`distinct_time`): what a deployment sees, where every call runs at another second
+  (the offline recording answered in ~0.05 s, so its own timestamps repeat); there ``l_a`` and
+  ``x_v`` are measured on that text too.
 
 Timestamps (``t_start``, ``t_end``: epoch seconds or ISO-8601 strings) are normalised to seconds
 since the run's first call and used to order the calls; a call must not start before a parent has
@@ -55,7 +66,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from topas.workload.arrivals import poisson_arrivals
-from topas.workload.model import Agent, Stage, Task, Trace
+from topas.workload.model import Agent, Segment, Stage, Task, Trace
+from topas.workload.radix import RadixTree, node_id
 from topas.workload.validate import TraceError, find_cycle, validate_trace
 
 RECORD_VERSION = "topas.metagpt-calls/1"
@@ -68,7 +80,18 @@ REQUIRED = ("run_id", "call_id", "role", "action", "parents", "t_start", "t_end"
 #: start to differ in the simulator (default profile), so loads 0.8-1.4 go from "all policies
 #: alike" to "FCFS saturates" (data/traces/README.md, "Nominal rates", has the sweep). The paper
 #: ran its MetaGPT-TL ablation at 0.0175 tasks/s.
-NOMINAL_RATES: dict[str, float] = {"metagpt-sop": 0.05, "metagpt-tl": 0.02}
+NOMINAL_RATES: dict[str, float] = {"metagpt-sop": 0.05, "metagpt-tl": 0.02, "metagpt-tl-raw": 0.02}
+
+#: How the converter treats volatile values (``calls_to_trace(time=...)``): ``masked`` normalises
+#: them away (:func:`normalise`), ``distinct`` keeps the prompt as sent, one second per call.
+TIME_MODES = ("masked", "distinct")
+
+#: The current time RoleZero writes into its system prompts ("... The current time is
+#: 2025-06-30 19:45:55."), what ``time="distinct"`` replaces.
+CURRENT_TIME = re.compile(r"(The current time is )\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
+
+#: The first call's current time under ``time="distinct"``; call ``k`` (trace order) gets ``k`` s later.
+DISTINCT_TIME_BASE = _dt.datetime(2025, 7, 1, 9, 0, 0)
 
 #: Slack (s) allowed when checking that a parent ended before its child started (clock rounding).
 TIME_SLACK = 1e-3
@@ -103,6 +126,12 @@ def normalise(text: str, workdir: str = "") -> str:
 def render(messages: Sequence[Mapping[str, Any]]) -> str:
     """The prompt as one string: ``<|role|>\\ncontent\\n`` per message (a neutral chat template)."""
     return "".join(f"<|{m.get('role', '')}|>\n{m.get('content', '')}\n" for m in messages)
+
+
+def distinct_time(text: str, k: int) -> str:
+    """``text`` with every :data:`CURRENT_TIME` set to :data:`DISTINCT_TIME_BASE` + ``k`` seconds."""
+    when = (DISTINCT_TIME_BASE + _dt.timedelta(seconds=k)).strftime("%Y-%m-%d %H:%M:%S")
+    return CURRENT_TIME.sub(lambda m: m.group(1) + when, text)
 
 
 def system_identity(messages: Sequence[Mapping[str, Any]], workdir: str = "") -> str:
@@ -230,8 +259,12 @@ def calls_to_trace(
     seed: int = 0,
     source: str = "<calls>",
     meta: Mapping[str, Any] | None = None,
+    time: str = "masked",
 ) -> Trace:
-    """Build the trace ``name`` from call records (see the module docstring for the mapping)."""
+    """Build the trace ``name`` from call records (see the module docstring for the mapping);
+    ``time`` is one of :data:`TIME_MODES`."""
+    if time not in TIME_MODES:
+        raise ValueError(f"time must be one of {', '.join(TIME_MODES)}, got {time!r}")
     recs = list(records)
     if not recs:
         raise TraceError(source, "no call records")
@@ -337,20 +370,28 @@ def calls_to_trace(
         for k, ident in enumerate(ranked, start=1):
             agent_of[(role, ident)] = role if k == 1 else f"{role}:{k}"
 
-    # tokens: normalised (for the prefix) and original (for the input)
+    # tokens: the sharing text (for the prefix and the segments) and the counted text (for the
+    # input): normalised and original (masked), or both the prompt with distinct times (distinct)
     norm_tokens: dict[str, list[Sequence[int]]] = {}
     raw_tokens: dict[str, list[Sequence[int]]] = {}
     sys_tokens: dict[str, int] = {}
+    k_call = 0
     for calls in kept_runs.values():
         for c in calls:
             ident = system_identity(c["messages"], c.get("workdir") or "")
             a = agent_of[(c["role"], ident)]
             c["agent"] = a
             rt = encode(render(c["messages"]))
-            c["n_prompt"] = len(rt)
             raw_tokens.setdefault(a, []).append(rt)
-            nt = encode(normalise(render(c["messages"]), c.get("workdir") or ""))
+            if time == "masked":
+                c["n_prompt"] = len(rt)
+                nt = encode(normalise(render(c["messages"]), c.get("workdir") or ""))
+            else:
+                nt = encode(distinct_time(render(c["messages"]), k_call))
+                c["n_prompt"] = len(nt)
+            k_call += 1
             c["n_norm"] = len(nt)
+            c["share_tokens"] = nt
             norm_tokens.setdefault(a, []).append(nt)
             if a not in sys_tokens:
                 sysmsgs = [m for m in c["messages"][: len(c["messages"])] if m.get("role") == "system"]
@@ -377,6 +418,11 @@ def calls_to_trace(
     agents = dict(sorted(agents.items()))
 
     arrivals = poisson_arrivals(len(kept_runs), rate, seed)
+    task_ids = [f"t{k:05d}" for k in range(len(kept_runs))]
+    segments = prompt_segments(
+        [[(task_ids[k], c["call_id"], c["share_tokens"], agents[c["agent"]].prefix_tokens,
+           c["n_prompt"] - c["n_norm"]) for c in calls] for k, calls in enumerate(kept_runs.values())]
+    )
     tasks = []
     for k, (run_id, calls) in enumerate(kept_runs.items()):
         stages = tuple(
@@ -386,10 +432,11 @@ def calls_to_trace(
                 input_tokens=max(1, c["n_prompt"] - agents[c["agent"]].prefix_tokens),
                 output_tokens=max(1, int(c["completion_tokens"])),
                 parents=tuple(c["parents_live"]),
+                segments=segments[k][j],
             )
-            for c in calls
+            for j, c in enumerate(calls)
         )
-        tasks.append(Task(id=f"t{k:05d}", arrival=arrivals[k], stages=stages, workflow=name))
+        tasks.append(Task(id=task_ids[k], arrival=arrivals[k], stages=stages, workflow=name))
 
     m: dict[str, Any] = {
         "generator": "topas.workload.metagpt.calls_to_trace",
@@ -399,12 +446,70 @@ def calls_to_trace(
         "tokenizer": "cl100k_base",
         "runs": [{"task": f"t{k:05d}", "run_id": rid, **run_info[rid]} for k, rid in enumerate(kept_runs)],
         "prefix": prefix_info,
+        "segments": {"time": time, "tree": "topas.workload.metagpt.prompt_segments",
+                     **({"distinct_time_base": DISTINCT_TIME_BASE.isoformat(sep=" ")} if time == "distinct" else {})},
     }
     if meta:
         m.update(meta)
     trace = Trace(name=name, agents=agents, tasks=tuple(tasks), meta=m)
     validate_trace(trace, source=source)
     return trace
+
+
+def prompt_segments(
+    tasks: Sequence[Sequence[tuple[str, str, Sequence[int], int, int]]],
+) -> list[list[tuple[Segment, ...]]]:
+    """The segments of every call: ``tasks[k][j] = (task id, stage id, sharing tokens, l_a,
+    surplus)`` in trace order -> ``out[k][j]``, the nodes of the calls' radix tree with a boundary
+    at ``l_a``, then a ``unique`` segment of ``surplus`` tokens when ``surplus > 0`` (the counted
+    text's extra tokens). Kinds: ``prefix`` if the node ends within ``l_a`` of every call holding
+    it, else ``shared`` (calls of several tasks), ``context`` (several calls of one task) or
+    ``unique``; a segment's id is its chained hash (:func:`topas.workload.radix.node_id`)."""
+    flat = [c for calls in tasks for c in calls]
+    tree = RadixTree([c[2] for c in flat])
+    for k, c in enumerate(flat):
+        if 0 < c[3] < len(c[2]):
+            tree.cut(k, c[3])
+    paths = [tree.path(k) for k in range(len(flat))]
+    holders: dict[int, list[int]] = {}
+    for k, path in enumerate(paths):
+        for node in path:
+            holders.setdefault(id(node), []).append(k)
+    made: dict[int, Segment] = {}
+    out: list[list[tuple[Segment, ...]]] = []
+    k = 0
+    for calls in tasks:
+        row = []
+        for tid, sid, _toks, prefix, surplus in calls:
+            segs: list[Segment] = []
+            parent, depth = "", 0
+            for node in paths[k]:
+                depth += node.length
+                g = made.get(id(node))
+                if g is None:
+                    hs = holders[id(node)]
+                    g_id = node_id(parent, tree.node_tokens(node))
+                    if all(depth <= flat[h][3] for h in hs):
+                        g = Segment(g_id, node.length, "prefix")
+                    elif len({flat[h][0] for h in hs}) > 1:
+                        g = Segment(g_id, node.length, "shared")
+                    else:  # hs in trace order: the first holder is the task's first (topological order)
+                        g = Segment(g_id, node.length, "context" if len(hs) > 1 else "unique", task=tid,
+                                    origin=flat[hs[0]][1])
+                    made[id(node)] = g
+                segs.append(g)
+                parent = g.id
+            if surplus > 0:
+                # the id: as a node holding one pseudo-token that names the request
+                segs.append(Segment(node_id(parent, [f"masked:{tid}/{sid}"]), surplus, "unique", task=tid,
+                                    origin=sid))
+            elif surplus < 0:
+                raise ValueError(f"task {tid} call {sid}: the counted text has {-surplus} tokens fewer than "
+                                 "the sharing text")
+            row.append(tuple(segs))
+            k += 1
+        out.append(row)
+    return out
 
 
 def convert_file(
@@ -415,6 +520,7 @@ def convert_file(
     encode: Encoder | None = None,
     seed: int = 0,
     meta: Mapping[str, Any] | None = None,
+    time: str = "masked",
 ) -> Trace:
     """:func:`calls_to_trace` of a calls file; ``meta.calls_sha256`` names the exact input."""
     path = Path(path)
@@ -426,7 +532,7 @@ def convert_file(
             m[k] = first[k]
     m.update(meta or {})
     return calls_to_trace(recs, name, encode or tiktoken_encoder(encoding), rate=rate, seed=seed,
-                          source=str(path), meta=m)
+                          source=str(path), meta=m, time=time)
 
 
 def _sha256(path: Path) -> str:

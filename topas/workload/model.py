@@ -5,6 +5,10 @@ a task ``i`` arrives at ``tau_i`` with a DAG ``G_i`` of stages ``v``; stage ``v`
 agent ``a(v)``, has ``x_v`` suffix input tokens and ``y_v`` true output tokens. ``y_v`` lives in
 the trace so the engine can simulate it; schedulers never read it (see ``topas.engine.view``).
 
+A ``topas.trace/2`` trace also spells each stage's prompt (``l_a + x_v`` tokens) as a sequence of
+:class:`Segment` s, the nodes of the workload's token-prefix tree (data/traces/README.md,
+"Segments"); the engine does not read them yet.
+
 Objects here are immutable. They are not validated on construction: ``read_trace`` /
 ``trace_from_dict``, the generators, ``retime`` and the simulator check them with
 ``topas.workload.validate.validate_trace``.
@@ -33,13 +37,40 @@ class Agent:
     expected_output_tokens: float
 
 
+#: Segment kinds, in the order they occur along a prompt (data/traces/README.md, "Segments").
+SEGMENT_KINDS: tuple[str, ...] = ("prefix", "shared", "context", "unique")
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One node of the token-prefix tree: ``tokens`` tokens that follow the same segments in every
+    prompt that holds it, so two prompts share exactly the tokens of their common leading run of
+    segments. ``id`` is the identity (equal ids, equal token prefixes).
+
+    ``kind``: ``prefix`` (inside the agent prefix ``l_a`` of every stage holding it), ``shared``
+    (beyond it, held by stages of several tasks: action headers, templates), ``context`` (held by
+    several stages of one task: documents, code, history the task's calls produced or read),
+    ``unique`` (one stage only). ``task`` and ``origin`` (the first stage of ``task`` that holds
+    it) are set for ``context`` and ``unique`` segments only.
+    """
+
+    id: str
+    tokens: int
+    kind: str
+    task: str | None = None
+    origin: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Stage:
     """One LLM call of a task: agent ``a(v)``, suffix input ``x_v``, true output ``y_v``.
 
     ``max_new_tokens`` is the request's output cap as the client sends it (SGLang reserves KV for
     it at admission); ``None`` means the output length ``y_v`` (what the replay client sends).
-    Engine-internal, like ``output_tokens``: policies see neither."""
+    Engine-internal, like ``output_tokens``: policies see neither.
+
+    ``segments`` (``topas.trace/2``): the prompt's segments in order, adding up to
+    ``l_a + input_tokens``; ``None`` for a ``topas.trace/1`` stage (agent prefix + unique input)."""
 
     id: str
     agent: str
@@ -47,6 +78,7 @@ class Stage:
     output_tokens: int
     parents: tuple[str, ...] = ()
     max_new_tokens: int | None = None
+    segments: tuple[Segment, ...] | None = None
 
     @property
     def max_new(self) -> int:
@@ -108,6 +140,11 @@ class Trace:
     @property
     def num_requests(self) -> int:
         return sum(len(t.stages) for t in self.tasks)
+
+    @property
+    def has_segments(self) -> bool:
+        """Whether the stages carry segments (a ``topas.trace/2`` trace)."""
+        return any(s.segments is not None for t in self.tasks for s in t.stages)
 
     def with_arrivals(self, arrivals: list[float]) -> "Trace":
         """The same tasks re-timed with new arrival times (one per task, non-decreasing)."""

@@ -1,4 +1,7 @@
-"""Reading and writing traces in the ``topas.trace/1`` schema (documented in data/traces/README.md).
+"""Reading and writing traces in the ``topas.trace/1`` and ``topas.trace/2`` schemas (documented in
+data/traces/README.md; ``/2`` adds the prompts' segments, its JSON Schema is
+``data/traces/topas.trace-2.schema.json``). A trace whose stages carry segments is written as
+``/2``, any other as ``/1``, byte for byte as before.
 
 A trace file is one JSON document, gzipped (``<name>.json.gz``) or plain (``.json``; the reader
 tells them apart by the gzip magic bytes, not the suffix). Writing is byte-deterministic: keys
@@ -22,8 +25,15 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-from topas.workload.model import Agent, Stage, Task, Trace
-from topas.workload.validate import SCHEMA_V1, TraceError, topological_order, validate_dict, validate_trace
+from topas.workload.model import Agent, Segment, Stage, Task, Trace
+from topas.workload.validate import (
+    SCHEMA_V1,
+    SCHEMA_V2,
+    TraceError,
+    topological_order,
+    validate_dict,
+    validate_trace,
+)
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -44,6 +54,11 @@ def trace_from_dict(d: Mapping[str, Any], kv_budget: int | None = None, source: 
         )
         for a in d["agents"]
     }
+    segments = {
+        g["id"]: Segment(id=g["id"], tokens=int(g["tokens"]), kind=g["kind"], task=g.get("task"),
+                         origin=g.get("origin"))
+        for g in d.get("segments", ())
+    }
     tasks = []
     for t in d["tasks"]:
         by_id = {
@@ -54,6 +69,7 @@ def trace_from_dict(d: Mapping[str, Any], kv_budget: int | None = None, source: 
                 output_tokens=int(s["output_tokens"]),
                 parents=tuple(s["parents"]),
                 max_new_tokens=None if s.get("max_new_tokens") is None else int(s["max_new_tokens"]),
+                segments=tuple(segments[q] for q in s["segments"]) if "segments" in s else None,
             )
             for s in t["stages"]
         }
@@ -71,8 +87,9 @@ def trace_from_dict(d: Mapping[str, Any], kv_budget: int | None = None, source: 
 
 
 def trace_to_dict(trace: Trace) -> dict[str, Any]:
-    """The ``topas.trace/1`` document of a trace (agents in table order, tasks and stages in order)."""
-    return {
+    """The document of a trace (agents in table order, tasks and stages in order): ``topas.trace/2``
+    with the segments table (in order of first use) if its stages carry segments, else ``/1``."""
+    d = {
         "schema": SCHEMA_V1,
         "name": trace.name,
         "meta": copy.deepcopy(dict(trace.meta)),
@@ -97,6 +114,24 @@ def trace_to_dict(trace: Trace) -> dict[str, Any]:
             for t in trace.tasks
         ],
     }
+    if trace.has_segments:
+        table: dict[str, Segment] = {}
+        for t in trace.tasks:
+            for s in t.stages:
+                for g in s.segments or ():
+                    table.setdefault(g.id, g)
+        d["schema"] = SCHEMA_V2
+        d["segments"] = [_segment_dict(g) for g in table.values()]
+    return d
+
+
+def _segment_dict(g: Segment) -> dict[str, Any]:
+    d = {"id": g.id, "tokens": _int(g.tokens), "kind": g.kind}
+    if g.task is not None:
+        d["task"] = g.task
+    if g.origin is not None:
+        d["origin"] = g.origin
+    return d
 
 
 def _stage_dict(s: Stage) -> dict[str, Any]:
@@ -109,6 +144,8 @@ def _stage_dict(s: Stage) -> dict[str, Any]:
     }
     if s.max_new_tokens is not None:  # optional: absent means output_tokens
         d["max_new_tokens"] = _int(s.max_new_tokens)
+    if s.segments is not None:  # topas.trace/2
+        d["segments"] = [g.id for g in s.segments]
     return d
 
 

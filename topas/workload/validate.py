@@ -1,4 +1,5 @@
-"""Validation of workload traces: every rule of the ``topas.trace/1`` schema, in one place.
+"""Validation of workload traces: every rule of the ``topas.trace/1`` and ``topas.trace/2`` schemas,
+in one place (the JSON Schema ``data/traces/topas.trace-2.schema.json`` covers the structure only).
 
 Two entry points share the same rules:
 
@@ -28,7 +29,14 @@ JSON types) is checked first, then the rules below, item by item in file order. 
 - ``arrival`` finite and >= 0, tasks in non-decreasing arrival order;
 - ``expected_output_tokens`` a finite number > 0;
 - with a KV budget ``B``: every agent prefix ``l_a <= B`` and every request
-  ``l_a + x_v + y_v <= B`` (the request must be able to run alone with its prefix resident).
+  ``l_a + x_v + y_v <= B`` (the request must be able to run alone with its prefix resident);
+- ``topas.trace/2`` only, the segments (:func:`_check_segments`): ids unique in the table, every
+  stage's segments known, not repeated, adding up to ``l_a + x_v`` with a segment boundary at
+  ``l_a``; ``prefix`` segments inside ``l_a``; kinds in the order prefix, shared, context, unique
+  along the prompt; a segment has the same predecessor in every stage that holds it (the
+  segments form a tree); ``context`` and ``unique`` segments name their task and origin (the
+  task's first stage, in topological order, that holds it) and are held by that task's stages
+  only, a ``unique`` one by a single stage; every segment of the table is held by some stage.
 """
 
 from __future__ import annotations
@@ -41,7 +49,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from topas.workload.model import Trace
 
 SCHEMA_V1 = "topas.trace/1"
-SUPPORTED_SCHEMAS: tuple[str, ...] = (SCHEMA_V1,)
+SCHEMA_V2 = "topas.trace/2"
+SUPPORTED_SCHEMAS: tuple[str, ...] = (SCHEMA_V1, SCHEMA_V2)
 
 TOP_FIELDS = ("schema", "name", "meta", "agents", "tasks")
 AGENT_FIELDS = ("name", "prefix_tokens", "expected_output_tokens")
@@ -49,6 +58,10 @@ TASK_FIELDS = ("id", "arrival", "workflow", "stages")
 STAGE_FIELDS = ("id", "agent", "input_tokens", "output_tokens", "parents")
 #: Optional stage fields: ``max_new_tokens`` (the client's output cap; default: ``output_tokens``).
 STAGE_OPTIONAL = ("max_new_tokens",)
+#: ``topas.trace/2``: the top level's ``segments`` table and every stage's ``segments`` (ids).
+SEGMENT_FIELDS = ("id", "tokens", "kind")
+SEGMENT_OPTIONAL = ("task", "origin")
+SEGMENT_KINDS = ("prefix", "shared", "context", "unique")
 
 
 class TraceError(ValueError):
@@ -179,13 +192,14 @@ def validate_dict(d: Any, source: str = "<dict>", kv_budget: int | None = None) 
             f"unsupported schema version {d['schema']!r} (supported schema versions: {supported})",
         )
     _check_budget(kv_budget, source)
-    _fields(d, TOP_FIELDS, source, what="the trace", where="top level")
+    v2 = d["schema"] == SCHEMA_V2
+    _fields(d, TOP_FIELDS + (("segments",) if v2 else ()), source, what="the trace", where="top level")
     p = _id_problem("name", d["name"])
     if p:
         raise TraceError(source, p, where="top level")
     if not isinstance(d["meta"], Mapping):
         raise TraceError(source, f"meta must be an object, got {_type_name(d['meta'])}", where="top level")
-    for f in ("agents", "tasks"):
+    for f in ("agents", "tasks") + (("segments",) if v2 else ()):
         if not isinstance(d[f], (list, tuple)):
             raise TraceError(source, f"{f} must be an array, got {_type_name(d[f])}", where="top level")
 
@@ -211,10 +225,18 @@ def validate_dict(d: Any, source: str = "<dict>", kv_budget: int | None = None) 
         for j, s in enumerate(t["stages"]):
             sloc = _loc(s, "id", f"task {t['id']} stages[{j}]", "stage")
             sloc["task"] = t["id"]
-            _fields(s, STAGE_FIELDS, source, **sloc, what="a stage", optional=STAGE_OPTIONAL)
+            _fields(s, STAGE_FIELDS + (("segments",) if v2 else ()), source, **sloc, what="a stage",
+                    optional=STAGE_OPTIONAL)
             p = _id_problem("id", s["id"]) or _id_problem("agent", s["agent"])
             if p:
                 raise TraceError(source, p, **sloc)
+            if v2:
+                if not isinstance(s["segments"], (list, tuple)):
+                    raise TraceError(source, f"segments must be an array, got {_type_name(s['segments'])}", **sloc)
+                for q in s["segments"]:
+                    p = _id_problem("a segment id", q)
+                    if p:
+                        raise TraceError(source, p, **sloc)
             if not isinstance(s["parents"], (list, tuple)):
                 raise TraceError(source, f"parents must be an array, got {_type_name(s['parents'])}", **sloc)
             for q in s["parents"]:
@@ -240,6 +262,48 @@ def validate_dict(d: Any, source: str = "<dict>", kv_budget: int | None = None) 
         source,
         kv_budget,
     )
+    if v2:
+        table = _segment_table(d["segments"], source)
+        stages_of = []
+        for t in d["tasks"]:
+            by_id = {s["id"]: s for s in t["stages"]}
+            order = topological_order([(s["id"], s["parents"]) for s in t["stages"]])
+            assert order is not None  # checked above: acyclic
+            rows = []
+            for sid in order:
+                s = by_id[sid]
+                segs = []
+                for q in s["segments"]:
+                    if q not in table:
+                        raise TraceError(source, f"unknown segment '{q}' (not in the segments table)",
+                                         task=t["id"], stage=sid)
+                    segs.append(table[q])
+                rows.append((sid, s["agent"], s["input_tokens"], tuple(s["parents"]), segs))
+            stages_of.append((t["id"], rows))
+        _check_segments(stages_of, agents, source, table=table)
+
+
+def _segment_table(rows: Any, source: str) -> dict[str, tuple[str, Any, Any, Any, Any]]:
+    """The ``segments`` table of a ``topas.trace/2`` document: id -> (id, tokens, kind, task, origin)."""
+    table: dict[str, tuple[str, Any, Any, Any, Any]] = {}
+    for k, g in enumerate(rows):
+        loc = {"where": f"segment {g['id']}"} if isinstance(g, Mapping) and isinstance(g.get("id"), str) and g["id"] \
+            else {"where": f"segments[{k}]"}
+        _fields(g, SEGMENT_FIELDS, source, what="a segment", optional=SEGMENT_OPTIONAL, **loc)
+        p = _id_problem("id", g["id"]) or _length_problem("tokens", g["tokens"])
+        if p:
+            raise TraceError(source, p, **loc)
+        if g["kind"] not in SEGMENT_KINDS:
+            raise TraceError(source, f"kind must be one of {', '.join(SEGMENT_KINDS)}, got {g['kind']!r}", **loc)
+        for f in SEGMENT_OPTIONAL:
+            if f in g:
+                p = _id_problem(f, g[f])
+                if p:
+                    raise TraceError(source, p, **loc)
+        if g["id"] in table:
+            raise TraceError(source, "duplicate segment id (segment ids must be unique)", **loc)
+        table[g["id"]] = (g["id"], g["tokens"], g["kind"], g.get("task"), g.get("origin"))
+    return table
 
 
 def validate_trace(trace: "Trace", kv_budget: int | None = None, source: str | None = None) -> None:
@@ -272,6 +336,40 @@ def validate_trace(trace: "Trace", kv_budget: int | None = None, source: str | N
         source,
         kv_budget,
     )
+    with_segments = [s.segments is not None for t in trace.tasks for s in t.stages]
+    if any(with_segments):
+        if not all(with_segments):
+            t, s = next((t, s) for t in trace.tasks for s in t.stages if s.segments is None)
+            raise TraceError(source, "stage has no segments while others have (all stages or none)",
+                             task=t.id, stage=s.id)
+        table: dict[str, tuple[str, Any, Any, Any, Any]] = {}
+        rows_of: dict[int, tuple[str, Any, Any, Any, Any]] = {}  # a Segment shared by stages: checked once
+        stages_of = []
+        for t in trace.tasks:
+            rows = []
+            for sid in t.topo_order:
+                s = t.stage_map[sid]
+                segs = []
+                for g in s.segments or ():
+                    row = rows_of.get(id(g))
+                    if row is not None:
+                        segs.append(row)
+                        continue
+                    row = rows_of[id(g)] = (g.id, g.tokens, g.kind, g.task, g.origin)
+                    p = _id_problem("a segment id", g.id) or _length_problem(f"segment {g.id}: tokens", g.tokens)
+                    if p:
+                        raise TraceError(source, p, task=t.id, stage=s.id)
+                    if g.kind not in SEGMENT_KINDS:
+                        raise TraceError(source, f"segment {g.id}: kind must be one of {', '.join(SEGMENT_KINDS)}, "
+                                         f"got {g.kind!r}", task=t.id, stage=s.id)
+                    old = table.setdefault(g.id, row)
+                    if old != row:
+                        raise TraceError(source, f"segment {g.id} is {row[1:]} here but {old[1:]} in another stage "
+                                         "(one id, one segment)", task=t.id, stage=s.id)
+                    segs.append(row)
+                rows.append((s.id, s.agent, s.input_tokens, tuple(s.parents), segs))
+            stages_of.append((t.id, rows))
+        _check_segments(stages_of, agents, source)
 
 
 # ----------------------------------------------------------------------------- shared rules
@@ -383,6 +481,84 @@ def _check_tasks(
                         task=tid,
                         stage=sid,
                     )
+
+
+_RANK = {k: i for i, k in enumerate(SEGMENT_KINDS)}
+
+
+def _check_segments(
+    tasks: Iterable[tuple[str, list[tuple[str, str, int, tuple[str, ...], list[tuple[str, Any, Any, Any, Any]]]]]],
+    agents: Mapping[str, int],
+    source: str,
+    table: Mapping[str, tuple[str, Any, Any, Any, Any]] | None = None,
+) -> None:
+    """The segment rules (module docstring) over ``(task, [(stage, agent, x_v, parents, segments)])``
+    with every task's stages in topological order; ``table`` (a document's) must be held entirely."""
+    parent_of: dict[str, str | None] = {}
+    holders: dict[str, list[tuple[str, str]]] = {}
+    kind_of: dict[str, str] = {}
+    for tid, stages in tasks:
+        for sid, agent, x, _parents, segs in stages:
+            loc = {"task": tid, "stage": sid}
+            if not segs:
+                raise TraceError(source, "segments must not be empty (the prompt's segments in order)", **loc)
+            prefix = agents[agent]
+            total = sum(g[1] for g in segs)
+            if total != prefix + x:
+                raise TraceError(source, f"segments add up to {total} tokens, not the prompt's prefix_tokens "
+                                 f"{prefix} + input_tokens {x} = {prefix + x}", **loc)
+            cum, boundary, prev, seen = 0, prefix == 0, None, set()
+            rank = 0
+            for g in segs:
+                gid, n, kind, gtask, origin = g
+                if gid in seen:
+                    raise TraceError(source, f"segment '{gid}' is listed twice", **loc)
+                seen.add(gid)
+                cum += n
+                boundary = boundary or cum == prefix
+                if kind == "prefix" and cum > prefix:
+                    raise TraceError(source, f"prefix segment '{gid}' ends at token {cum}, beyond the agent "
+                                     f"prefix of {prefix} tokens", **loc)
+                if _RANK[kind] < rank:
+                    raise TraceError(source, f"{kind} segment '{gid}' after a {SEGMENT_KINDS[rank]} one (along "
+                                     "a prompt: prefix, shared, context, unique)", **loc)
+                rank = _RANK[kind]
+                if kind in ("context", "unique"):
+                    if gtask is None or origin is None:
+                        raise TraceError(source, f"{kind} segment '{gid}' must name its task and origin", **loc)
+                    if gtask != tid:
+                        raise TraceError(source, f"{kind} segment '{gid}' belongs to task {gtask}, not to this "
+                                         "one", **loc)
+                elif gtask is not None or origin is not None:
+                    raise TraceError(source, f"{kind} segment '{gid}' must not name a task or origin (only "
+                                     "context and unique segments belong to a task)", **loc)
+                if gid in parent_of:
+                    if parent_of[gid] != prev:
+                        raise TraceError(source, f"segment '{gid}' follows {prev or 'nothing'!r} here but "
+                                         f"{parent_of[gid] or 'nothing'!r} elsewhere (a segment has one "
+                                         "predecessor: the segments form a tree)", **loc)
+                else:
+                    parent_of[gid] = prev
+                holders.setdefault(gid, []).append((tid, sid))
+                kind_of[gid] = kind
+                prev = gid
+            if not boundary:
+                raise TraceError(source, f"no segment boundary at the agent prefix (prefix_tokens {prefix}): "
+                                 "the agent prefix must be a leading run of segments", **loc)
+            for gid, _n, kind, gtask, origin in segs:
+                if kind in ("context", "unique") and holders[gid][0] == (tid, sid) and origin != sid:
+                    raise TraceError(source, f"{kind} segment '{gid}' names origin '{origin}', but the "
+                                     "first stage of the task (topological order) that holds it is this one", **loc)
+    for gid, hs in holders.items():
+        if kind_of[gid] == "unique" and len(hs) > 1:
+            (t1, s1), (t2, s2) = hs[0], hs[1]
+            raise TraceError(source, f"unique segment '{gid}' is also held by stage {s1} (a unique segment "
+                             "belongs to one stage; shared ones are context or shared)", task=t2, stage=s2)
+    if table is not None:
+        for gid in table:
+            if gid not in holders:
+                raise TraceError(source, "segment is held by no stage (the table lists the stages' "
+                                 "segments only)", where=f"segment {gid}")
 
 
 # ----------------------------------------------------------------------------- graph helpers
