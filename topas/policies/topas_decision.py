@@ -102,6 +102,27 @@ class _Plan:
     terms: dict[str, float]
 
 
+class _MemoEstimator:
+    """The policy's output estimator with ``expected_remaining`` memoised for one decision (it
+    is a function of the agent, its prior and the tokens generated, fixed within a decision)."""
+
+    __slots__ = ("est", "_memo")
+
+    def __init__(self, est: Any) -> None:
+        self.est = est
+        self._memo: dict[tuple[str, float, int], float] = {}
+
+    def expected_remaining(self, agent: str, prior: float, generated: int) -> float:
+        key = (agent, prior, generated)
+        v = self._memo.get(key)
+        if v is None:
+            v = self._memo[key] = self.est.expected_remaining(agent, prior, generated)
+        return v
+
+    def sample_remaining(self, *args: Any) -> np.ndarray:
+        return self.est.sample_remaining(*args)
+
+
 class _DecisionCtx:
     """Everything one decision needs, computed once and shared by all candidate prefix sets."""
 
@@ -110,7 +131,7 @@ class _DecisionCtx:
         self.policy = policy
         self.view = view
         self.cost = view.cost
-        est = policy.estimator
+        est = _MemoEstimator(policy.estimator)
         op = OperatingPoint.of(view)
         self.tpot = op.tpot
         rng = np.random.default_rng([p.seed, policy._decisions]) if p.estimator == "sampled" else None
@@ -175,6 +196,13 @@ class _DecisionCtx:
         self._la_need = [len(ps) for _, ps in self.pending]
         self._la_running = [sum(q in running_rids for q in ps) for _, ps in self.pending]
         self._la_in_base = [n > 0 and k == n for n, k in zip(self._la_need, self._la_running)]
+        #: the most n_a(t) can be for any Q' (every pending stage with a parent counts), times
+        #: the reload time: ``_bound``'s V_reuse
+        n_max: dict[str, int] = {}
+        for agent, ps in self.pending:
+            if ps:
+                n_max[agent] = n_max.get(agent, 0) + 1
+        self._reuse_max = {a: n * view.cost.swap_time(view.prefixes[a].tokens) for a, n in n_max.items()}
         self._la_by_parent: dict[str, list[int]] = {}
         for i, (_, ps) in enumerate(self.pending):
             for q in ps:
@@ -211,6 +239,9 @@ class _DecisionCtx:
         #: the candidates, best gain first (ties: older task, then request id)
         self.cands: list[RequestView] = sorted(cands, key=rank)
         self._packable = [(r.rid, r.agent, r.task_id, self.gain[r.rid], self.demand[r.rid]) for r in self.cands]
+        #: the candidates with a positive gain by gain per token (``_bound``'s fractional knapsack)
+        self._by_density = sorted(((c[3], c[4], c[1], c[2]) for c in self._packable if c[3] > 0),
+                                  key=lambda c: -c[0] / c[1] if c[1] > 0 else -float("inf"))
         #: the smallest demand from each candidate on: GREEDYPACK stops once none of them fits
         self._min_need_after = list(itertools.accumulate(reversed([c[4] for c in self._packable]), min))[::-1]
 
@@ -277,27 +308,32 @@ class _DecisionCtx:
         key = resident if not force else resident | {"\0force"}
         if key in self._memo:
             return self._memo[key]
-        plan = self._evaluate(resident, force)
+        plan = self._evaluate(resident, force, sum(self.prefix_len[a] for a in resident))
         self._memo[key] = plan
         return plan
 
-    def _evaluate(self, resident: frozenset[str], force: bool) -> _Plan | None:
+    def _evaluate(self, resident: frozenset[str], force: bool, prefix_tokens: int,
+                  floor: float | None = None) -> _Plan | None:
+        """The plan of R' (``evaluate``); with ``floor``, None also when no (R', Q') can score
+        ``floor`` or more (``_bound``), which the search then need not score."""
         p = self.p
         dropped = [a for a in self._busy_order if a not in resident]  # busy agents R' drops
         preempt = [r for a in dropped for r in self.running_by_agent[a]]
         if len(preempt) > (p.K if p.preempt else 0):
             return None
         preempt_ids = {r.rid for r in preempt} if preempt else _NONE
-        free = self.view.kv_budget - sum(self.prefix_len[a] for a in resident)
+        free = self.view.kv_budget - prefix_tokens
         free -= self._run_demand_total - sum(self.run_demand_by_agent[a] for a in dropped)
         loads = sorted(resident - self.r_t)
         if free < 0 and loads:
             return None  # no room to load a prefix; a state with no loads stays feasible
         preempted_tasks = set().union(*(self._busy_tasks[a] for a in dropped)) if dropped else _NONE
-        admit, gains = self._pack(resident, free, preempted_tasks, force)
         # sorted: float sums must not depend on set iteration order (string hashing is per process)
         moved_in = [self.move_in[a] for a in loads]
         moved_out = [self.move_out[a] for a in sorted(self.r_t - resident)]
+        if floor is not None and self._bound(resident, free, preempted_tasks, preempt, moved_in, moved_out) < floor:
+            return None
+        admit, gains = self._pack(resident, free, preempted_tasks, force)
         affected = 0  # |T_in| matters only when something moves at a cost
         if moved_in or any(moved_out):
             kept = {r.task_id for r in self.view.running if r.rid not in preempt_ids} if preempt else self.running_tasks
@@ -306,12 +342,46 @@ class _DecisionCtx:
             "J_admit": gains,
             "J_move": j_move(moved_in, moved_out, affected),
             "J_redo": self._redo(preempt, preempt_ids, admit),
-            "J_revoke": j_revoke(self.credit[r.rid] for r in preempt),
-            "V_reuse": v_reuse(p.beta, self._lookahead(preempt_ids, admit), self.reload, sorted(resident))
-            if p.reuse else 0.0,
+            "J_revoke": j_revoke(self.credit[r.rid] for r in preempt) if preempt else 0.0,
+            "V_reuse": self._v_reuse(resident, preempt_ids, admit) if p.reuse else 0.0,
         }
         score = terms["J_admit"] - terms["J_move"] - terms["J_redo"] - terms["J_revoke"] + terms["V_reuse"]
         return _Plan(resident, admit, sorted(r.rid for r in preempt), score, terms)
+
+    def _bound(self, resident: frozenset[str], free: int, preempted_tasks: set[str] | frozenset[str],
+               preempt: list[RequestView], moved_in: list[float], moved_out: list[float]) -> float:
+        """An upper bound of Score(R', Q') for every Q' GREEDYPACK can pick, computed in the
+        score's own order of operations (IEEE rounding is monotone, so each term's bound bounds
+        the score): J_admit by the fractional knapsack of the admissible positive gains (>= the
+        greedy pack's), J_move by its moves charged once, J_redo (``decode``) and J_revoke exactly
+        (``reprefill``'s J_redo by 0), V_reuse by every pending stage of R''s agents counted in
+        n_a(t). The two relaxed sums are inflated by 1e-9 relative, far above their rounding."""
+        p = self.p
+        room, admit = free, 0.0
+        for gain, need, agent, task_id in self._by_density:
+            if agent not in resident or task_id in preempted_tasks:
+                continue
+            if need <= room:
+                room -= need
+                admit += gain
+            else:
+                admit += gain * room / need
+                break
+        bound = (admit * (1 + 1e-9) + 1e-12) - j_move(moved_in, moved_out, 1)
+        if preempt:
+            if p.redo == "decode":
+                bound -= j_redo((r.generated for r in preempt), self.tpot)
+            bound -= j_revoke(self.credit[r.rid] for r in preempt)
+        if p.reuse:
+            bound += p.beta * sum(self._reuse_max[a] for a in sorted(resident) if a in self._reuse_max) * (1 + 1e-9) + 1e-12
+        return bound
+
+    def _v_reuse(self, resident: frozenset[str], preempt_ids: set[str] | frozenset[str],
+                 admit: list[tuple[str, float]]) -> float:
+        """V_reuse of (R', Q'): ``v_reuse`` over the agents of R' in sorted order; those with
+        ``n_a(t) = 0`` are left out of the sum (each would add 0.0, which changes no float sum)."""
+        counts = self._lookahead(preempt_ids, admit)
+        return v_reuse(self.p.beta, counts, self.reload, [a for a in sorted(counts) if a in resident and counts[a]])
 
     def _redo(self, preempt: list[RequestView], preempt_ids: set[str], admit: list[tuple[str, float]]) -> float:
         """J_redo of the preempted requests (``TopasParams.redo``)."""
@@ -411,9 +481,13 @@ class _DecisionCtx:
 
     def _consider(self, resident: frozenset[str]) -> bool:
         """Score R'; True if it beats the incumbent."""
-        if sum(self.prefix_len[a] for a in resident) > self.view.kv_budget:
+        tokens = sum(self.prefix_len[a] for a in resident)
+        if tokens > self.view.kv_budget:
             return False
-        plan = self.evaluate(resident)
+        plan = self._memo.get(resident, self)
+        if plan is self:  # not scored yet; None also when it cannot beat the incumbent
+            floor = self._best.score if self._best is not None else None
+            plan = self._memo[resident] = self._evaluate(resident, False, tokens, floor)
         if plan is None or (self._best is not None and not self._better(plan, self._best)):
             return False
         self._best = plan
