@@ -55,7 +55,7 @@ behaviour, which shows what the joint search adds).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from topas.engine.view import Decision, EngineView, RequestView
 from topas.policies.base import Policy, PolicyError, register
@@ -88,6 +88,22 @@ class Topas(Policy):
         self.credits: dict[str, float] = {}  # lambda_r of running requests
         self._idle_waiting: tuple[str, ...] | None = None  # waiting set at our last idle decision
         self._decisions = 0
+        self._prefill_cost: Any = None  # the cost model prefill_time_of memoises for
+
+    def prefill_time_of(self, cost: Any) -> Callable[[int, int], float]:
+        """``cost.prefill_time([(n_new, n_cached)])``, memoised for the run (a pure function of
+        the cost model; a stage's residual time needs it at every decision)."""
+        if self._prefill_cost is not cost:
+            self._prefill_cost, self._prefill_memo = cost, {}
+        memo = self._prefill_memo
+
+        def prefill_time(n_new: int, n_cached: int) -> float:
+            v = memo.get((n_new, n_cached))
+            if v is None:
+                v = memo[(n_new, n_cached)] = cost.prefill_time([(n_new, n_cached)])
+            return v
+
+        return prefill_time
 
     def on_finish(self, request: RequestView, time: float, output_tokens: int) -> None:
         self.estimator.observe(request.agent, output_tokens)

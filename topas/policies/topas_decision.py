@@ -137,6 +137,7 @@ class _DecisionCtx:
         rng = np.random.default_rng([p.seed, policy._decisions]) if p.estimator == "sampled" else None
 
         memo: dict[tuple[str, int, int], float] = {}
+        prefill_time = policy.prefill_time_of(view.cost)
 
         def residual(stage_id: str, tv: TaskView, generated: int) -> Any:
             st = tv.stages[stage_id]
@@ -144,7 +145,7 @@ class _DecisionCtx:
             if rng is None and key in memo:
                 return memo[key]
             pv = view.prefixes[st.agent]
-            prefill = view.cost.prefill_time([(st.input_tokens + generated, pv.tokens)])
+            prefill = prefill_time(st.input_tokens + generated, pv.tokens)
             if rng is None:
                 val = memo[key] = prefill + est.expected_remaining(st.agent, pv.expected_output_tokens, generated) * op.tpot
                 return val
@@ -173,17 +174,20 @@ class _DecisionCtx:
     # ------------------------------------------------------------------ per-decision set-up
     def _lookahead_setup(self, tasks: Any, gen: dict[str, int], view: EngineView) -> None:
         """n_a(t) for Q' = the running set, and the pending stages indexed by parent."""
-        # Pending stages whose unfinished parents are all ready (waiting or running) are the
-        # only ones that can count for some Q'.
+        # Pending stages with unfinished parents, all of them ready (waiting or running), are the
+        # only ones that can count for some Q': children of the ready stages (in any order:
+        # only counts are taken from this list).
         self.pending: list[tuple[str, tuple[str, ...]]] = []  # (agent, unfinished parent rids)
-        for tid, tv in tasks.items():
+        seen: set[str] = set()
+        for ready in gen:
+            tid, sid = ready.split("/", 1)
+            tv = tasks[tid]
             done = tv.done
-            for s in tv.topo_order:
-                if s in done:
-                    continue
+            for s in tv.stages[sid].children:
                 rid = f"{tid}/{s}"
-                if rid in gen:
+                if s in done or rid in gen or rid in seen:
                     continue
+                seen.add(rid)
                 parents = tuple(f"{tid}/{q}" for q in tv.stages[s].parents if q not in done)
                 if all(q in gen for q in parents):
                     self.pending.append((tv.stages[s].agent, parents))
