@@ -31,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
-from topas.engine.metrics import WALL_CLOCK_KEYS  # noqa: E402
+from topas.cluster.metrics import CLUSTER_WALL_CLOCK_KEYS  # noqa: E402
 from topas.experiments import Experiment, ResultStore, map_experiments  # noqa: E402
 from topas.experiments.store import experiment_of  # noqa: E402
 
@@ -54,8 +54,9 @@ def _same(a, b) -> bool:
 
 
 def compare(stored: dict, fresh: dict) -> list[str]:
-    """Summary keys whose values differ (wall-clock keys excluded), sorted."""
-    keys = (set(stored) | set(fresh)) - set(WALL_CLOCK_KEYS)
+    """Summary keys whose values differ (wall-clock keys excluded, a cluster's time in its router
+    too: a fresh run's deterministic summary drops it), sorted."""
+    keys = (set(stored) | set(fresh)) - set(CLUSTER_WALL_CLOCK_KEYS)
     return sorted(k for k in keys if not _same(stored.get(k), fresh.get(k)))
 
 
