@@ -196,6 +196,9 @@ class _DecisionCtx:
         # Q' only re-counts the stages whose parents it preempts or admits.
         running_rids = self._running_rids = {r.rid for r in view.running}
         self.running_tasks = {r.task_id for r in view.running}
+        self._running_per_task: dict[str, int] = {}
+        for r in view.running:
+            self._running_per_task[r.task_id] = self._running_per_task.get(r.task_id, 0) + 1
         self._la_base = lookahead_counts(self.pending, running_rids)
         self._la_need = [len(ps) for _, ps in self.pending]
         self._la_running = [sum(q in running_rids for q in ps) for _, ps in self.pending]
@@ -206,7 +209,7 @@ class _DecisionCtx:
         for agent, ps in self.pending:
             if ps:
                 n_max[agent] = n_max.get(agent, 0) + 1
-        self._reuse_max = {a: n * view.cost.swap_time(view.prefixes[a].tokens) for a, n in n_max.items()}
+        self._reuse_max = [(a, n * view.cost.swap_time(view.prefixes[a].tokens)) for a, n in sorted(n_max.items())]
         self._la_by_parent: dict[str, list[int]] = {}
         for i, (_, ps) in enumerate(self.pending):
             for q in ps:
@@ -340,8 +343,7 @@ class _DecisionCtx:
         admit, gains = self._pack(resident, free, preempted_tasks, force)
         affected = 0  # |T_in| matters only when something moves at a cost
         if moved_in or any(moved_out):
-            kept = {r.task_id for r in self.view.running if r.rid not in preempt_ids} if preempt else self.running_tasks
-            affected = len(kept.union(rid.split("/", 1)[0] for rid, _ in admit))
+            affected = self._tasks_in(preempt, admit)
         terms = {
             "J_admit": gains,
             "J_move": j_move(moved_in, moved_out, affected),
@@ -351,6 +353,17 @@ class _DecisionCtx:
         }
         score = terms["J_admit"] - terms["J_move"] - terms["J_redo"] - terms["J_revoke"] + terms["V_reuse"]
         return _Plan(resident, admit, sorted(r.rid for r in preempt), score, terms)
+
+    def _tasks_in(self, preempt: list[RequestView], admit: list[tuple[str, float]]) -> int:
+        """|T_in|: the tasks with a request in Q' (running and kept, or admitted)."""
+        kept = len(self.running_tasks)
+        if preempt:  # less the tasks whose every running request is preempted
+            gone: dict[str, int] = {}
+            for r in preempt:
+                gone[r.task_id] = gone.get(r.task_id, 0) + 1
+            kept -= sum(n == self._running_per_task[t] for t, n in gone.items())
+        # an admitted stage's task is never one R' preempts (GREEDYPACK skips those)
+        return kept + len({rid.split("/", 1)[0] for rid, _ in admit} - self.running_tasks)
 
     def _bound(self, resident: frozenset[str], free: int, preempted_tasks: set[str] | frozenset[str],
                preempt: list[RequestView], moved_in: list[float], moved_out: list[float]) -> float:
@@ -377,7 +390,7 @@ class _DecisionCtx:
                 bound -= j_redo((r.generated for r in preempt), self.tpot)
             bound -= j_revoke(self.credit[r.rid] for r in preempt)
         if p.reuse:
-            bound += p.beta * sum(self._reuse_max[a] for a in sorted(resident) if a in self._reuse_max) * (1 + 1e-9) + 1e-12
+            bound += p.beta * sum(w for a, w in self._reuse_max if a in resident) * (1 + 1e-9) + 1e-12
         return bound
 
     def _v_reuse(self, resident: frozenset[str], preempt_ids: set[str] | frozenset[str],
