@@ -226,8 +226,12 @@ class _DecisionCtx:
             # outputs by their true length; we cannot match that exactly, and the idle fallback
             # guarantees progress when our estimate is short.
             self.demand[r.rid] = r.input_tokens + r.generated + int(p.output_reserve * rem)
-        for r in sorted(view.waiting, key=lambda r: (r.task_id, self.tasks[r.task_id].order.index(r.stage_id))):
+        for r in view.waiting:
             self.tasks[r.task_id].waiting.append(r)
+        for tc in self.tasks.values():  # each task's waiting stages in topological order
+            if len(tc.waiting) > 1:
+                pos = {s: i for i, s in enumerate(tc.order)}
+                tc.waiting.sort(key=lambda r: pos[r.stage_id])
         self.gain: dict[str, float] = {}
         scale = 1.0
         if p.admit_norm == "remaining":  # fractions, in seconds of the decision's mean remaining path
@@ -236,15 +240,18 @@ class _DecisionCtx:
         for tid, tc in self.tasks.items():
             for stage, g in tc.frontier_gains().items():
                 self.gain[f"{tid}/{stage}"] = g * scale
-        by_agent: dict[str, list[RequestView]] = {}
-        for r in view.waiting:
-            by_agent.setdefault(r.agent, []).append(r)
-        rank = lambda r: (-self.gain[r.rid], self.tasks[r.task_id].view.arrival, r.rid)  # noqa: E731
-        cands = []
-        for agent in sorted(by_agent):
-            cands.extend(sorted(by_agent[agent], key=rank)[: p.candidates_per_agent])
+        # rank: best gain first (ties: older task, then request id, which is unique); each
+        # agent's best candidates_per_agent, in that order
+        ranked = sorted((-self.gain[r.rid], self.tasks[r.task_id].view.arrival, r.rid, r) for r in view.waiting)
+        taken: dict[str, int] = {}
+        cap = p.candidates_per_agent
         #: the candidates, best gain first (ties: older task, then request id)
-        self.cands: list[RequestView] = sorted(cands, key=rank)
+        self.cands: list[RequestView] = []
+        for *_, r in ranked:
+            n = taken.get(r.agent, 0)
+            if n < cap:
+                taken[r.agent] = n + 1
+                self.cands.append(r)
         self._packable = [(r.rid, r.agent, r.task_id, self.gain[r.rid], self.demand[r.rid]) for r in self.cands]
         #: the candidates with a positive gain by gain per token (``_bound``'s fractional knapsack)
         self._by_density = sorted(((c[3], c[4], c[1], c[2]) for c in self._packable if c[3] > 0),
