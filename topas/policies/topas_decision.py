@@ -337,7 +337,7 @@ class _DecisionCtx:
             return None
         preempt_ids = {r.rid for r in preempt} if preempt else _NONE
         free = self.view.kv_budget - prefix_tokens
-        free -= self._run_demand_total - sum(self.run_demand_by_agent[a] for a in dropped)
+        free -= self._run_demand_total - (sum(map(self.run_demand_by_agent.__getitem__, dropped)) if dropped else 0)
         loads = sorted(resident - self.r_t)
         if free < 0 and loads:
             return None  # no room to load a prefix; a state with no loads stays feasible
@@ -505,7 +505,7 @@ class _DecisionCtx:
 
     def _consider(self, resident: frozenset[str]) -> bool:
         """Score R'; True if it beats the incumbent."""
-        tokens = sum(self.prefix_len[a] for a in resident)
+        tokens = sum(map(self.prefix_len.__getitem__, resident))
         if tokens > self.view.kv_budget:
             return False
         plan = self._memo.get(resident, self)
