@@ -61,8 +61,9 @@ from topas.engine.view import Decision, EngineView, RequestView
 from topas.policies.base import Policy, PolicyError, register
 from topas.policies.estimates import make_estimator
 from topas.policies.history import WorkflowHistory
-from topas.policies.topas_decision import _DecisionCtx, _Plan, _TaskCtx  # noqa: F401 (tests use them)
+from topas.policies.topas_decision import _DecisionCtx, _Plan  # noqa: F401 (tests use them)
 from topas.policies.topas_params import TopasParams
+from topas.policies.topas_task import _TaskCtx  # noqa: F401
 
 __all__ = ["Topas", "TopasParams", "TopasRequestOnly"]
 
