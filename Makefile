@@ -44,8 +44,10 @@ install: $(STAMP)  ## create .venv and install topas + test/notebook/ray extras 
 lock: $(STAMP)  ## re-pin requirements-lock.txt from .venv (after changing a dependency; commit it)
 	{ sed -n '/^#/p' $(LOCK); $(VPY) -m pip freeze --exclude-editable; } > $(LOCK).tmp && mv $(LOCK).tmp $(LOCK)
 
-test: $(STAMP)  ## run the test suite (pytest; ARGS="-x -q", or ARGS="-m 'not slow'" to skip the slow ones)
-	$(VPY) -m pytest $(ARGS)
+# The suite runs on every core (pytest-xdist; TEST_JOBS=1 runs it in one process, e.g. to debug).
+TEST_JOBS ?= auto
+test: $(STAMP)  ## run the test suite on every core (pytest; ARGS="-x -q", or ARGS="-m 'not slow'" to skip the slow ones; TEST_JOBS=1)
+	$(VPY) -m pytest $(if $(filter 1,$(TEST_JOBS)),,-n $(TEST_JOBS)) $(ARGS)
 
 # The SGLang CPU integration test: builds (or reuses) the lean SGLang env in .venvs/sglang-cpu,
 # starts a real SGLang server (tiny dummy-weight model, the topas plugin) on 127.0.0.1 and
@@ -133,8 +135,9 @@ traces-metagpt: metagpt-env  ## record MetaGPT-SOP/TL runs (offline responder) -
 profiles: $(STAMP)  ## refit the engine cost-model profiles in data/profiles/
 	$(VPY) scripts/fit_profile.py
 
-bench: $(STAMP)  ## simulator speed benchmark
-	$(VPY) benchmarks/sim_speed.py
+bench: $(STAMP)  ## benchmarks: simulator speed (FCFS), each policy's CPU s per 1,000 tasks vs FCFS, TOPAS's decision latency
+	$(VPY) benchmarks/sim_speed.py --no-progress
+	$(VPY) benchmarks/policy_cost.py $(ARGS)
 
 clean:  ## remove the venv and caches (never data/ or figures/)
 	rm -rf $(VENV) .pytest_cache .hypothesis build dist *.egg-info

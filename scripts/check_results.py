@@ -11,6 +11,7 @@ exactly::
     python scripts/check_results.py --sample 20            # 20 stored results, seed 0
     python scripts/check_results.py --all --jobs 2
     python scripts/check_results.py --store DIR --packs    # another store; include the shipped packs
+    python scripts/check_results.py --packs --policy 'topas*' --sample 20   # TOPAS and its variants only
 
 A result whose trace, profile or parameters (resolved defaults included) are no longer what
 they were is reported as ``inputs changed`` and not compared: its summary could differ for that
@@ -21,6 +22,7 @@ named, with the first differing summary keys), 2 when nothing could be compared.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import random
 import sys
@@ -29,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # run from a checkout without installing
 
-from topas.engine.metrics import WALL_CLOCK_KEYS  # noqa: E402
+from topas.cluster.metrics import CLUSTER_WALL_CLOCK_KEYS  # noqa: E402
 from topas.experiments import Experiment, ResultStore, map_experiments  # noqa: E402
 from topas.experiments.store import experiment_of  # noqa: E402
 
@@ -52,8 +54,9 @@ def _same(a, b) -> bool:
 
 
 def compare(stored: dict, fresh: dict) -> list[str]:
-    """Summary keys whose values differ (wall-clock keys excluded), sorted."""
-    keys = (set(stored) | set(fresh)) - set(WALL_CLOCK_KEYS)
+    """Summary keys whose values differ (wall-clock keys excluded, a cluster's time in its router
+    too: a fresh run's deterministic summary drops it), sorted."""
+    keys = (set(stored) | set(fresh)) - set(CLUSTER_WALL_CLOCK_KEYS)
     return sorted(k for k in keys if not _same(stored.get(k), fresh.get(k)))
 
 
@@ -67,6 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="seed of the random sample (default: 0)")
     ap.add_argument("--engine", action="append", default=None,
                     help="only results of this engine (repeatable; default: sim; sglang replays need a server)")
+    ap.add_argument("--policy", action="append", default=None, metavar="PATTERN",
+                    help="only results of policies matching this shell pattern, e.g. 'topas*' (repeatable; "
+                         "default: every policy)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (default: 1)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
@@ -75,9 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     from topas.experiments.store import default_packs
 
     store = ResultStore(args.store, packs=default_packs() if args.packs else [])
-    metas = [m for m in (store.meta(k) for k in store.keys()) if m["experiment"]["engine"] in engines]
+    metas = [m for m in (store.meta(k) for k in store.keys()) if m["experiment"]["engine"] in engines
+             and (args.policy is None or any(fnmatch.fnmatchcase(m["experiment"]["policy"], pat) for pat in args.policy))]
     if not metas:
-        print(f"error: no stored {'/'.join(sorted(engines))} results in {store.root}"
+        which = f" {' or '.join(args.policy)}" if args.policy else ""
+        print(f"error: no stored {'/'.join(sorted(engines))}{which} results in {store.root}"
               f"{' or the packs' if store.packs else ''}", file=sys.stderr)
         return 2
     if not args.all and args.sample < len(metas):

@@ -45,3 +45,25 @@ def test_unchanged_results_match_and_a_changed_one_is_named(tmp_path):
 def test_an_empty_store_is_an_error(tmp_path):
     r = check("--store", tmp_path / "none")
     assert r.returncode == 2 and "no stored" in r.stderr
+
+
+def test_policy_patterns_select_which_results_are_re_run(tmp_path):
+    store = ResultStore(tmp_path / "store")
+    exps = [Experiment("chain-3", p, load=1.2, n_tasks=6) for p in ("fcfs", "topas", "topas-no-reuse")]
+    run_sweep(exps, store, jobs=1, progress=False)
+    r = check("--store", store.root, "--all", "--policy", "topas*")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2 of 2 re-run results match" in r.stdout and "chain-3/fcfs" not in r.stdout
+    r = check("--store", store.root, "--all", "--policy", "lpm")
+    assert r.returncode == 2 and "no stored sim lpm results" in r.stderr
+
+
+def test_a_clusters_router_wall_time_is_not_a_difference():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_results", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    stored = {"jct_mean": 1.5, "sim_wall_s": 3.0, "routing_wall_s": 0.5}
+    assert mod.compare(stored, {"jct_mean": 1.5}) == []  # a fresh run's summary omits both
+    assert mod.compare(stored, {"jct_mean": 1.25}) == ["jct_mean"]

@@ -1,0 +1,124 @@
+"""What each policy costs to simulate, and TOPAS's decision latency, in one run on one machine.
+
+Part 1, CPU seconds per 1,000 tasks: every policy (the ablations with ``--ablations``) on the same
+DAG-4 and DAG-10-Wide traces (``data/traces/``, their first ``--tasks`` tasks re-timed to Poisson
+arrivals at ``--load`` x the trace's nominal rate), one simulation at a time in this process, the
+best of ``--repeat`` runs (CPU time of this process, so other work on the machine matters less
+than for wall time); each beside FCFS's on the same trace. The target for TOPAS is at most 2x
+FCFS on both workloads.
+
+Part 2, decision latency: ``benchmarks/decision_latency.py``'s DAG-10-Wide run (its first
+``--latency-tasks`` tasks at 1.5x nominal) under TOPAS and TOPAS+: wall time per decision, mean
+and p99, beside the paper's 1.9 ms mean inside SGLang (docs/method.md "What the paper reports").
+The target for TOPAS is a mean under 0.3 ms on an idle 2-core machine.
+
+    python benchmarks/policy_cost.py                 # what `make bench` prints
+    python benchmarks/policy_cost.py --tasks 200 --repeat 1 --policy fcfs,topas
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling benchmark scripts
+
+from decision_latency import dag10wide  # noqa: E402
+
+from topas.engine.cost import DEFAULT_PROFILE, load_profile  # noqa: E402
+from topas.engine.simulator import simulate  # noqa: E402
+from topas.paths import traces_dir  # noqa: E402
+from topas.policies import available_policies, make_policy  # noqa: E402
+from topas.workload.arrivals import retime  # noqa: E402
+from topas.workload.trace_io import read_trace  # noqa: E402
+
+WORKLOADS = ("dag-4", "dag-10-wide")
+PAPER_MEAN_MS = 1.9
+TOPAS_RATIO_TARGET = 2.0
+TOPAS_MEAN_TARGET_MS = 0.3
+ABLATIONS = ("topas-no-reuse", "topas-no-aging", "topas-base", "topas-request-only")
+
+
+def trace_at_load(workload: str, n: int, load: float, seed: int):
+    tr = read_trace(traces_dir() / f"{workload}.json.gz").head(n)
+    return retime(tr, rate=load * float(tr.meta["rate"]), seed=seed)
+
+
+def cpu_seconds(trace, policy: str, cost, repeat: int) -> float:
+    """The least CPU time (this process) of ``repeat`` simulations of ``trace`` under ``policy``."""
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.process_time()
+        simulate(trace, make_policy(policy), cost)
+        best = min(best, time.process_time() - t0)
+    return best
+
+
+def latency(trace, policy: str, cost) -> tuple[float, float, int]:
+    """Mean and p99 wall ms per decision, and the number of decisions."""
+    w = simulate(trace, make_policy(policy), cost).decisions["wall_s"].to_numpy(dtype=float) * 1e3
+    return float(w.mean()), float(np.percentile(w, 99)), len(w)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--tasks", type=int, default=400, help="tasks per workload for the CPU table (default 400)")
+    ap.add_argument("--load", type=float, default=1.0, help="arrival rate, x the trace's nominal (default 1.0)")
+    ap.add_argument("--repeat", type=int, default=2, help="runs per policy and workload, the best kept (default 2)")
+    ap.add_argument("--seed", type=int, default=0, help="arrival seed (default 0)")
+    ap.add_argument("--policy", default=None, help="policies, comma-separated (default: every non-ablation policy)")
+    ap.add_argument("--ablations", action="store_true", help="also the TOPAS ablations")
+    ap.add_argument("--latency-tasks", type=int, default=200, help="DAG-10-Wide tasks for the latency part (default 200)")
+    ap.add_argument("--profile", default=DEFAULT_PROFILE, help="engine profile name or path")
+    args = ap.parse_args(argv)
+    if args.tasks < 1 or args.repeat < 1 or args.latency_tasks < 1 or not args.load > 0:
+        ap.error("--tasks, --repeat and --latency-tasks must be >= 1 and --load > 0")
+    if args.policy:
+        policies = [p.strip() for p in args.policy.split(",") if p.strip()]
+    else:
+        policies = [p for p in available_policies() if args.ablations or p not in ABLATIONS]
+    if "fcfs" not in policies:
+        policies.insert(0, "fcfs")  # the reference
+    cost = load_profile(args.profile)
+    print(f"machine    {platform.python_implementation()} {platform.python_version()}, "
+          f"{os.cpu_count()} CPUs visible, load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}; "
+          f"engine {cost.name}")
+    print(f"CPU seconds per 1,000 tasks: first {args.tasks} tasks at {args.load:g}x nominal, seed {args.seed}, "
+          f"best of {args.repeat}, one simulation at a time in this process\n", flush=True)
+
+    per_k: dict[tuple[str, str], float] = {}
+    for w in WORKLOADS:
+        tr = trace_at_load(w, args.tasks, args.load, args.seed)
+        for p in policies:  # warm-up: imports, caches
+            simulate(tr.head(min(10, len(tr.tasks))), make_policy(p), cost)
+        for p in policies:
+            per_k[w, p] = cpu_seconds(tr, p, cost, args.repeat) * 1000 / len(tr.tasks)
+    head = f"{'policy':20s}" + "".join(f"{w + ' s/1k':>18s}{'x FCFS':>8s}" for w in WORKLOADS)
+    print(head)
+    for p in policies:
+        print(f"{p:20s}" + "".join(f"{per_k[w, p]:18.2f}{per_k[w, p] / per_k[w, 'fcfs']:8.2f}" for w in WORKLOADS))
+    if "topas" in policies:
+        worst = max(per_k[w, "topas"] / per_k[w, "fcfs"] for w in WORKLOADS)
+        print(f"\ntarget     TOPAS <= {TOPAS_RATIO_TARGET:g}x FCFS's CPU on both: "
+              f"{'MET' if worst <= TOPAS_RATIO_TARGET else 'MISSED'} (worst {worst:.2f}x)")
+
+    tr = dag10wide(args.latency_tasks, 1.5, args.seed)
+    print(f"\ndecision latency (wall ms per decision), DAG-10-Wide, first {len(tr.tasks)} tasks at 1.5x nominal; "
+          f"paper: {PAPER_MEAN_MS} ms mean inside SGLang")
+    print(f"{'policy':20s}{'decisions':>10s}{'mean ms':>10s}{'p99 ms':>10s}{'paper ms':>10s}")
+    for p in ("topas", "topas-plus"):
+        mean, p99, n = latency(tr, p, cost)
+        print(f"{p:20s}{n:10d}{mean:10.3f}{p99:10.3f}{PAPER_MEAN_MS:10.1f}"
+              + (f"   target mean < {TOPAS_MEAN_TARGET_MS} ms (idle 2-core machine): "
+                 f"{'MET' if mean < TOPAS_MEAN_TARGET_MS else 'MISSED'}" if p == "topas" else ""))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,500 @@
+"""One TOPAS decision: the per-decision quantities, the score of one ``(R', Q')`` and the search.
+
+``_DecisionCtx`` computes once per decision everything that does not depend on the candidate
+prefix set ``R'``: each task's residual times, ``g_i(t)`` (aging) and ``L_i(H, t)``; each waiting
+request's ``d_r(t)`` and gain ``g_i(t) * Delta_task``; each running request's kept demand and
+credit ``lambda_r`` (``J_revoke``'s charge); the prefix moves' times; and ``n_a(t)`` for
+``Q' =`` the running set, with the pending stages indexed by parent so that a candidate ``Q'``
+only re-counts the stages it touches. Scoring one ``R'`` (:meth:`_DecisionCtx.evaluate`) is then
+GREEDYPACK plus the five terms of ``topas_terms``; the search (:meth:`_DecisionCtx.search`)
+scores prefix sets, each once (memoised).
+
+Every float sum runs in the same order as the plain formula's (sorted agents, the running
+order), so the scores, hence the decisions, do not depend on how they are computed here
+(``tests/test_topas_pinned.py`` pins them).
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterator
+
+import numpy as np
+
+from topas.engine.view import EngineView, RequestView, TaskView
+from topas.policies.estimates import OperatingPoint
+from topas.policies.topas_task import _MemoEstimator, _TaskCtx
+from topas.policies.topas_terms import (
+    aging,
+    j_move,
+    j_redo,
+    j_redo_reprefill,
+    j_revoke,
+    lookahead_counts,
+    v_reuse,
+)
+
+if TYPE_CHECKING:
+    from topas.policies.topas import Topas
+
+_NONE: frozenset[str] = frozenset()
+
+
+@dataclass
+class _Plan:
+    resident: frozenset[str]
+    admit: list[tuple[str, float]]  # (rid, lambda_r) in admission order
+    preempt: list[str]
+    score: float
+    terms: dict[str, float]
+
+
+class _DecisionCtx:
+    """Everything one decision needs, computed once and shared by all candidate prefix sets."""
+
+    def __init__(self, policy: Topas, view: EngineView) -> None:
+        self.p = p = policy.params
+        self.policy = policy
+        self.view = view
+        self.cost = view.cost
+        est = _MemoEstimator(policy.estimator)
+        op = OperatingPoint.of(view)
+        self.tpot = op.tpot
+        rng = np.random.default_rng([p.seed, policy._decisions]) if p.estimator == "sampled" else None
+
+        memo: dict[tuple[str, int, int], float] = {}
+        prefill_time = policy.prefill_time_of(view.cost)
+
+        def residual(stage_id: str, tv: TaskView, generated: int) -> Any:
+            st = tv.stages[stage_id]
+            key = (st.agent, st.input_tokens, generated)
+            if rng is None and key in memo:
+                return memo[key]
+            pv = view.prefixes[st.agent]
+            prefill = prefill_time(st.input_tokens + generated, pv.tokens)
+            if rng is None:
+                val = memo[key] = prefill + est.expected_remaining(st.agent, pv.expected_output_tokens, generated) * op.tpot
+                return val
+            draws = est.sample_remaining(st.agent, pv.expected_output_tokens, generated, rng, p.samples)
+            return prefill + draws * op.tpot
+
+        tasks = policy.history.tasks(view)  # online DAGs: completed from the workflow's history
+        gen: dict[str, int] = {r.rid: r.generated for r in view.running}
+        gen.update({r.rid: r.generated for r in view.waiting})
+        running_by_task: dict[str, set[str]] = {}
+        for r in view.running:
+            running_by_task.setdefault(r.task_id, set()).add(r.stage_id)
+        # Only tasks with waiting requests are scored (L_i and Delta_task).
+        self.tasks: dict[str, _TaskCtx] = {}
+        for tid in sorted({r.task_id for r in view.waiting}):
+            tv = tasks[tid]
+            res = {s: residual(s, tv, gen.get(f"{tid}/{s}", 0)) for s in tv.topo_order if s not in tv.done}
+            g = aging(view.time, tv.arrival, p.rho, p.H_age, p.aging_form) if p.aging else 1.0
+            self.tasks[tid] = _TaskCtx(tv, res, frozenset(running_by_task.get(tid, ())), g,
+                                       p.sibling_share, p.admit_norm)
+        self._lookahead_setup(tasks, gen, view)
+        self._waiting_setup(view, est)
+        self._running_setup(view, est, op)
+        self._moves_setup(view)
+
+    # ------------------------------------------------------------------ per-decision set-up
+    def _lookahead_setup(self, tasks: Any, gen: dict[str, int], view: EngineView) -> None:
+        """n_a(t) for Q' = the running set, and the pending stages indexed by parent."""
+        # Pending stages with unfinished parents, all of them ready (waiting or running), are the
+        # only ones that can count for some Q': children of the ready stages (in any order:
+        # only counts are taken from this list).
+        self.pending: list[tuple[str, tuple[str, ...]]] = []  # (agent, unfinished parent rids)
+        seen: set[str] = set()
+        for ready in gen:
+            tid, sid = ready.split("/", 1)
+            tv = tasks[tid]
+            done = tv.done
+            for s in tv.stages[sid].children:
+                rid = f"{tid}/{s}"
+                if s in done or rid in gen or rid in seen:
+                    continue
+                seen.add(rid)
+                parents = tuple(f"{tid}/{q}" for q in tv.stages[s].parents if q not in done)
+                if all(q in gen for q in parents):
+                    self.pending.append((tv.stages[s].agent, parents))
+        # n_a(t) is needed for every candidate Q'; precompute it for Q' = the running set, and
+        # for each pending stage how many of its parents run, indexed by parent, so that each
+        # Q' only re-counts the stages whose parents it preempts or admits.
+        running_rids = self._running_rids = {r.rid for r in view.running}
+        self.running_tasks = {r.task_id for r in view.running}
+        self._running_per_task: dict[str, int] = {}
+        for r in view.running:
+            self._running_per_task[r.task_id] = self._running_per_task.get(r.task_id, 0) + 1
+        self._la_base = lookahead_counts(self.pending, running_rids)
+        self._la_need = [len(ps) for _, ps in self.pending]
+        self._la_running = [sum(q in running_rids for q in ps) for _, ps in self.pending]
+        self._la_in_base = [n > 0 and k == n for n, k in zip(self._la_need, self._la_running)]
+        #: the most n_a(t) can be for any Q' (every pending stage with a parent counts), times
+        #: the reload time: ``_bound``'s V_reuse
+        n_max: dict[str, int] = {}
+        for agent, ps in self.pending:
+            if ps:
+                n_max[agent] = n_max.get(agent, 0) + 1
+        self._reuse_max = [(a, n * view.cost.swap_time(view.prefixes[a].tokens)) for a, n in sorted(n_max.items())]
+        self._la_by_parent: dict[str, list[int]] = {}
+        for i, (_, ps) in enumerate(self.pending):
+            for q in ps:
+                self._la_by_parent.setdefault(q, []).append(i)
+
+    def _waiting_setup(self, view: EngineView, est: Any) -> None:
+        """Waiting requests: demand d_r(t) and gain g_i(t) * Delta_task share (fixed per decision)."""
+        p = self.p
+        self.demand: dict[str, int] = {}
+        for r in view.waiting:
+            pv = view.prefixes[r.agent]
+            rem = est.expected_remaining(r.agent, pv.expected_output_tokens, r.generated)
+            # The engine also allocates one slot for the prefill's output token and reserves for
+            # outputs by their true length; we cannot match that exactly, and the idle fallback
+            # guarantees progress when our estimate is short.
+            self.demand[r.rid] = r.input_tokens + r.generated + int(p.output_reserve * rem)
+        for r in view.waiting:
+            self.tasks[r.task_id].waiting.append(r)
+        for tc in self.tasks.values():  # each task's waiting stages in topological order
+            if len(tc.waiting) > 1:
+                pos = {s: i for i, s in enumerate(tc.order)}
+                tc.waiting.sort(key=lambda r: pos[r.stage_id])
+        self.gain: dict[str, float] = {}
+        scale = 1.0
+        if p.admit_norm == "remaining":  # fractions, in seconds of the decision's mean remaining path
+            paths = [tc.L(tc.committed) for tc in self.tasks.values()]
+            scale = float(np.mean(paths)) if paths else 1.0
+        for tid, tc in self.tasks.items():
+            for stage, g in tc.frontier_gains().items():
+                self.gain[f"{tid}/{stage}"] = g * scale
+        # rank: best gain first (ties: older task, then request id, which is unique); each
+        # agent's best candidates_per_agent, in that order
+        ranked = sorted((-self.gain[r.rid], self.tasks[r.task_id].view.arrival, r.rid, r) for r in view.waiting)
+        taken: dict[str, int] = {}
+        cap = p.candidates_per_agent
+        #: the candidates, best gain first (ties: older task, then request id)
+        self.cands: list[RequestView] = []
+        for *_, r in ranked:
+            n = taken.get(r.agent, 0)
+            if n < cap:
+                taken[r.agent] = n + 1
+                self.cands.append(r)
+        self._packable = [(r.rid, r.agent, r.task_id, self.gain[r.rid], self.demand[r.rid]) for r in self.cands]
+        #: the candidates with a positive gain by gain per token (``_bound``'s fractional knapsack)
+        self._by_density = sorted(((c[3], c[4], c[1], c[2]) for c in self._packable if c[3] > 0),
+                                  key=lambda c: -c[0] / c[1] if c[1] > 0 else -float("inf"))
+        #: the smallest demand from each candidate on: GREEDYPACK stops once none of them fits
+        self._min_need_after = list(itertools.accumulate(reversed([c[4] for c in self._packable]), min))[::-1]
+
+    def _running_setup(self, view: EngineView, est: Any, op: OperatingPoint) -> None:
+        """Running requests: kept demand, by agent, and each one's credit lambda_r."""
+        p = self.p
+        self.running_by_agent: dict[str, list[RequestView]] = {}
+        self.running_demand = 0
+        self.run_demand: dict[str, int] = {}
+        for r in view.running:
+            self.running_by_agent.setdefault(r.agent, []).append(r)
+            pv = view.prefixes[r.agent]
+            rem = est.expected_remaining(r.agent, pv.expected_output_tokens, r.generated)
+            self.run_demand[r.rid] = r.kv_tokens + int(p.output_reserve * rem)
+        if p.redo == "reprefill":
+            #: expected time to finish of each request that may be in Q' (for the re-wait)
+            self.finish_in = {r.rid: est.expected_remaining(r.agent, view.prefixes[r.agent].expected_output_tokens,
+                                                            r.generated) * op.tpot for r in view.running}
+            for r in self.cands:
+                z = self.tasks[r.task_id].residual[r.stage_id]
+                self.finish_in[r.rid] = float(np.mean(z)) if isinstance(z, np.ndarray) else z
+        self._busy = frozenset(self.running_by_agent)
+        #: the agents with running requests, in the running order (the order preemptions are listed)
+        self._busy_order = tuple(self.running_by_agent)
+        self.run_demand_by_agent = {
+            a: sum(self.run_demand[r.rid] for r in rs) for a, rs in self.running_by_agent.items()
+        }
+        self._run_demand_total = sum(self.run_demand_by_agent.values())
+        #: J_revoke's charge of each running request, fixed for the decision
+        self.credit = {r.rid: self._credit(r) for r in view.running}
+        #: the tasks of each busy agent's running requests (a plan never readmits their stages)
+        self._busy_tasks = {a: {r.task_id for r in rs} for a, rs in self.running_by_agent.items()}
+
+    def _moves_setup(self, view: EngineView) -> None:
+        """Prefix moves' times, and the search's pool."""
+        p = self.p
+        self.move_in: dict[str, float] = {}
+        self.move_out: dict[str, float] = {}
+        self.reload: dict[str, float] = {}
+        for a, pv in view.prefixes.items():
+            swap = view.cost.swap_time(pv.tokens)
+            self.reload[a] = swap
+            self.move_in[a] = swap if pv.on_host else view.cost.prefill_time([(pv.tokens, 0)])
+            self.move_out[a] = 0.0 if pv.on_host else swap
+            if p.move_cost == "engine":
+                # without a host tier an eviction unpins (free) and a still cached prefix is
+                # pinned again for free; with one, an eviction writes the host copy (a swap)
+                if pv.cached:
+                    self.move_in[a] = 0.0
+                if not view.host_tier:
+                    self.move_out[a] = 0.0
+        self.r_t = view.resident
+        self.prefix_len = {a: pv.tokens for a, pv in view.prefixes.items()}
+        active = {r.agent for r in view.waiting} | set(self.running_by_agent)
+        #: agents every R' keeps: those with running requests, unless preemption is allowed
+        self.must = frozenset(() if p.preempt else self.running_by_agent)
+        #: the agents the search may add or drop
+        self.pool = tuple(sorted((active | self.r_t) - self.must))
+        self._memo: dict[frozenset[str], _Plan | None] = {}
+
+    # ------------------------------------------------------------------ evaluation of one R'
+    def evaluate(self, resident: frozenset[str], force: bool = False) -> _Plan | None:
+        """The best (R', Q') for this R' (GREEDYPACK), or None if R' is infeasible."""
+        key = resident if not force else resident | {"\0force"}
+        if key in self._memo:
+            return self._memo[key]
+        plan = self._evaluate(resident, force, sum(self.prefix_len[a] for a in resident))
+        self._memo[key] = plan
+        return plan
+
+    def _evaluate(self, resident: frozenset[str], force: bool, prefix_tokens: int,
+                  floor: float | None = None) -> _Plan | None:
+        """The plan of R' (``evaluate``); with ``floor``, None also when no (R', Q') can score
+        ``floor`` or more (``_bound``), which the search then need not score."""
+        p = self.p
+        dropped = [a for a in self._busy_order if a not in resident]  # busy agents R' drops
+        preempt = [r for a in dropped for r in self.running_by_agent[a]]
+        if len(preempt) > (p.K if p.preempt else 0):
+            return None
+        preempt_ids = {r.rid for r in preempt} if preempt else _NONE
+        free = self.view.kv_budget - prefix_tokens
+        free -= self._run_demand_total - (sum(map(self.run_demand_by_agent.__getitem__, dropped)) if dropped else 0)
+        loads = sorted(resident - self.r_t)
+        if free < 0 and loads:
+            return None  # no room to load a prefix; a state with no loads stays feasible
+        preempted_tasks = set().union(*(self._busy_tasks[a] for a in dropped)) if dropped else _NONE
+        # sorted: float sums must not depend on set iteration order (string hashing is per process)
+        moved_in = [self.move_in[a] for a in loads]
+        moved_out = [self.move_out[a] for a in sorted(self.r_t - resident)]
+        if floor is not None and self._bound(resident, free, preempted_tasks, preempt, moved_in, moved_out) < floor:
+            return None
+        admit, gains = self._pack(resident, free, preempted_tasks, force)
+        affected = 0  # |T_in| matters only when something moves at a cost
+        if moved_in or any(moved_out):
+            affected = self._tasks_in(preempt, admit)
+        terms = {
+            "J_admit": gains,
+            "J_move": j_move(moved_in, moved_out, affected),
+            "J_redo": self._redo(preempt, preempt_ids, admit),
+            "J_revoke": j_revoke(self.credit[r.rid] for r in preempt) if preempt else 0.0,
+            "V_reuse": self._v_reuse(resident, preempt_ids, admit) if p.reuse else 0.0,
+        }
+        score = terms["J_admit"] - terms["J_move"] - terms["J_redo"] - terms["J_revoke"] + terms["V_reuse"]
+        return _Plan(resident, admit, sorted(r.rid for r in preempt), score, terms)
+
+    def _tasks_in(self, preempt: list[RequestView], admit: list[tuple[str, float]]) -> int:
+        """|T_in|: the tasks with a request in Q' (running and kept, or admitted)."""
+        kept = len(self.running_tasks)
+        if preempt:  # less the tasks whose every running request is preempted
+            gone: dict[str, int] = {}
+            for r in preempt:
+                gone[r.task_id] = gone.get(r.task_id, 0) + 1
+            kept -= sum(n == self._running_per_task[t] for t, n in gone.items())
+        # an admitted stage's task is never one R' preempts (GREEDYPACK skips those)
+        return kept + len({rid.split("/", 1)[0] for rid, _ in admit} - self.running_tasks)
+
+    def _bound(self, resident: frozenset[str], free: int, preempted_tasks: set[str] | frozenset[str],
+               preempt: list[RequestView], moved_in: list[float], moved_out: list[float]) -> float:
+        """An upper bound of Score(R', Q') for every Q' GREEDYPACK can pick, computed in the
+        score's own order of operations (IEEE rounding is monotone, so each term's bound bounds
+        the score): J_admit by the fractional knapsack of the admissible positive gains (>= the
+        greedy pack's), J_move by its moves charged once, J_redo (``decode``) and J_revoke exactly
+        (``reprefill``'s J_redo by 0), V_reuse by every pending stage of R''s agents counted in
+        n_a(t). The two relaxed sums are inflated by 1e-9 relative, far above their rounding."""
+        p = self.p
+        room, admit = free, 0.0
+        for gain, need, agent, task_id in self._by_density:
+            if agent not in resident or task_id in preempted_tasks:
+                continue
+            if need <= room:
+                room -= need
+                admit += gain
+            else:
+                admit += gain * room / need
+                break
+        bound = (admit * (1 + 1e-9) + 1e-12) - j_move(moved_in, moved_out, 1)
+        if preempt:
+            if p.redo == "decode":
+                bound -= j_redo((r.generated for r in preempt), self.tpot)
+            bound -= j_revoke(self.credit[r.rid] for r in preempt)
+        if p.reuse:
+            bound += p.beta * sum(w for a, w in self._reuse_max if a in resident) * (1 + 1e-9) + 1e-12
+        return bound
+
+    def _v_reuse(self, resident: frozenset[str], preempt_ids: set[str] | frozenset[str],
+                 admit: list[tuple[str, float]]) -> float:
+        """V_reuse of (R', Q'): ``v_reuse`` over the agents of R' in sorted order; those with
+        ``n_a(t) = 0`` are left out of the sum (each would add 0.0, which changes no float sum)."""
+        counts = self._lookahead(preempt_ids, admit)
+        return v_reuse(self.p.beta, counts, self.reload, [a for a in sorted(counts) if a in resident and counts[a]])
+
+    def _redo(self, preempt: list[RequestView], preempt_ids: set[str], admit: list[tuple[str, float]]) -> float:
+        """J_redo of the preempted requests (``TopasParams.redo``)."""
+        if not preempt:
+            return 0.0
+        if self.p.redo == "decode":
+            return j_redo((r.generated for r in preempt), self.tpot)
+        # reprefill: one prefill of x_r + y_r on the cached prefix, after waiting to be readmitted
+        # at the earliest expected finish in Q' (none: no wait)
+        q = [self.finish_in[r.rid] for r in self.view.running if r.rid not in preempt_ids]
+        q.extend(self.finish_in[rid] for rid, _ in admit)
+        rewait = min(q, default=0.0)
+        prefills = [self.cost.prefill_time([(r.input_tokens + r.generated, self.prefix_len[r.agent])]) for r in preempt]
+        return j_redo_reprefill(prefills, [rewait] * len(preempt))
+
+    def _credit(self, r: RequestView) -> float:
+        """lambda_r, or with ``revalue_credit`` lambda_r * g_i(t) / g_i(t_admit)."""
+        lam = self.policy.credits.get(r.rid, 0.0)
+        if not self.p.revalue_credit or not self.p.aging or r.admitted_time is None:
+            return lam
+        tv = self.view.tasks[r.task_id]
+        then = aging(r.admitted_time, tv.arrival, self.p.rho, self.p.H_age, self.p.aging_form)
+        return lam * aging(self.view.time, tv.arrival, self.p.rho, self.p.H_age, self.p.aging_form) / then
+
+    def _lookahead(self, preempted: set[str], admit: list[tuple[str, float]]) -> dict[str, int]:
+        """``lookahead_counts(self.pending, Q')``, by delta from Q' = the running set: only the
+        pending stages with a parent that Q' preempts or admits can change."""
+        by_parent = self._la_by_parent
+        moved: dict[int, int] = {}  # pending stage -> change in its parents in Q'
+        for rid in preempted:
+            for i in by_parent.get(rid, ()):
+                moved[i] = moved.get(i, 0) - 1
+        for rid, _ in admit:
+            for i in by_parent.get(rid, ()):
+                moved[i] = moved.get(i, 0) + 1
+        if not moved:
+            return self._la_base
+        counts = dict(self._la_base)
+        need, running, in_base = self._la_need, self._la_running, self._la_in_base
+        for i, d in moved.items():
+            now = running[i] + d == need[i]
+            if now != in_base[i]:
+                a = self.pending[i][0]
+                counts[a] = counts.get(a, 0) + (1 if now else -1)
+        return counts
+
+    def _greedy_pack(
+        self, resident: frozenset[str], free: int, preempted: set[str], force: bool
+    ) -> tuple[list[tuple[str, float]], float]:
+        """GREEDYPACK: admit by largest g_i(t) * Delta_task while the budget allows (``preempted``:
+        the request ids R' preempts; their tasks' waiting stages are not admitted)."""
+        return self._pack(resident, free, {rid.split("/", 1)[0] for rid in preempted}, force)
+
+    def _pack(
+        self, resident: frozenset[str], free: int, preempted_tasks: set[str] | frozenset[str], force: bool
+    ) -> tuple[list[tuple[str, float]], float]:
+        """GREEDYPACK given the preempted requests' tasks."""
+        admitted: list[tuple[str, float]] = []
+        total = 0.0
+        K = self.p.K
+        min_after = self._min_need_after
+        for i, (rid, agent, task_id, gain, need) in enumerate(self._packable):
+            if len(admitted) >= K:
+                break
+            if gain <= 0 and not (force and not admitted):
+                break
+            if free < min_after[i]:
+                break  # nothing from here on fits
+            if agent not in resident or task_id in preempted_tasks:
+                continue  # a plan never swaps a running stage for a waiting one of the same task
+            if need > free:
+                continue
+            free -= need
+            admitted.append((rid, gain))  # lambda_r = the credit recorded at admission
+            total += gain
+        return admitted, total
+
+    # ------------------------------------------------------------------ search over R'
+    def _fits(self, resident: frozenset[str]) -> bool:
+        return sum(self.view.prefixes[a].tokens for a in resident) <= self.view.kv_budget
+
+    def search(self) -> tuple[_Plan, int]:
+        """The best post-decision state and the number of prefix sets evaluated."""
+        self._best: _Plan | None = None
+        self._consider(self.r_t)
+        if len(self.pool) <= self.p.M or self.p.search == "exhaustive":
+            for k in range(len(self.pool) + 1):
+                for combo in itertools.combinations(self.pool, k):
+                    self._consider(self.must | frozenset(combo))
+        else:
+            self._local_search()
+        best = self._best
+        if best is None or (not best.admit and not self.view.running):
+            best = self._liveness() or best
+        assert best is not None, "the current prefix set is always feasible"
+        return best, len(self._memo)
+
+    def _consider(self, resident: frozenset[str]) -> bool:
+        """Score R'; True if it beats the incumbent."""
+        tokens = sum(map(self.prefix_len.__getitem__, resident))
+        if tokens > self.view.kv_budget:
+            return False
+        plan = self._memo.get(resident, self)
+        if plan is self:  # not scored yet; None also when it cannot beat the incumbent
+            floor = self._best.score if self._best is not None else None
+            plan = self._memo[resident] = self._evaluate(resident, False, tokens, floor)
+        if plan is None or (self._best is not None and not self._better(plan, self._best)):
+            return False
+        self._best = plan
+        return True
+
+    def _local_search(self) -> None:
+        """From R_t: single additions; pair additions when stuck; then deletions and swaps; with
+        ``search="local+"`` then drop-two-add-one moves."""
+        for _ in range(4 * len(self.pool) + 4):
+            cur = self._best.resident if self._best is not None else self.r_t
+            outside = [a for a in self.pool if a not in cur]
+            inside = sorted(cur - self.must)
+            for moves in self._neighbourhoods(cur, inside, outside):
+                # evaluate the whole neighbourhood (no short-circuit), keep the best
+                if sum([self._consider(m) for m in moves]):
+                    break
+            else:
+                return
+
+    def _neighbourhoods(self, cur: frozenset[str], inside: list[str], outside: list[str]) -> Iterator[Iterator[frozenset[str]]]:
+        """The local search's neighbourhoods of ``cur``, in the order they are tried, each built
+        only when the ones before it did not improve."""
+        yield (cur | {a} for a in outside)
+        yield (cur | {a, b} for a, b in itertools.combinations(outside, 2))
+        yield itertools.chain((cur - {a} for a in inside), ((cur - {a}) | {b} for a in inside for b in outside))
+        if self.p.search == "local+":
+            yield ((cur - {a, b}) | {c} for a, b in itertools.combinations(inside, 2) for c in outside)
+
+    def _better(self, a: _Plan, b: _Plan) -> bool:
+        """Higher score; on a tie the smaller change: fewer preemptions, then fewer prefix moves."""
+        if a.score != b.score:
+            return a.score > b.score
+        ka = (len(a.preempt), len(a.resident ^ self.r_t), sorted(a.resident))
+        kb = (len(b.preempt), len(b.resident ^ self.r_t), sorted(b.resident))
+        return ka < kb
+
+    def _liveness(self) -> _Plan | None:
+        """Idle engine, nothing admitted: admit the best single request with its prefix."""
+        for r in self.cands:
+            keep = [a for a in sorted(self.r_t, key=lambda a: -self.view.prefixes[a].last_used) if a != r.agent]
+            resident = frozenset({r.agent})
+            for a in keep:  # keep as many resident prefixes as fit beside it
+                trial = resident | {a}
+                if sum(self.prefix_len[x] for x in trial) + self.demand[r.rid] <= self.view.kv_budget:
+                    resident = trial
+            plan = self.evaluate(resident, force=True)
+            if plan is not None and plan.admit:
+                return plan
+        return self.idle_fallback()
+
+    def idle_fallback(self) -> _Plan:
+        """The best request's prefix alone, that request first (a validated trace guarantees
+        that any request fits beside its own prefix), then its agent's others by gain."""
+        r = self.cands[0] if self.cands else min(self.view.waiting, key=lambda w: (w.ready_time, w.rid))
+        plan = self.evaluate(frozenset({r.agent}), force=True)
+        admit = [(r.rid, self.gain.get(r.rid, 0.0))] + [a for a in plan.admit if a[0] != r.rid] if plan else []
+        if not admit:
+            admit = [(r.rid, 0.0)]
+        return _Plan(frozenset({r.agent}), admit, [], plan.score if plan else 0.0, plan.terms if plan else {})
