@@ -36,7 +36,8 @@ from topas.policies.topas_terms import (
 )
 
 if TYPE_CHECKING:
-    from topas.policies.topas import Topas
+    # the policy (topas.policies.topas.Topas) is passed in, not imported: it imports this module
+    Topas = Any
 
 _NONE: frozenset[str] = frozenset()
 
