@@ -11,6 +11,8 @@ exactly::
     python scripts/check_results.py --sample 20            # 20 stored results, seed 0
     python scripts/check_results.py --all --jobs 2
     python scripts/check_results.py --store DIR --packs    # another store; include the shipped packs
+    # after `make reproduce`: the shipped results against the fresh ones it stored, no re-run
+    python scripts/check_results.py --store /tmp/empty --packs --all --fresh-from data/results/store
     python scripts/check_results.py --packs --policy 'topas*' --sample 20   # TOPAS and its variants only
 
 A result whose trace, profile or parameters (resolved defaults included) are no longer what
@@ -73,6 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policy", action="append", default=None, metavar="PATTERN",
                     help="only results of policies matching this shell pattern, e.g. 'topas*' (repeatable; "
                          "default: every policy)")
+    ap.add_argument("--fresh-from", type=Path, default=None, metavar="STORE",
+                    help="take a fresh result from this store where it holds the experiment's current key "
+                         "(e.g. data/results/store after make reproduce: the comparison then costs no run); "
+                         "re-run only what it lacks")
+    ap.add_argument("--trace-changed", action="store_true",
+                    help="also compare results whose only changed input is the trace file's bytes (a trace "
+                         "rewritten with fields the engine does not read)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (default: 1)")
     ap.add_argument("--no-progress", action="store_true")
     args = ap.parse_args(argv)
@@ -102,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         diff = [f for f in INPUT_FIELDS if json.dumps(canon.get(f), sort_keys=True, default=str)
                 != json.dumps(m["canonical"].get(f), sort_keys=True, default=str)]
-        if diff:
+        if diff and not (args.trace_changed and diff == ["trace_sha256"]):
             changed.append(f"{m.get('label', m['key'])}: {', '.join(diff)} changed")
         else:
             todo.append((m, exp))
@@ -111,13 +120,24 @@ def main(argv: list[str] | None = None) -> int:
     if not todo:
         print("error: nothing to compare", file=sys.stderr)
         return 2
-    fresh = map_experiments(rerun_summary, [e for _, e in todo], jobs=args.jobs, progress=not args.no_progress,
-                            desc="re-running")
+    fresh_store = ResultStore(args.fresh_from, packs=[]) if args.fresh_from is not None else None
+    fresh: list[dict | None] = [None] * len(todo)
+    if fresh_store is not None:
+        for i, (_, exp) in enumerate(todo):
+            if fresh_store.has(exp.key()):
+                fresh[i] = fresh_store.meta(exp.key())["summary"]
+        print(f"{sum(f is not None for f in fresh)} of {len(todo)} fresh results read from {fresh_store.root}")
+    rerun = [i for i, f in enumerate(fresh) if f is None]
+    for i, summary in zip(rerun, map_experiments(rerun_summary, [todo[i][1] for i in rerun], jobs=args.jobs,
+                                                 progress=not args.no_progress, desc="re-running")):
+        fresh[i] = summary
     bad = 0
     for (m, exp), summary in zip(todo, fresh):
         diff = compare(m["summary"], summary)
         same_code = m["canonical"].get("code") == exp.canonical()["code"]
         tag = "same code" if same_code else "code changed"
+        if m["canonical"].get("trace_sha256") != exp.canonical().get("trace_sha256"):
+            tag += ", trace rewritten"
         if diff:
             bad += 1
             detail = ", ".join(f"{k}: {m['summary'].get(k)!r} -> {summary.get(k)!r}" for k in diff[:3])

@@ -67,3 +67,33 @@ def test_a_clusters_router_wall_time_is_not_a_difference():
     stored = {"jct_mean": 1.5, "sim_wall_s": 3.0, "routing_wall_s": 0.5}
     assert mod.compare(stored, {"jct_mean": 1.5}) == []  # a fresh run's summary omits both
     assert mod.compare(stored, {"jct_mean": 1.25}) == ["jct_mean"]
+
+
+def test_fresh_results_are_read_from_another_store_and_a_rewritten_trace_compared_on_request(tmp_path):
+    """After `make reproduce` the fresh results are already stored: --fresh-from reads them instead
+    of re-running (a planted JCT there is reported, so it was read, not re-run); --trace-changed
+    compares a result whose only changed input is the trace's bytes."""
+    old, new = ResultStore(tmp_path / "old"), ResultStore(tmp_path / "new")
+    exps = [Experiment("chain-3", p, load=1.2, n_tasks=6) for p in ("fcfs", "lpm")]
+    run_sweep(exps, old, jobs=1, progress=False)
+    run_sweep(exps, new, jobs=1, progress=False)
+    r = check("--store", old.root, "--all", "--fresh-from", new.root)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "2 of 2 fresh results read from" in r.stdout and "2 of 2 re-run results match" in r.stdout
+
+    fresh_meta = new.path(exps[1]) / "meta.json"
+    meta = json.loads(fresh_meta.read_text())
+    meta["summary"]["jct_mean"] += 1.0
+    fresh_meta.write_text(json.dumps(meta))
+    r = check("--store", old.root, "--all", "--fresh-from", new.root)
+    assert r.returncode == 1 and "DIFFERS  chain-3/lpm@load=1.2,seed=0,tasks=6" in r.stdout
+
+    old_meta = old.path(exps[0]) / "meta.json"  # as if stored from an earlier trace file
+    meta = json.loads(old_meta.read_text())
+    meta["canonical"]["trace_sha256"] = "0" * 64
+    old_meta.write_text(json.dumps(meta))
+    r = check("--store", old.root, "--policy", "fcfs", "--all", "--fresh-from", new.root)
+    assert r.returncode == 2 and "inputs changed, not compared: chain-3/fcfs" in r.stdout
+    r = check("--store", old.root, "--policy", "fcfs", "--all", "--fresh-from", new.root, "--trace-changed")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "same     chain-3/fcfs@load=1.2,seed=0,tasks=6 (same code, trace rewritten)" in r.stdout
