@@ -134,10 +134,10 @@ def map_experiments(
     experiment (its cause is the original error). Specs are not checked here (see :func:`run_many`).
     """
     if any(e.engine == "sglang" for e in exps):  # one replay at a time per server, in threads
-        from topas.experiments.plan import arrival_span
+        from topas.experiments.plan import replay_order
         from topas.sglang.pool import map_on_servers
 
-        return map_on_servers(fn, exps, progress=progress, desc=desc, order=arrival_span)
+        return map_on_servers(fn, exps, progress=progress, desc=desc, order=replay_order)
     out: list[Any] = [None] * len(exps)
     bar = tqdm(total=len(exps), desc=desc, unit="run", disable=not progress)
     try:

@@ -12,9 +12,13 @@ import click
 from topas.cli_options import arrival_options, knowledge_options
 
 
-def _fail(message: str):
+#: Exit status of a refused or unreachable server (as ``scripts/reproduce.py``'s).
+EXIT_SERVER = 3
+
+
+def _fail(message: str, status: int = 1):
     click.echo(message, err=True)
-    sys.exit(1)
+    sys.exit(status)
 
 
 @click.command("serve", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -94,7 +98,9 @@ def replay_cmd(trace_name, policy, params, rate, load, seed, n_tasks, server, ou
                timeout_s, server_policy, **knowledge):
     """Replay a trace against a running SGLang server (with the topas plugin) and write the results.
 
-    Exit status 1, with nothing written, if a request fails or the run times out.
+    Exit status 3 within seconds if the server is unreachable, its URL has no http://, it (or a
+    router's worker) does not run the topas plugin or cannot run the policy, or the client's
+    aiohttp is missing; 1, with nothing written, if a request fails or the run times out.
     """
     if rate is not None and load is not None:
         raise click.UsageError("give either --rate or --load, not both")
@@ -111,6 +117,14 @@ def replay_cmd(trace_name, policy, params, rate, load, seed, n_tasks, server, ou
         prepared = prepare(exp)
     except (ExperimentError, PolicyError, ProfileError, TraceError, FileNotFoundError) as e:
         _fail(f"error: {e}")
+    from topas.sglang import server as srv
+    from topas.sglang.client import require_client
+
+    try:  # the checks reproduce.py makes, before anything waits: exit 3 within seconds
+        require_client()
+        srv.preflight(server, () if server_policy else (policy,))
+    except (ReplayError, srv.ServerError) as e:
+        _fail(f"error: {e}", EXIT_SERVER)
     try:
         decision_log = None if not decision_logs else decision_logs[0] if len(decision_logs) == 1 else list(decision_logs)
         result = run_replay(prepared, server, decision_log=decision_log, out=out, timeout_s=timeout_s,
