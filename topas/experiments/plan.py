@@ -115,15 +115,19 @@ def estimate_replays(exps: Sequence[Experiment], device: str | None = None, kv_p
         r = rows.get(t.key())
         drain = _drain(r, e) if r is not None and math.isfinite(float(r.get("makespan", math.nan))) else None
         est = ReplayEstimate(e.label(), last_arrival(e), drain, overhead)
-        _PLANNED[e.key()] = est.wall
+        e._cache["planned_wall"] = est.wall
         out.append(est)
+        try:
+            _PLANNED[e.key()] = est.wall  # a replay's key names its server: known once connected
+        except Exception:  # noqa: BLE001 - no server yet (a plan computed offline): the cache above
+            pass
     return out
 
 
 def replay_order(exp: Experiment) -> float:
     """The duration a pool of replays hands ``exp`` out by: its planned wall time when this
     process planned it (:func:`estimate_replays`), else its arrival span."""
-    return _PLANNED.get(exp.key(), None) or arrival_span(exp)
+    return exp._cache.get("planned_wall") or _PLANNED.get(exp.key()) or arrival_span(exp)
 
 
 def wall_on_servers(durations: Sequence[float], servers: int) -> float:

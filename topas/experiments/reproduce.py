@@ -32,17 +32,26 @@ Outputs (each written atomically: a temporary file, then a rename), in ``--out-d
 On a GPU box (``--engine sglang``): ``--servers URL1,URL2,...`` (or ``--server URL``, or
 ``$TOPAS_SGLANG_URL``) names one or more identical SGLang servers running the topas plugin;
 before anything runs, each is asked who it is and refused, in one line naming the fix, if it does
-not run the plugin (:mod:`topas.sglang.server`). Then the *plan* is printed: per stage, the
-replays still to run (those stored are skipped) and the wall time their arrivals take (a replay
-submits tasks at their arrival times, so that is its least wall time on any hardware), and on
-several servers the wall time with one replay per server at a time. Past ``--max-hours`` (default
-1) of wall time the run stops there unless ``--yes`` is given (``make reproduce YES=1``);
+not run the plugin (:func:`topas.sglang.server.preflight`, the checks ``topas replay`` makes too).
+Then the *plan* is printed (:mod:`topas.experiments.plan`): per stage (the table, the notebooks'
+grids), the replays still to run (those stored are skipped), their arrivals, their drain as the
+simulator predicts it and a per-replay overhead, and the wall time of all of them in one pool on
+the given servers, which is how they then run: every replay of every workload and of the
+notebooks' grids in one :func:`topas.experiments.run_many`, longest first, one per server at a
+time (:mod:`topas.sglang.pool`); the notebooks then find them stored. Past ``--max-hours``
+(default 1) of wall time the run stops there unless ``--yes`` is given (``make reproduce YES=1``);
 ``--plan`` prints the plan and stops. ``--grid gpu-afternoon``
 (:func:`topas.experiments.grid.gpu_afternoon`, about 3 h of arrivals on one server) runs only that
 grid and writes ``results_gpu_afternoon.{csv,md}`` to ``figures/sglang/gpu-afternoon/``; ``--tasks``
 then caps every workload's task count (a smoke run). Every replay is stored as it finishes; a
 restart resumes. Notebooks with nothing measured to show (01, 09-11) are not executed for
 ``--engine sglang``: ``figures/sglang/NOT_MEASURED.md`` says why.
+
+On the simulator the plan (:mod:`topas.experiments.sim_plan`) gives the runs still to do, their
+expected CPU time from a per-policy cost model measured on this machine (a short calibration run
+of each policy, cached per code version) and the wall time on ``--jobs``. Ctrl-C (or a failed
+replay) prints the command to resume as it was typed (``make reproduce ...`` sets
+``$TOPAS_INVOKED_AS``; else this Python and the script).
 
 Options: ``--quick`` (1 seed, 100 tasks unless given; the same as ``--grid quick``), ``--figures-only`` (re-renders the table
 from ``results_synthetic.csv`` and re-executes the notebooks on stored results only: the working
@@ -272,6 +281,9 @@ def simulated_plan(args: argparse.Namespace, stages_exps: list[tuple[str, list]]
     lines, _, _ = sim_plan_lines(stages, jobs, costs)
     print(f"plan (grid {args.grid}, on the simulator):", flush=True)
     print("\n".join(lines), flush=True)
+    if not args.no_notebooks:
+        print("  (notebooks 01 and 09-13 run their own studies, not planned here: notebook 12's capacity search "
+              "is the largest)", flush=True)
     return -1 if args.plan else 0
 
 
