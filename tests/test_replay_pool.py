@@ -100,7 +100,7 @@ def test_the_drain_is_the_simulated_twins(tmp_path):
     e = Experiment("dag-4", "fcfs", load=1.4, seed=0, n_tasks=5, engine="sglang")
     t = twin(e)
     assert t.engine == "sim" and t.profile == e.profile
-    cpu = twin(e, device="cpu", kv_pool=8192)
+    cpu = twin(e, device="cpu (x86_64)", kv_pool=8192)  # as the plugin names a CPU
     assert cpu.profile.endswith("cpu_tiny-llama.json") and cpu.kv_budget == 8192
     store = ResultStore(tmp_path / "store")
     (est,) = estimate_replays([e], store=store, jobs=1)

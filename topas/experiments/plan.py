@@ -73,10 +73,10 @@ class ReplayEstimate:
 
 def twin(exp: Experiment, device: str | None = None, kv_pool: int | None = None) -> Experiment:
     """The simulated twin of a replay, whose drain the plan takes: ``engine="sim"``, the server's KV
-    pool (``kv_pool``) and, for a CPU server (``device`` ``"cpu"``), the CPU stand-in's measured
+    pool (``kv_pool``) and, for a CPU server (``device`` ``"cpu ..."``), the CPU stand-in's measured
     profile (:data:`CPU_PROFILE`) instead of the experiment's GPU profile."""
     kw: dict[str, Any] = {"engine": "sim"}
-    if device is not None and device.strip().lower() == "cpu":
+    if device is not None and device.strip().lower().startswith("cpu"):  # e.g. "cpu (x86_64)"
         kw["profile"] = str(CPU_PROFILE)
         if kv_pool:
             kw["kv_budget"] = int(kv_pool)
