@@ -90,16 +90,24 @@ def _drain(row: Mapping[str, Any], exp: Experiment) -> float:
     return max(0.0, first + float(row["makespan"]) - last_arrival(exp))
 
 
+def twin_store() -> Any:
+    """Where the plan keeps the twins it simulates: ``plan-twins`` beside the working store (never
+    in it, where they would count as the reproduction's runs), reading the shipped packs too."""
+    from topas.experiments.store import ResultStore, default_packs, default_store_root
+
+    return ResultStore(default_store_root().parent / "plan-twins", packs=default_packs())
+
+
 def estimate_replays(exps: Sequence[Experiment], device: str | None = None, kv_pool: int | None = None,
                      simulate_max: int = 60, overhead: float = REPLAY_OVERHEAD_S, store: Any = None,
                      jobs: int | None = None) -> list[ReplayEstimate]:
     """Each replay's :class:`ReplayEstimate` (module docstring). The twins' results are read from
-    ``store`` (default: the working store and the shipped packs, whatever ``$TOPAS_USE_PACKS``
-    says) and the missing ones simulated and stored when there are at most ``simulate_max``."""
+    ``store`` (default: the plan's own store and the shipped packs, whatever ``$TOPAS_USE_PACKS``
+    says) and the missing ones simulated and stored when there are at most ``simulate_max``
+    (default store: :func:`twin_store`)."""
     from topas.experiments.local import run_many
-    from topas.experiments.store import ResultStore, default_packs
 
-    store = store if store is not None else ResultStore(packs=default_packs())
+    store = store if store is not None else twin_store()
     twins = [twin(e, device, kv_pool) for e in exps]
     missing = [t for t in twins if not store.has(t)]
     rows: dict[str, Mapping[str, Any]] = {}
