@@ -79,8 +79,11 @@ REPRO_OPTS = --engine $(ENGINE) $(if $(filter 1,$(QUICK)),--quick,) $(if $(GRID)
 	$(if $(SERVER),--server $(SERVER),) $(if $(SERVERS),--servers $(SERVERS),) $(if $(filter 1,$(YES)),--yes,) \
 	$(if $(RAY_ADDRESS),--ray-address $(RAY_ADDRESS),)
 
+# The command as typed (the variables given on make's command line), for the resume hint.
+REPRO_CMD = $(strip make reproduce$(foreach v,ENGINE QUICK GRID SERVER SERVERS YES RAY_ADDRESS,$(if $(filter command line,$(origin $(v))), $(v)=$($(v))))$(if $(filter command line,$(origin ARGS)), ARGS='$(ARGS)'))
+
 reproduce: $(STAMP)  ## run all experiments and notebooks (QUICK=1 small, ENGINE=sim|sglang, GRID=gpu-afternoon, SERVERS=..., YES=1, ARGS=...)
-	$(VPY) scripts/reproduce.py $(REPRO_OPTS) $(ARGS)
+	TOPAS_INVOKED_AS="$(REPRO_CMD)" $(VPY) scripts/reproduce.py $(REPRO_OPTS) $(ARGS)
 
 figures: $(STAMP)  ## re-render figures and tables from the results store only (no simulation)
 	$(VPY) scripts/reproduce.py --figures-only $(if $(filter-out sim,$(ENGINE)),--engine $(ENGINE),) \

@@ -12,6 +12,7 @@ import pytest
 
 from topas.cluster.real_router import agreement, choices_from_logs, per_agent, rule_choices
 from topas.cluster.routers import make_router
+from topas.fidelity.router_timing import TIMING_WINDOW_S, rule_choices_windowed
 from topas.sglang import server as srv
 from topas.sglang.replay import combine_runs, read_decision_logs
 
@@ -31,6 +32,32 @@ def test_choices_come_from_each_workers_admissions_of_the_run():
 
 def _requests(rows):
     return pd.DataFrame(rows, columns=["rid", "task_id", "stage_id", "agent", "input_tokens", "ready", "finish"])
+
+
+def test_misses_within_the_timing_window_are_read_as_the_router_may_have_read_them():
+    """DAG-4's B and C become ready as A finishes, the same instant another task's A is sent: the
+    router may have routed that A before B (the client stamped B first), and read C's loads before
+    it counted B (select, then count). Read strictly, B's and C's misses disagree with the router;
+    within the window both are readings the router could have made. A hit is never excused."""
+    prefix = {"A": 900, "B": 900, "C": 900}
+    reqs = _requests([
+        ("t0/A", "t0", "A", "A", 100, 0.0, 0.1000),
+        ("t0/B", "t0", "B", "B", 100, 0.1001, 0.5),
+        ("t1/A", "t1", "A", "A", 100, 0.1003, 0.6),
+        ("t0/C", "t0", "C", "C", 100, 0.1008, 0.7),
+        ("t2/B", "t2", "B", "B", 100, 2.0, 2.5),  # a hit: B's prefix is on worker 1
+    ])
+    real = {"t0/A": 0, "t0/B": 1, "t1/A": 0, "t0/C": 1, "t2/B": 1}
+    strict = rule_choices(reqs, prefix, make_router("sglang-cache-aware"), real, 2)
+    assert strict["t0/B"] == 0 and agreement(real, strict).same < 5
+    resolved: set[str] = set()
+    windowed = rule_choices_windowed(reqs, prefix, make_router("sglang-cache-aware"), real, 2,
+                                     window_s=TIMING_WINDOW_S, resolved=resolved)
+    assert windowed == real and resolved == {"t0/B", "t0/C"}
+    wrong_hit = dict(real, **{"t2/B": 0})  # the router sending a hit elsewhere is a disagreement
+    assert rule_choices_windowed(reqs, prefix, make_router("sglang-cache-aware"), wrong_hit, 2,
+                                 window_s=TIMING_WINDOW_S)["t2/B"] == 1
+    assert rule_choices_windowed(reqs, prefix, make_router("sglang-cache-aware"), real, 2) == strict  # no window
 
 
 def test_the_rule_is_fed_the_real_order_and_loads():

@@ -22,11 +22,13 @@ What must hold (times on a CPU mean nothing and are not asserted):
   requests go to the worker its first request went to, and loads never differ by 64, so the
   imbalance branch never runs;
 * the simulator's ``sglang-cache-aware`` fed the real run (order and loads, ``rule_choices``)
-  agrees on every request but those of an agent whose first request met *equal-looking* loads:
-  an agent's first request (a miss) goes to the least-loaded worker, and the loads the client
-  measures can differ from the router's when a request is sent the same millisecond another
-  finishes. The bar: at least the requests of all agents but one agree (>= 2/3 on chain-3,
-  >= 3/4 on dag-4); the measured numbers are printed and recorded in docs/cluster.md.
+  agrees on every request. An agent's first request (a miss) goes to the least-loaded worker,
+  and the router reads the loads at an instant the client knows only within a few milliseconds
+  (it reads them before counting the request itself, so two requests routed at once, as DAG-4's
+  B and C are when their parent finishes, both see the loads without the other; it stops
+  counting a request before the client has its answer): such a miss is checked against every
+  reading of the loads within ``TIMING_WINDOW_S`` (``topas.fidelity.router_timing``). The numbers,
+  with and without the window, are printed and recorded in docs/cluster.md.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from topas.cluster.routers import make_router  # noqa: E402
 from topas.engine.config import EngineConfig  # noqa: E402
 from topas.engine.cost import load_profile  # noqa: E402
 from topas.experiments.spec import Prepared  # noqa: E402
+from topas.fidelity.router_timing import TIMING_WINDOW_S, rule_choices_windowed  # noqa: E402
 from topas.policies.base import make_policy  # noqa: E402
 from topas.sglang import launcher  # noqa: E402
 from topas.sglang import server as srv  # noqa: E402
@@ -170,8 +173,11 @@ def test_replay_through_the_router(workers, workload, policy):
 
     # the simulator's router: fed the real run, and simulating the whole cluster
     prefix = {a: ag.prefix_tokens for a, ag in trace.agents.items()}
-    rule = rule_choices(res.requests, prefix, make_router("sglang-cache-aware"), choices, 2)
+    resolved: set[str] = set()
+    rule = rule_choices_windowed(res.requests, prefix, make_router("sglang-cache-aware"), choices, 2,
+                                 window_s=TIMING_WINDOW_S, resolved=resolved)
     a_rule = agreement(choices, rule)
+    strict = agreement(choices, rule_choices(res.requests, prefix, make_router("sglang-cache-aware"), choices, 2))
     from topas.fidelity.run import sim_engine
 
     cost, cfg = sim_engine(CPU_PROFILE, KV_POOL)
@@ -182,7 +188,8 @@ def test_replay_through_the_router(workers, workload, policy):
     n_agents = len(trace.agents)
     print(f"\n{workload}/{policy}: {len(choices)} requests, per worker "
           f"{[sum(1 for w in choices.values() if w == k) for k in range(2)]}, agents {by_agent}; agreement: "
-          f"rule on the real run {a_rule.fraction:.3f} (differ {list(a_rule.differ)}), "
+          f"rule on the real run {a_rule.fraction:.3f} (differ {list(a_rule.differ)}; misses read within "
+          f"{TIMING_WINDOW_S:g} s: {sorted(resolved)}; without the window {strict.fraction:.3f}), "
           f"simulated cluster {a_sim.fraction:.3f} (differ {list(a_sim.differ)}), "
           f"older smallest-tree rule {old.fraction:.3f}; replay wall {res.summary['sim_wall_s']:.1f} s")
     if RESULT_OUT:
@@ -192,7 +199,7 @@ def test_replay_through_the_router(workers, workload, policy):
         with open(RESULT_OUT, "a", encoding="utf-8") as f:
             for row in rows:
                 f.write(json.dumps(row) + "\n")
-    assert a_rule.same >= len(choices) * (n_agents - 1) / n_agents, a_rule
+    assert a_rule.same == len(choices), (a_rule, n_agents)
 
 
 def test_topas_replay_command_through_the_router(workers, tmp_path):

@@ -304,5 +304,5 @@ def test_topas_replay_command(server, tmp_path):
     p = subprocess.run([*topas, "replay", "--trace", str(trace_file), "--policy", "fcfs", "--server",
                         f"http://127.0.0.1:{free_port()}", "--out", str(dead), "--timeout", "5"],
                        capture_output=True, text=True, timeout=200)
-    assert p.returncode == 1 and "nothing written" in p.stderr
+    assert p.returncode == 3 and "cannot reach the SGLang server" in p.stderr  # refused at once, as reproduce.py
     assert not dead.exists()

@@ -12,9 +12,13 @@ import click
 from topas.cli_options import arrival_options, knowledge_options
 
 
-def _fail(message: str):
+#: Exit status of a refused or unreachable server (as ``scripts/reproduce.py``'s).
+EXIT_SERVER = 3
+
+
+def _fail(message: str, status: int = 1):
     click.echo(message, err=True)
-    sys.exit(1)
+    sys.exit(status)
 
 
 @click.command("serve", context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
@@ -31,9 +35,13 @@ def _fail(message: str):
               help="Serve a model config shipped in data/models/ (e.g. qwen2.5-32b-instruct) with random "
                    "weights and no tokenizer: nothing to download (adds --model-path, --load-format dummy, "
                    "--skip-tokenizer-init).")
+@click.option("--cpu-test", "cpu_test", is_flag=True,
+              help="Start the CPU stand-in for a GPU server (docs/gpu.md): the tiny model of `make test-sglang` on "
+                   "127.0.0.1 with a 16,384-token context and a 32,768-token KV pool, in .venvs/sglang-cpu's "
+                   "Python; `-- --port N` picks the port (default 30000).")
 @click.option("--dry-run", is_flag=True, help="Print the environment and command instead of starting.")
 @click.argument("sglang_args", nargs=-1, type=click.UNPROCESSED)
-def serve_cmd(policy, params, profile, decision_log, python, dummy, dry_run, sglang_args):
+def serve_cmd(policy, params, profile, decision_log, python, dummy, cpu_test, dry_run, sglang_args):
     """Start an SGLang server whose scheduler runs a topas policy.
 
     Everything after `--` goes to `python -m sglang.launch_server`, e.g.
@@ -57,9 +65,29 @@ def serve_cmd(policy, params, profile, decision_log, python, dummy, dry_run, sgl
                          decision_log=os.path.abspath(decision_log) if decision_log else None)
     except PolicyError as e:
         _fail(f"error: {e}")
+    if cpu_test:
+        from topas.paths import REPO_ROOT
+        from topas.sglang.launcher import cpu_standin_args, cpu_standin_env, tiny_model_dir
+
+        if dummy or "--model-path" in sglang_args:
+            _fail("error: --cpu-test serves the tiny CPU model; give no --dummy-weights or --model-path")
+        rest, port = list(sglang_args), 30000
+        if "--port" in rest:
+            k = rest.index("--port")
+            port = int(rest[k + 1])
+            del rest[k:k + 2]
+        model = tiny_model_dir()
+        if not (model / "config.json").is_file() and not dry_run:
+            _fail(f"error: {model} has no config.json: build the CPU environment first "
+                  f"(bash tools/sglang_cpu/build_env.sh, which make test-sglang runs)")
+        sglang_args = (*cpu_standin_args(model, port), *rest)
+        env = cpu_standin_env(env)
+        venv_py = REPO_ROOT / ".venvs" / "sglang-cpu" / "bin" / "python"
+        python = python or (str(venv_py) if venv_py.exists() else None)
     cmd = launch_command(list(sglang_args), python)
     if dry_run:
-        for k in ("SGLANG_PLUGINS", "TOPAS_POLICY", "TOPAS_POLICY_PARAMS", "TOPAS_PROFILE", "TOPAS_DECISION_LOG"):
+        for k in ("SGLANG_PLUGINS", "TOPAS_POLICY", "TOPAS_POLICY_PARAMS", "TOPAS_PROFILE", "TOPAS_DECISION_LOG",
+                  "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "OMP_NUM_THREADS"):
             if k in env:
                 click.echo(f"{k}={env[k]}")
         click.echo(" ".join(cmd))
@@ -94,10 +122,20 @@ def replay_cmd(trace_name, policy, params, rate, load, seed, n_tasks, server, ou
                timeout_s, server_policy, **knowledge):
     """Replay a trace against a running SGLang server (with the topas plugin) and write the results.
 
-    Exit status 1, with nothing written, if a request fails or the run times out.
+    Exit status 3 within seconds if the server is unreachable, its URL has no http://, it (or a
+    router's worker) does not run the topas plugin or cannot run the policy, or the client's
+    aiohttp is missing; 1, with nothing written, if a request fails or the run times out.
     """
     if rate is not None and load is not None:
         raise click.UsageError("give either --rate or --load, not both")
+    from topas.sglang import server as srv
+    from topas.sglang.client import ReplayError, require_client
+
+    try:  # the checks reproduce.py makes, before anything else: exit 3 within seconds
+        require_client()
+        srv.preflight(server, () if server_policy else (policy,))
+    except (ReplayError, srv.ServerError) as e:
+        _fail(f"error: {e}", EXIT_SERVER)
     from topas.cli.simulate import simulate_summary_lines
     from topas.engine.cost import ProfileError
     from topas.experiments.spec import Experiment, ExperimentError, prepare

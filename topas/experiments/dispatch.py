@@ -66,9 +66,9 @@ def map_experiments(
     """
     engine = _in_process_engine(exps)
     if engine is not None:  # e.g. one replay at a time per server, in threads
-        from topas.experiments.plan import arrival_span
+        from topas.experiments.plan import replay_order
 
-        return engine.map(fn, exps, progress=progress, desc=desc, order=arrival_span)
+        return engine.map(fn, exps, progress=progress, desc=desc, order=replay_order)
     out: list[Any] = [None] * len(exps)
     bar = tqdm(total=len(exps), desc=desc, unit="run", disable=not progress)
     try:

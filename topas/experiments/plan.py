@@ -1,52 +1,160 @@
 """How long a sweep of replays takes, before it starts.
 
-A replay on a real SGLang server submits each task at its arrival time, so its wall time is at
-least its arrivals' span (:func:`arrival_span`: last arrival - first arrival, after re-timing),
-whatever the hardware. ``scripts/reproduce.py`` prints, per stage, the replays still to run and
-the sum of their spans, and the wall time on the given number of servers (replays packed onto
-servers longest first, :func:`wall_on_servers`); past a threshold it asks for ``--yes``.
-These are lower bounds: each replay also drains its last tasks after the last arrival.
+A replay on a real SGLang server submits each task at its arrival time, so it lasts at least until
+its last arrival (:func:`last_arrival`, after re-timing), whatever the hardware; then it drains the
+tasks still running, and the client spends a little time around it (health check, handshake,
+``/flush_cache``, the plugin's decision count after the run, storing the result). The plan
+(:func:`estimate_replays`) takes each replay's expected wall time as
+
+    last arrival + drain + :data:`REPLAY_OVERHEAD_S`,
+
+the drain being the simulator's prediction (its twin: the same experiment on ``engine="sim"``,
+with the server's KV pool and a profile of the server's kind: :func:`twin`), read from the results
+store (and its packs) or simulated when the store lacks it (at most ``simulate_max`` twins; past
+that the missing drains count as 0 and the plan says so). All the replays still to run go into
+one pool (:func:`topas.sglang.pool.schedule`, the very rule :func:`topas.sglang.pool.map_on_servers`
+follows: longest first, each to the first free server), so the planned wall time on N servers is
+when the pool's last replay ends. :func:`replay_order` gives the pool the same durations.
+``scripts/reproduce.py`` prints the plan (:func:`plan_lines`); past a threshold it asks for ``--yes``.
 """
 
 from __future__ import annotations
 
-import heapq
-from dataclasses import dataclass
-from typing import Sequence
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 from topas.experiments.spec import Experiment, prepare
 
-__all__ = ["arrival_span", "Stage", "wall_on_servers", "plan_lines", "format_hours"]
+__all__ = ["arrival_span", "last_arrival", "REPLAY_OVERHEAD_S", "ReplayEstimate", "twin", "estimate_replays",
+           "replay_order", "Stage", "wall_on_servers", "plan_lines", "format_hours", "CPU_PROFILE"]
+
+#: Seconds a replay costs besides its arrivals and drain (the health check, the plugin handshake,
+#: ``/flush_cache``, reading the plugin's decision count after the run, writing the result);
+#: measured on the CPU stand-in servers, 1-4 s per replay on a busy 2-core machine.
+REPLAY_OVERHEAD_S = 3.0
+#: The profile the plan's twins use for a CPU server (the stand-in's measured profile).
+CPU_PROFILE = Path(__file__).resolve().parents[2] / "data" / "profiles" / "cpu_tiny-llama.json"
+#: planned wall times of this process's replays by key (for :func:`replay_order`)
+_PLANNED: dict[str, float] = {}
+
+
+def _arrivals(exp: Experiment) -> list[float]:
+    if "arrivals" not in exp._cache:
+        exp._cache["arrivals"] = [float(t.arrival) for t in prepare(exp).trace.tasks]
+    return exp._cache["arrivals"]
 
 
 def arrival_span(exp: Experiment) -> float:
     """Seconds from the first to the last task arrival of ``exp`` as it runs (re-timed)."""
-    if "arrival_span" not in exp._cache:
-        arrivals = [t.arrival for t in prepare(exp).trace.tasks]
-        exp._cache["arrival_span"] = float(max(arrivals) - min(arrivals)) if arrivals else 0.0
-    return exp._cache["arrival_span"]
+    a = _arrivals(exp)
+    return float(max(a) - min(a)) if a else 0.0
 
 
-def wall_on_servers(spans: Sequence[float], servers: int) -> float:
-    """The wall time of independent replays of ``spans`` on ``servers`` servers, one replay at a
-    time each, handed out longest first (what :func:`topas.sglang.pool.map_on_servers` does)."""
-    if servers < 1:
-        raise ValueError(f"servers must be >= 1, got {servers}")
-    load = [0.0] * servers
-    heapq.heapify(load)
-    for s in sorted(spans, reverse=True):
-        heapq.heappush(load, heapq.heappop(load) + s)
-    return max(load) if spans else 0.0
+def last_arrival(exp: Experiment) -> float:
+    """Seconds from the replay's start (time 0) to its last task's arrival."""
+    return float(max(_arrivals(exp), default=0.0))
+
+
+@dataclass(frozen=True)
+class ReplayEstimate:
+    """One replay's expected wall time (seconds): its arrivals, its drain, the overhead."""
+
+    label: str
+    arrivals: float
+    drain: float | None  # None: not predicted (counted as 0)
+    overhead: float = REPLAY_OVERHEAD_S
+
+    @property
+    def wall(self) -> float:
+        return self.arrivals + (self.drain or 0.0) + self.overhead
+
+
+def twin(exp: Experiment, device: str | None = None, kv_pool: int | None = None) -> Experiment:
+    """The simulated twin of a replay, whose drain the plan takes: ``engine="sim"``, the server's KV
+    pool (``kv_pool``) and, for a CPU server (``device`` ``"cpu ..."``), the CPU stand-in's measured
+    profile (:data:`CPU_PROFILE`) instead of the experiment's GPU profile."""
+    kw: dict[str, Any] = {"engine": "sim"}
+    if device is not None and device.strip().lower().startswith("cpu"):  # e.g. "cpu (x86_64)"
+        kw["profile"] = str(CPU_PROFILE)
+        if kv_pool:
+            kw["kv_budget"] = int(kv_pool)
+    return replace(exp, **kw)
+
+
+def _drain(row: Mapping[str, Any], exp: Experiment) -> float:
+    """The twin's drain: its last finish after the last arrival (``makespan`` runs from the first arrival)."""
+    a = _arrivals(exp)
+    first = min(a, default=0.0)
+    return max(0.0, first + float(row["makespan"]) - last_arrival(exp))
+
+
+def twin_store() -> Any:
+    """Where the plan keeps the twins it simulates: ``plan-twins`` beside the working store (never
+    in it, where they would count as the reproduction's runs), reading the shipped packs too."""
+    from topas.experiments.store import ResultStore, default_packs, default_store_root
+
+    return ResultStore(default_store_root().parent / "plan-twins", packs=default_packs())
+
+
+def estimate_replays(exps: Sequence[Experiment], device: str | None = None, kv_pool: int | None = None,
+                     simulate_max: int = 60, overhead: float = REPLAY_OVERHEAD_S, store: Any = None,
+                     jobs: int | None = None) -> list[ReplayEstimate]:
+    """Each replay's :class:`ReplayEstimate` (module docstring). The twins' results are read from
+    ``store`` (default: the plan's own store and the shipped packs, whatever ``$TOPAS_USE_PACKS``
+    says) and the missing ones simulated and stored when there are at most ``simulate_max``
+    (default store: :func:`twin_store`)."""
+    from topas.experiments.local import run_many
+
+    store = store if store is not None else twin_store()
+    twins = [twin(e, device, kv_pool) for e in exps]
+    missing = [t for t in twins if not store.has(t)]
+    rows: dict[str, Mapping[str, Any]] = {}
+    if len(missing) <= simulate_max:
+        for t, r in zip(twins, run_many(twins, jobs=jobs, progress=False, store=store)):
+            rows[t.key()] = r
+    else:  # too many to simulate before a plan: only the stored ones
+        have = [t for t in twins if store.has(t)]
+        for t, r in zip(have, store.rows([t.key() for t in have])):
+            rows[t.key()] = r
+    out = []
+    for e, t in zip(exps, twins):
+        r = rows.get(t.key())
+        drain = _drain(r, e) if r is not None and math.isfinite(float(r.get("makespan", math.nan))) else None
+        est = ReplayEstimate(e.label(), last_arrival(e), drain, overhead)
+        e._cache["planned_wall"] = est.wall
+        out.append(est)
+        try:
+            _PLANNED[e.key()] = est.wall  # a replay's key names its server: known once connected
+        except Exception:  # noqa: BLE001 - no server yet (a plan computed offline): the cache above
+            pass
+    return out
+
+
+def replay_order(exp: Experiment) -> float:
+    """The duration a pool of replays hands ``exp`` out by: its planned wall time when this
+    process planned it (:func:`estimate_replays`), else its arrival span."""
+    return exp._cache.get("planned_wall") or _PLANNED.get(exp.key()) or arrival_span(exp)
+
+
+def wall_on_servers(durations: Sequence[float], servers: int) -> float:
+    """The wall time of independent replays of these durations on ``servers`` servers, one replay
+    at a time each, longest first (:func:`topas.sglang.pool.schedule`)."""
+    from topas.sglang.pool import schedule
+
+    return schedule(list(durations), servers).wall
 
 
 @dataclass
 class Stage:
-    """One stage of a reproduction: its name and its experiments (the replays it may run) and
-    which of them the results store already holds."""
+    """One part of a reproduction: its name, its experiments still to run (the replays) and how
+    many of its experiments the results store already holds (skipped)."""
 
     name: str
     experiments: list[Experiment]
     stored: int = 0
+    estimates: list[ReplayEstimate] = field(default_factory=list)
 
     def spans(self) -> list[float]:
         return [arrival_span(e) for e in self.experiments]
@@ -61,19 +169,30 @@ def format_hours(seconds: float) -> str:
 
 
 def plan_lines(stages: Sequence[Stage], servers: int) -> tuple[list[str], float]:
-    """The plan's lines (one per stage and a total) and the total wall time on ``servers``
-    servers (seconds). ``Stage.experiments`` are the replays still to run."""
-    lines = []
-    total_arr = total_wall = 0.0
+    """The plan's lines (one per stage, then the pool on ``servers`` servers) and its wall time
+    (seconds). Every stage's replays go into one pool, in which no server waits while a replay
+    does; a stage without ``estimates`` counts its replays' last arrival and the overhead only."""
+    from topas.sglang.pool import schedule
+
+    lines, walls = [], []
+    unpredicted = 0
     for st in stages:
-        spans = st.spans()
-        arr, wall = sum(spans), wall_on_servers(spans, servers)
-        total_arr += arr
-        total_wall += wall
+        ests = st.estimates or [ReplayEstimate(e.label(), last_arrival(e), None) for e in st.experiments]
+        walls += [x.wall for x in ests]
+        unpredicted += sum(x.drain is None for x in ests)
+        arr = sum(x.arrivals for x in ests)
+        drain = sum(x.drain or 0.0 for x in ests)
         kept = f" ({st.stored} already stored, skipped)" if st.stored else ""
-        lines.append(f"  {st.name}: {len(spans)} replays{kept}, {format_hours(arr)} of arrivals"
-                     + (f", about {format_hours(wall)} on {servers} servers" if servers > 1 else ""))
-    on = f" on {servers} servers" if servers > 1 else " on one server"
-    lines.append(f"  total: {format_hours(total_arr)} of arrivals, at least {format_hours(total_wall)} of wall "
-                 f"time{on} (each replay also drains its last tasks)")
-    return lines, total_wall
+        lines.append(f"  {st.name}: {len(ests)} replays{kept}, {format_hours(arr)} of arrivals, "
+                     f"{format_hours(drain)} of drain, {format_hours(sum(x.overhead for x in ests))} of overhead")
+    sched = schedule(walls, servers)
+    on = f"on {servers} servers" if servers > 1 else "on one server"
+    used = f" ({sched.used} of {servers} servers get a replay)" if servers > 1 and sched.used < servers else ""
+    lines.append(f"  total: about {format_hours(sched.wall)} of wall time {on}, all replays in one pool, "
+                 f"longest first{used}")
+    overhead = next((x.overhead for st in stages for x in st.estimates), REPLAY_OVERHEAD_S)
+    note = (f"  (each replay: its last arrival + its drain as the simulator predicts it + {overhead:g} s of "
+            f"overhead; servers' start-up not included")
+    lines.append(note + (f"; {unpredicted} replays' drain not predicted, counted as 0)" if unpredicted else ")"))
+    return lines, sched.wall
+

@@ -103,6 +103,35 @@ def cpu_test_args(model_dir: str | os.PathLike, port: int, max_total_tokens: int
             "--host", "127.0.0.1", "--port", str(port)]
 
 
+#: The CPU stand-in for a GPU server (docs/gpu.md, ``topas serve --cpu-test``): the tiny model with
+#: a context of 16,384 positions (MetaGPT-TL's longest prompts; the model's config has 8,192, so
+#: SGLang needs ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1``) and a KV pool that holds them.
+CPU_STANDIN_CONTEXT = 16384
+CPU_STANDIN_POOL = 32768
+
+
+def tiny_model_dir():
+    """The tiny CPU model (``$TOPAS_TINY_MODEL``, else ``.venvs/sglang-cpu/tiny-llama``, written by
+    ``tools/sglang_cpu/build_env.sh``)."""
+    from pathlib import Path
+
+    from topas.paths import REPO_ROOT
+
+    return Path(os.environ.get("TOPAS_TINY_MODEL") or REPO_ROOT / ".venvs" / "sglang-cpu" / "tiny-llama")
+
+
+def cpu_standin_args(model_dir: str | os.PathLike, port: int, max_total_tokens: int = CPU_STANDIN_POOL) -> list[str]:
+    """:func:`cpu_test_args` for real traces: ``--context-length`` :data:`CPU_STANDIN_CONTEXT`
+    (with :func:`cpu_standin_env`)."""
+    return [*cpu_test_args(model_dir, port, max_total_tokens), "--context-length", str(CPU_STANDIN_CONTEXT)]
+
+
+def cpu_standin_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` plus what the stand-in needs: the longer context allowed, one thread per server
+    (several stand-ins share a few cores)."""
+    return {**env, "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1", "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1")}
+
+
 def start(sglang_args: Sequence[str], env: Mapping[str, str], log_path: str | os.PathLike | None = None,
           python: str | None = None) -> subprocess.Popen:
     """Start the server in its own process group (stop it with :func:`stop`)."""

@@ -46,6 +46,7 @@ __all__ = [
     "servers_behind",
     "PLUGIN_FIX",
     "stored_identity",
+    "preflight",
 ]
 
 #: How to make a server run the plugin (quoted by every refusal).
@@ -242,6 +243,24 @@ def check_policy(url: str, policy: str) -> None:
         raise ServerError(f"the topas plugin on {url} (topas {block.get('topas_version')}) cannot run policy "
                           f"{policy!r} (it has: {', '.join(names) or 'none'}); update topas in the server's "
                           f"environment and restart it")
+
+
+def preflight(urls: str | Sequence[str], policies: Sequence[str] = (), timeout_s: float = 10.0) -> ServerIdentity:
+    """The checks before anything is replayed, shared by ``scripts/reproduce.py`` and ``topas
+    replay``: every URL well-formed (``http(s)://``), every server reachable (a router: each of its
+    workers), running the topas plugin, all identical, and able to run each of ``policies``.
+    Returns their common identity; :class:`ServerError` (one line naming the fix) at the first
+    failure. Nothing waits for a server to come up: an unreachable one fails at once."""
+    targets: list[str] = []
+    for u in parse_servers(urls):
+        if router_workers(u, timeout_s) is None:
+            server_info(u, timeout_s)  # reachable? (raises the one-line 'cannot reach' error)
+        targets += servers_behind(u, timeout_s)
+    ident = common_identity(targets)
+    for u in targets:
+        for p in policies:
+            check_policy(u, p)
+    return ident
 
 
 def run_decisions(url: str, run_id: str) -> dict[str, Any] | None:

@@ -1,0 +1,105 @@
+"""How long a sweep of simulations takes, before it starts: a per-policy cost model measured here.
+
+A simulation's CPU time grows with its task count and with its policy (TOPAS's search costs
+several times FCFS's per decision). :func:`calibrate` measures, on this machine, the CPU seconds
+per task of every policy on every synthetic workload: one short run each (:data:`CALIBRATION_TASKS`
+tasks at 1.2x the nominal load, seed 0; a few seconds in all), cached in the results store's
+folder under the code's fingerprint (``plan_costs-<fingerprint>.json``: any change to the engine,
+the policies or the workloads measures again). :func:`estimate_cpu` prices an experiment as its
+task count x that per-task cost (its own workload's, else the mean over the calibrated
+workloads) x its engine count. The wall time on the jobs it will use is the pool schedule of
+:func:`topas.sglang.pool.schedule` (longest first, each to the first free worker: the rule the
+GPU plan uses), a lower bound for a process pool that also loads traces and writes results.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from topas.experiments.spec import Experiment
+
+__all__ = ["CALIBRATION_TASKS", "CALIBRATION_WORKLOADS", "calibrate", "estimate_cpu", "sim_plan_lines"]
+
+CALIBRATION_TASKS = 20
+CALIBRATION_WORKLOADS = ("chain-3", "dag-4", "dag-10-wide")
+
+
+def _cache_path(root: Path) -> Path:
+    from topas.provenance import engine_fingerprint
+
+    return root / f"plan_costs-{engine_fingerprint('sim')[:16]}.json"
+
+
+def calibrate(policies: Sequence[str], root: Path | None = None) -> dict[str, dict[str, float]]:
+    """``{policy: {workload: CPU seconds per task}}`` on this machine (module docstring); read from
+    the cache in ``root`` (default: the results store's folder) when it has every policy."""
+    from topas.experiments.spec import run_experiment
+    from topas.experiments.store import default_store_root
+
+    root = Path(root) if root is not None else default_store_root()
+    path = _cache_path(root)
+    costs: dict[str, dict[str, float]] = {}
+    if path.is_file():
+        try:
+            costs = json.loads(path.read_text())
+        except ValueError:
+            costs = {}
+    todo = [p for p in policies if p not in costs]
+    for p in todo:
+        costs[p] = {}
+        for w in CALIBRATION_WORKLOADS:
+            exp = Experiment(w, p, load=1.2, seed=0, n_tasks=CALIBRATION_TASKS)
+            t = time.process_time()
+            run_experiment(exp)
+            costs[p][w] = (time.process_time() - t) / CALIBRATION_TASKS
+    if todo:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(costs, indent=1, sort_keys=True) + "\n")
+        tmp.replace(path)
+    return costs
+
+
+def estimate_cpu(exp: Experiment, costs: Mapping[str, Mapping[str, float]]) -> float:
+    """Expected CPU seconds of ``exp`` from per-task ``costs`` (:func:`calibrate`)."""
+    per = costs.get(exp.policy) or {}
+    if exp.workload in per:
+        c = per[exp.workload]
+    elif per:
+        c = sum(per.values()) / len(per)
+    else:  # a policy not calibrated: the mean over all
+        vals = [v for d in costs.values() for v in d.values()]
+        c = sum(vals) / len(vals) if vals else 0.0
+    if exp.n_tasks is not None:
+        n = int(exp.n_tasks)
+    else:  # the whole trace: read it
+        from topas.experiments.plan import _arrivals
+
+        n = len(_arrivals(exp))
+    return c * n * max(1, int(exp.engines))
+
+
+def sim_plan_lines(stages: Sequence[tuple[str, Sequence[Experiment], int]], jobs: int,
+                   costs: Mapping[str, Mapping[str, float]]) -> tuple[list[str], float, float]:
+    """The simulator's plan: one line per ``(name, experiments to run, stored)`` stage with its
+    runs and expected CPU time, then the total CPU and the wall time on ``jobs`` workers (each
+    stage's runs one pool; the stages one after the other). Returns ``(lines, cpu_s, wall_s)``."""
+    from topas.experiments.plan import format_hours
+    from topas.sglang.pool import schedule
+
+    lines, cpu_total, wall_total = [], 0.0, 0.0
+    for name, exps, stored in stages:
+        cpu = [estimate_cpu(e, costs) for e in exps]
+        wall = schedule(cpu, jobs).wall
+        cpu_total += sum(cpu)
+        wall_total += wall
+        kept = f" ({stored} already stored, skipped)" if stored else ""
+        lines.append(f"  {name}: {len(exps)} simulations{kept}, about {format_hours(sum(cpu))} of CPU, "
+                     f"{format_hours(wall)} on {jobs} job(s)")
+    lines.append(f"  total: about {format_hours(cpu_total)} of CPU, {format_hours(wall_total)} of wall time on "
+                 f"{jobs} job(s) (per-task CPU of each policy measured here, {CALIBRATION_TASKS}-task runs; "
+                 f"trace loading and notebook execution not included)")
+    return lines, cpu_total, wall_total
