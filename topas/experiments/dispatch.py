@@ -66,7 +66,7 @@ def map_experiments(
     """
     engine = _in_process_engine(exps)
     if engine is not None:  # e.g. one replay at a time per server, in threads
-        from topas.experiments.plan import replay_order
+        from topas.experiments.replay_time import replay_order
 
         return engine.map(fn, exps, progress=progress, desc=desc, order=replay_order)
     out: list[Any] = [None] * len(exps)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from topas.experiments.replay_time import _PLANNED, _arrivals, arrival_span, last_arrival, replay_order  # noqa: F401
 from topas.experiments.spec import Experiment, prepare
 
 __all__ = ["arrival_span", "last_arrival", "REPLAY_OVERHEAD_S", "ReplayEstimate", "twin", "estimate_replays",
@@ -36,27 +37,6 @@ __all__ = ["arrival_span", "last_arrival", "REPLAY_OVERHEAD_S", "ReplayEstimate"
 REPLAY_OVERHEAD_S = 3.0
 #: The profile the plan's twins use for a CPU server (the stand-in's measured profile).
 CPU_PROFILE = Path(__file__).resolve().parents[2] / "data" / "profiles" / "cpu_tiny-llama.json"
-#: planned wall times of this process's replays by key (for :func:`replay_order`)
-_PLANNED: dict[str, float] = {}
-
-
-def _arrivals(exp: Experiment) -> list[float]:
-    if "arrivals" not in exp._cache:
-        exp._cache["arrivals"] = [float(t.arrival) for t in prepare(exp).trace.tasks]
-    return exp._cache["arrivals"]
-
-
-def arrival_span(exp: Experiment) -> float:
-    """Seconds from the first to the last task arrival of ``exp`` as it runs (re-timed)."""
-    a = _arrivals(exp)
-    return float(max(a) - min(a)) if a else 0.0
-
-
-def last_arrival(exp: Experiment) -> float:
-    """Seconds from the replay's start (time 0) to its last task's arrival."""
-    return float(max(_arrivals(exp), default=0.0))
-
-
 @dataclass(frozen=True)
 class ReplayEstimate:
     """One replay's expected wall time (seconds): its arrivals, its drain, the overhead."""
@@ -130,12 +110,6 @@ def estimate_replays(exps: Sequence[Experiment], device: str | None = None, kv_p
         except Exception:  # noqa: BLE001 - no server yet (a plan computed offline): the cache above
             pass
     return out
-
-
-def replay_order(exp: Experiment) -> float:
-    """The duration a pool of replays hands ``exp`` out by: its planned wall time when this
-    process planned it (:func:`estimate_replays`), else its arrival span."""
-    return exp._cache.get("planned_wall") or _PLANNED.get(exp.key()) or arrival_span(exp)
 
 
 def wall_on_servers(durations: Sequence[float], servers: int) -> float:

@@ -76,7 +76,7 @@ def estimate_cpu(exp: Experiment, costs: Mapping[str, Mapping[str, float]]) -> f
     if exp.n_tasks is not None:
         n = int(exp.n_tasks)
     else:  # the whole trace: read it
-        from topas.experiments.plan import _arrivals
+        from topas.experiments.replay_time import _arrivals
 
         n = len(_arrivals(exp))
     return c * n * max(1, int(exp.engines))
