@@ -219,8 +219,10 @@ def test_reproduce_quick_end_to_end(tmp_path):
     r = reproduce("--quick", "--tasks", 20, "--seeds", 1, "--jobs", 2, "--out-dir", out, "--no-progress",
                   "--no-notebooks", store=tmp_path / "store", timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr
-    for w in ("chain-3", "dag-4", "dag-10-wide"):
-        assert f"] {w}:" in r.stdout  # progress lines
+    # the plan first, then every workload's runs in one pool
+    n = 3 * len(available_policies())
+    assert "plan (grid quick, on the simulator):" in r.stdout and f"results table: {n} simulations" in r.stdout
+    assert f"{n} simulations to run (0 already stored, skipped)" in r.stdout
     with open(out / "results_synthetic.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     policies = available_policies()
