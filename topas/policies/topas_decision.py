@@ -479,7 +479,7 @@ class _DecisionCtx:
     def _liveness(self) -> _Plan | None:
         """Idle engine, nothing admitted: admit the best single request with its prefix."""
         for r in self.cands:
-            keep = [a for a in sorted(self.r_t, key=lambda a: -self.view.prefixes[a].last_used) if a != r.agent]
+            keep = [a for a in sorted(self.r_t, key=lambda a: (-self.view.prefixes[a].last_used, a)) if a != r.agent]
             resident = frozenset({r.agent})
             for a in keep:  # keep as many resident prefixes as fit beside it
                 trial = resident | {a}
