@@ -144,6 +144,10 @@ def test_the_afternoon_grid_completes_on_two_servers_and_resumes_after_ctrl_c(se
     out, _ = p.communicate(timeout=600)
     assert p.returncode == 0, out
     assert "(%d already stored, skipped)" % len(kept) in out
+    n_left = len(grid.gpu_afternoon(tasks=1, engine="sim")) - len(kept)
+    took = [ln for ln in out.splitlines() if ln.startswith(f"the pool of {n_left} replays took ")]
+    assert len(took) == 1 and "on 2 server(s); planned " in took[0] and "x the plan)" in took[0], out
+    print(took[0])
     final = _stored(store)
     assert len(final) == len(grid.gpu_afternoon(tasks=1, engine="sim"))
     for k, meta in kept.items():  # nothing finished was run again

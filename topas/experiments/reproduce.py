@@ -239,9 +239,10 @@ def refuse_past_max_hours(args: argparse.Namespace, wall: float) -> int:
     return 2
 
 
-def measured_plan(args: argparse.Namespace, ident, stages_exps: list[tuple[str, list]], servers: int) -> tuple[int, list]:
-    """Plan the replays (:mod:`topas.experiments.plan`), print it; ``(status, replays to run)``,
-    status 0 to go on (see :func:`refuse_past_max_hours`)."""
+def measured_plan(args: argparse.Namespace, ident, stages_exps: list[tuple[str, list]],
+                  servers: int) -> tuple[int, list, float]:
+    """Plan the replays (:mod:`topas.experiments.plan`), print it; ``(status, replays to run,
+    planned wall seconds)``, status 0 to go on (see :func:`refuse_past_max_hours`)."""
     from topas.experiments.plan import Stage, estimate_replays, plan_lines
     from topas.experiments.store import ResultStore
 
@@ -259,7 +260,7 @@ def measured_plan(args: argparse.Namespace, ident, stages_exps: list[tuple[str, 
     lines, wall = plan_lines(stages, servers)
     print(f"plan (grid {args.grid}, replays at each trace's arrival times):", flush=True)
     print("\n".join(lines), flush=True)
-    return refuse_past_max_hours(args, wall), todo
+    return refuse_past_max_hours(args, wall), todo, wall
 
 
 def simulated_plan(args: argparse.Namespace, stages_exps: list[tuple[str, list]], policies: list[str]) -> int:
@@ -360,12 +361,12 @@ def reproduce(args: argparse.Namespace, ident) -> int:
     stages = [("gpu-afternoon grid" if args.grid == "gpu-afternoon" else "results table", table_exps)]
     if args.grid != "gpu-afternoon" and not args.no_notebooks:
         stages.append(("notebooks 02-08, 14 (their grids)", grid.notebook_grid(quick=args.quick, engine=args.engine)))
-    pool = []
+    pool, planned = [], None
     if measured:
         from topas.experiments.spec import SGLANG_URL_ENV
 
         servers = len(os.environ[SGLANG_URL_ENV].split(","))
-        status, pool = measured_plan(args, ident, stages, servers)
+        status, pool, planned = measured_plan(args, ident, stages, servers)
     else:
         status = simulated_plan(args, stages, policies)
     if status:
@@ -383,7 +384,12 @@ def reproduce(args: argparse.Namespace, ident) -> int:
         n_all = sum(len(x) for _, x in stages)
         print(f"{len(pool)} {noun} to run in one pool ({n_all - len(pool)} already stored, skipped)", flush=True)
         if pool:
+            t_pool = time.perf_counter()
             run_many(pool, progress=not args.no_progress, desc="replays")
+            took = time.perf_counter() - t_pool
+            print(f"the pool of {len(pool)} replays took {took:.1f} s on {servers} server(s); planned "
+                  f"{planned:.1f} s ({took / planned:.2f}x the plan)" if planned else
+                  f"the pool of {len(pool)} replays took {took:.1f} s", flush=True)
         runs = run_many(table_exps, progress=False)  # all stored now: read back
     else:
         from topas.experiments.store import ResultStore
