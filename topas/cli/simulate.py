@@ -11,6 +11,7 @@ import click
 
 from topas.cli.group import fail, main
 from topas.cli_options import arrival_options, knowledge_options
+from topas.engine.metrics import cached_share
 
 
 def _fmt_bytes(n: float) -> str:
@@ -131,7 +132,8 @@ def simulate_summary_lines(prepared, result, out: Path | None = None) -> list[st
         f"(makespan {s['makespan']:.1f} s)",
         f"batching     avg decode batch {s['avg_decode_batch']:.2f} over {s['decode_steps']:,} decode steps; "
         f"mean KV use {100 * s['kv_util_mean']:.1f}%",
-        f"prefixes     hits {s['prefix_hits']}, loads {s['prefix_loads_swap']} by swap + "
+        f"prefixes     hits {s['prefix_hits']}, {100 * cached_share(result.requests):.1f}% of prompt tokens cached, "
+        f"loads {s['prefix_loads_swap']} by swap + "
         f"{s['prefix_loads_prefill']} by prefill, evictions {s['prefix_evictions']}, "
         f"swapped {_fmt_bytes(s['bytes_swapped'])}",
         f"rework       recomputed {s['recomputed_tokens']:,} tokens; retractions {s['retractions']}, "

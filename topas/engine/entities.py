@@ -49,6 +49,14 @@ class Request:
     #: prefix tokens this request computes in its own prefill (a prefix not yet cached when it
     #: was admitted beside another request computing it: SGLang matched none of it)
     own_prefix: int = 0
+    #: segment traces (``topas.engine.radix_cache``): the tree nodes beyond the agent prefix this
+    #: running request locks, their tokens (its context held by the tree, not by ``kv``), the
+    #: tokens of them matched at admission (not prefilled), and whether its prompt still waits
+    #: to be inserted (overlap scheduler: one batch after its prefill)
+    seg_nodes: tuple = ()
+    seg_ctx: int = 0
+    seg_matched: int = 0
+    seg_pending: bool = False
     _waiting_view: RequestView | None = None  # a waiting request's view does not change
 
     @property
@@ -81,7 +89,7 @@ class Request:
             input_tokens=self.x,
             generated=self.generated,
             ready_time=self.ready_time,
-            kv_tokens=self.kv,
+            kv_tokens=self.kv + self.seg_ctx,
             service_time=service,
             preemptions=self.preemptions + self.retractions,
             admitted_time=self.admitted_time if running else None,

@@ -18,7 +18,7 @@ class Iterations:
     """Request lifecycle and prefill / decode iterations of one engine."""
 
     # ------------------------------------------------------------------ request lifecycle
-    def _start(self, r: Request, p: Prefix, copy: int) -> None:
+    def _start(self, r: Request, p: Prefix, copy: int, nodes: list | None = None, matched: int = 0) -> None:
         del self.waiting[r.rid]
         computes = p.prefill_left > 0 and r.agent not in self._computing
         if not copy and p.prefill_left == 0:
@@ -36,7 +36,9 @@ class Iterations:
         r.recomputed_tokens += r.generated
         r.admitted_time = self.now
         r.own_prefix = copy
-        r.prefill_total = r.prefill_left = copy + r.x + r.generated
+        if self._tree is not None:
+            self._seg_lock(r, nodes or [], matched)
+        r.prefill_total = r.prefill_left = copy + r.x - matched + r.generated
         # KV for the tokens to prefill and for the output token the prefill produces (allocated now,
         # so that admission decisions taken before this request's prefill ends see it)
         r.kv = r.prefill_total + 1
@@ -57,6 +59,8 @@ class Iterations:
         r.kv = 0
         r.prefill_left = 0
         r.own_prefix = 0
+        if self._tree is not None:
+            self._seg_release(r)
         p = self.prefixes[r.agent]
         p.refcount -= 1
         p.last_used = self.now
@@ -73,6 +77,13 @@ class Iterations:
 
     def _finish(self, r: Request) -> None:
         self._drop_own_prefix(r)  # (still held when it finishes in the batch after its prefill)
+        below = None
+        if self._tree is not None:
+            if r.seg_pending:
+                self._insert_after_next.remove(r)
+                self._seg_insert(r)
+            below = r.seg_nodes[-1] if r.seg_nodes else None
+            self._seg_release(r)
         view = r.view(self.now)
         kv = r.kv
         del self.decoding[r.rid]
@@ -84,7 +95,9 @@ class Iterations:
         p.refcount -= 1
         p.last_used = self.now
         self._batch_full = False
-        if self.config.radix_cache and kv > 0 and p.resident:
+        if self._tree is not None and kv > 0 and p.resident:
+            self._seg_leave_output(r, below, kv)
+        elif self.config.radix_cache and kv > 0 and p.resident:
             # SGLang's cache_finished_req: its KV stays cached, a leaf under the prefix
             self._seq += 1
             heapq.heappush(self._leaves, (self.now, self._seq, r.agent, kv, self._generation[r.agent], r.rid))
@@ -118,6 +131,10 @@ class Iterations:
         for r in self._free_after_next:
             self._drop_own_prefix(r)  # (0 if it finished or was stopped meanwhile)
         self._free_after_next = []
+        if self._insert_after_next:
+            for r in self._insert_after_next:
+                self._seg_insert(r)
+            self._insert_after_next = []
 
     def _drop_own_prefix(self, r: Request) -> None:
         """The radix tree keeps one copy of a prefix: free the copy ``r`` computed itself."""
@@ -144,7 +161,7 @@ class Iterations:
                 continue  # its prefix is still being computed
             take = min(r.prefill_left, budget)
             done = r.prefill_total - r.prefill_left
-            chunks.append((take, done + (0 if r.own_prefix else p.tokens)))
+            chunks.append((take, done + (0 if r.own_prefix else p.tokens + r.seg_matched)))
             r.prefill_left -= take
             budget -= take
             progressed.append(r)
@@ -166,6 +183,12 @@ class Iterations:
                     self._free_after_next.append(r)
                 else:
                     self._drop_own_prefix(r)
+                if self._tree is not None:
+                    if self.config.overlap_schedule:
+                        r.seg_pending = True  # inserted when the batch's results are processed
+                        self._insert_after_next.append(r)
+                    else:
+                        self._seg_insert(r)
                 r.generated += 1  # the prefill produces the first (next) output token (KV held since _start)
                 r.enter(DECODE, self.now)
                 self.decoding[r.rid] = r
@@ -190,7 +213,7 @@ class Iterations:
         recheck = self.waiting and not self._gated()  # a shut gate opens only at a finish (an event)
         if recheck:
             n = min(n, max(1, self.config.recheck_steps - self._steps_since_check))
-        kv0 = sum(self.prefixes[r.agent].tokens + r.kv for r in self.decoding.values())
+        kv0 = sum(self.prefixes[r.agent].tokens + r.kv + r.seg_ctx for r in self.decoding.values())
         t_next = self._next_event()
         if t_next is not None:
             gap = t_next - self.now - self._pending_move_time

@@ -75,6 +75,8 @@ class KVMemory:
         else:
             self._drop(p, "evict_free")
         # its cached children went first (a radix node is evicted only as a leaf)
+        if self._tree is not None:
+            self._tree.drop_agent(a)
         self.evictable_tokens -= self._cached_by_agent[a]
         self._cached_by_agent[a] = 0
         self._generation[a] += 1
@@ -120,6 +122,8 @@ class KVMemory:
                 while self._leaves and self._leaves[0][4] != self._generation[self._leaves[0][2]]:
                     heapq.heappop(self._leaves)  # dropped with its prefix
                 leaf = self._leaves[0] if self._leaves else None
+                node = self._tree.peek_lru() if self._tree is not None else None
+                leaf_time = leaf[0] if leaf is not None else (node.last_access if node is not None else None)
                 if self.manages:  # pinned prefixes stay; unpinned ones are leaves
                     cands = (p for p in self.prefixes.values() if self._ghost.get(p.agent.name))
                 else:
@@ -128,7 +132,7 @@ class KVMemory:
                              and p.agent.name not in self._computing)
                 prefix = min((p for p in cands if not self._cached_by_agent[p.agent.name]),
                              key=lambda p: (p.last_used, p.agent.name), default=None)
-                if prefix is not None and (leaf is None or prefix.last_used < leaf[0]):
+                if prefix is not None and (leaf_time is None or prefix.last_used < leaf_time):
                     deficit -= prefix.tokens
                     if self.manages:
                         self._drop_ghost(prefix)
@@ -144,6 +148,8 @@ class KVMemory:
                     if self._merged.get(a) == rid and p.resident and p.refcount == 0 and p.prefill_left == 0:
                         deficit -= p.tokens  # the prefix was part of this node
                         self._evict(p)
+                elif node is not None:
+                    deficit -= self._seg_evict(node)
                 else:
                     break
         finally:

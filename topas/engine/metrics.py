@@ -41,6 +41,13 @@ class SimResult:
         pd.DataFrame([self.summary]).to_parquet(d / "summary.parquet", index=False)
 
 
+def cached_share(requests: pd.DataFrame) -> float:
+    """The share of prompt tokens served from the cache: SGLang's ``cached_tokens`` summed over
+    requests / their prompt tokens (``l_a + x_v``)."""
+    total = requests["prompt_tokens"].sum() if len(requests) else 0
+    return float(requests["cached_tokens"].sum() / total) if total else float("nan")
+
+
 def percentile(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else float("nan")
 
@@ -83,6 +90,7 @@ def build_result(sim: Any, wall_seconds: float) -> SimResult:
                 # as the replay defines it from the server's cached_tokens
                 "prefix_hit": r.cached_tokens >= sim.prefixes[r.agent].tokens,
                 "cached_tokens": r.cached_tokens,
+                "prompt_tokens": sim.prefixes[r.agent].tokens + r.x,
             }
             for r in sim.requests.values()
         ]

@@ -46,6 +46,8 @@ from topas.engine.iterations import Iterations
 from topas.engine.knowledge import Knowledge
 from topas.engine.memory import KVMemory
 from topas.engine.metrics import SimResult, build_result
+from topas.engine.radix_cache import SegmentCache
+from topas.engine.segments import SegmentMemory
 from topas.engine.view import Decision, EngineView, InfeasibleDecision, PrefixView
 from topas.policies.base import Policy
 from topas.workload.model import Trace
@@ -56,7 +58,7 @@ class SimulationStuck(RuntimeError):
     """The engine is idle with requests waiting and the policy admits none of them."""
 
 
-class Simulator(KVMemory, Iterations):
+class Simulator(KVMemory, Iterations, SegmentMemory):
     def __init__(
         self,
         trace: Trace,
@@ -124,6 +126,10 @@ class Simulator(KVMemory, Iterations):
         self._cached_after_next: list[str] = []
         self._free_after_next: list[Request] = []
         self._settling = False
+        # the segment radix tree below the agent prefixes (topas.trace/2 traces only)
+        self._tree = SegmentCache(self.prefixes) if cfg.radix_cache and trace.has_segments else None
+        self._tails: dict[str, tuple] = {}
+        self._insert_after_next: list[Request] = []
         # records
         self.prefix_events: list[tuple] = []
         self.timeline: list[tuple] = []
@@ -248,6 +254,7 @@ class Simulator(KVMemory, Iterations):
             cost=self.cost,
             decode_batch=len(self.decoding),
             host_tier=self.config.host_tier,
+            segment_match=self._seg_matches(),
         )
 
     def _running(self) -> Iterable[Request]:
@@ -359,14 +366,20 @@ class Simulator(KVMemory, Iterations):
                     break
                 self._load(p)
                 copy = 0
+                nodes, matched = [], 0
             else:
                 copy = self._prefix_copy(r, p)
                 # locking a cached prefix takes it out of the evictable KV (add_one_req checks again
                 # after _lock_node)
                 lock = p.tokens if self.config.radix_cache and not self._locked(p) else 0
-                if not self._fits(lock + copy + r.x + r.generated + 1 + own_reserve + reserved, exclude=p):
+                nodes, matched = [], 0
+                if self._tree is not None and not copy and p.prefill_left == 0:
+                    nodes, matched, seg_lock = self._seg_match(r)
+                    lock += seg_lock
+                if not self._fits(lock + copy + r.x - matched + r.generated + 1 + own_reserve + reserved,
+                                  exclude=p):
                     break
-            self._start(r, p, copy)
+            self._start(r, p, copy, nodes, matched)
             reserved += own_reserve
             admitted += 1
         return admitted

@@ -58,7 +58,9 @@ class RequestView:
     """A request (one stage of one task) that is ready: waiting or running.
 
     ``generated`` is y_r(t), the tokens produced so far (kept across a preemption: they must be
-    recomputed on readmission). ``kv_tokens`` is the request's own KV now (0 while waiting).
+    recomputed on readmission). ``kv_tokens`` is the request's own KV now (0 while waiting), with,
+    on a trace with segments, its context held in the radix tree beyond the agent prefix (a node
+    shared by several running requests counted for each).
     ``service_time`` is the time it has spent in running batches so far, all admissions summed.
     """
 
@@ -121,6 +123,10 @@ class EngineView:
     #: whether the engine has a host KV tier (an evicted prefix is saved to host memory); a
     #: server setting every scheduler knows
     host_tier: bool = False
+    #: per waiting request id, the tokens beyond its agent prefix that the engine's radix tree
+    #: holds for its prompt now (segment traces only; empty otherwise): what SGLang's
+    #: ``match_prefix`` finds past the prefix, read from the tree as a real scheduler reads it
+    segment_match: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def free_tokens(self) -> int:

@@ -2,10 +2,11 @@
 
 As SGLang 0.5.x's ``SchedulePolicy.calc_priority`` does it, at each scheduling point:
 
-1. **Match.** A request's match is the prefix the radix tree holds for it now. In our model a
-   request's reusable prefix is exactly its agent's prefix (suffixes are not shared), so the
-   match is ``l_a`` when the prefix is in the tree (``PrefixView.in_tree``), else 0. A prefix
-   that a running prefill is still computing is *not* matched, though its KV is on the GPU.
+1. **Match.** A request's match is the prefix the radix tree holds for it now, in tokens: its
+   agent's prefix ``l_a`` when that is in the tree (``PrefixView.in_tree``), plus, on a trace
+   with segments, the segments beyond it that the tree holds (``EngineView.segment_match``);
+   else 0. A prefix that a running prefill is still computing is *not* matched, though its KV
+   is on the GPU.
 2. **In-batch prefix caching** (``_compute_prefix_matches``). Walking the queue in its order, a
    request whose match is at most ``in_batch_check_tokens`` is looked up in a scratch tree of the
    queue's earlier such requests: if it shares at least ``in_batch_deprioritize_tokens`` with one
@@ -56,11 +57,11 @@ class LPM(Policy):
     def decide(self, view: EngineView) -> Decision:
         queue = self._queue.current(view)
         if len(queue) <= self.params.fcfs_fallback_queue:
-            prefixes = view.prefixes
+            prefixes, beyond = view.prefixes, view.segment_match
 
             def match(r: RequestView) -> int:
                 p = prefixes[r.agent]
-                return p.tokens if p.in_tree else 0
+                return p.tokens + beyond.get(r.rid, 0) if p.in_tree else 0
 
             deprioritized = self._in_batch_deprioritized(queue, match, view)
             queue.sort(key=lambda r: float("inf") if r.rid in deprioritized else -match(r))
