@@ -18,7 +18,7 @@ class Iterations:
     """Request lifecycle and prefill / decode iterations of one engine."""
 
     # ------------------------------------------------------------------ request lifecycle
-    def _start(self, r: Request, p: Prefix, copy: int, nodes: list | None = None, matched: int = 0) -> None:
+    def _start(self, r: Request, p: Prefix, copy: int) -> None:
         del self.waiting[r.rid]
         computes = p.prefill_left > 0 and r.agent not in self._computing
         if not copy and p.prefill_left == 0:
@@ -36,8 +36,10 @@ class Iterations:
         r.recomputed_tokens += r.generated
         r.admitted_time = self.now
         r.own_prefix = copy
-        if self._tree is not None:
-            self._seg_lock(r, nodes or [], matched)
+        matched = 0
+        if self._tree is not None and not copy and p.prefill_left == 0:
+            nodes, matched, _ = self._seg_match(r)  # (as _admit matched it)
+            self._seg_lock(r, nodes, matched)
         r.prefill_total = r.prefill_left = copy + r.x - matched + r.generated
         # KV for the tokens to prefill and for the output token the prefill produces (allocated now,
         # so that admission decisions taken before this request's prefill ends see it)

@@ -366,20 +366,20 @@ class Simulator(KVMemory, Iterations, SegmentMemory):
                     break
                 self._load(p)
                 copy = 0
-                nodes, matched = [], 0
+                matched = 0
             else:
                 copy = self._prefix_copy(r, p)
                 # locking a cached prefix takes it out of the evictable KV (add_one_req checks again
                 # after _lock_node)
                 lock = p.tokens if self.config.radix_cache and not self._locked(p) else 0
-                nodes, matched = [], 0
+                matched = 0
                 if self._tree is not None and not copy and p.prefill_left == 0:
-                    nodes, matched, seg_lock = self._seg_match(r)
+                    _, matched, seg_lock = self._seg_match(r)
                     lock += seg_lock
                 if not self._fits(lock + copy + r.x - matched + r.generated + 1 + own_reserve + reserved,
                                   exclude=p):
                     break
-            self._start(r, p, copy, nodes, matched)
+            self._start(r, p, copy)
             reserved += own_reserve
             admitted += 1
         return admitted
