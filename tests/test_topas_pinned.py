@@ -42,8 +42,8 @@ EXPECTED: dict[str, str] = {
     'dag-10-wide/topas-sampled': '267da3b0129253ccbbcf640542afae735e58fc394943130951cd5f1c1fe966d0',
     'dag-4/topas': '3247bf1befed9903add3ce1843ecfd2a0e10a225ed0ffa6493898beae96fe6ea',
     'dag-4/topas-request-only': '834a1db7267f12963fd4bc5682975fd8f5a2429602382e28021369f011d150d0',
-    'metagpt-sop/topas-readings': 'de996a43a13dcc0ea3ed230ac960202999899578e1948e0bde48b2f8a3a51644',
-    'metagpt-tl/topas-local+': '9486837faaa9e11c959a3761873b0ea83cc20cdfb458ce30ccaec949b5683a2b',
+    'metagpt-sop/topas-readings': '571e8c055999260a3004bc2d9d4995844b46b4c828ecd7125c2fb76ccc9177e8',
+    'metagpt-tl/topas-local+': '3aaf28a411417538f9b437807106a74086e150b5dd88e0aab5408dba9e97c763',
 }
 
 
