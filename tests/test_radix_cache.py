@@ -165,3 +165,11 @@ def test_metagpt_sop_serves_more_from_the_tree_than_from_agent_prefixes_but_no_m
     prefixes = cached_share(simulate(strip_segments(t), make_policy(policy), load_profile()).requests)
     perfect = perfect_cache_reuse(t)
     assert prefixes < 0.10 < 0.25 < tree <= perfect.share(perfect.reused)
+
+
+def test_segment_cache_off_is_the_agent_prefix_engine(cost):
+    t = trace_from_dict(good_trace_v2_dict())
+    off = simulate(t, make_policy("fcfs"), cost, EngineConfig(segment_cache=False))
+    stripped = simulate(strip_segments(t), make_policy("fcfs"), cost)
+    assert off.requests["cached_tokens"].tolist() == stripped.requests["cached_tokens"].tolist() == [0, 4, 4, 0]
+    assert off.tasks["jct"].tolist() == stripped.tasks["jct"].tolist()

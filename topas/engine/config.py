@@ -54,6 +54,12 @@ class EngineConfig:
     #: prefix stays cached until the LRU takes it). Off: KV is freed at finish and unreferenced
     #: prefixes are evicted (LRU) during the admission walk, as soon as a request needs room.
     radix_cache: bool = True
+    #: With the radix cache, on a trace whose prompts carry segments (``topas.trace/2``): the tree
+    #: holds every prompt's segments below its agent prefix (``topas.engine.radix_cache``), so a
+    #: request also matches the headers and task context that earlier calls left cached, as
+    #: SGLang matches any shared token prefix. Off: agent prefixes are the only shared KV (the
+    #: engine model of traces without segments). No effect on a trace without segments.
+    segment_cache: bool = True
     #: Requests admitted in one prefill batch share a prefix that is still being computed. Off
     #: (SGLang): each such request matches none of it, computes and holds its own copy during
     #: its prefill (charged in compute and memory), and shares the prefix only once it is cached.

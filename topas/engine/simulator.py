@@ -127,7 +127,8 @@ class Simulator(KVMemory, Iterations, SegmentMemory):
         self._free_after_next: list[Request] = []
         self._settling = False
         # the segment radix tree below the agent prefixes (topas.trace/2 traces only)
-        self._tree = SegmentCache(self.prefixes) if cfg.radix_cache and trace.has_segments else None
+        self._tree = (SegmentCache(self.prefixes) if cfg.radix_cache and cfg.segment_cache and trace.has_segments
+                      else None)
         self._tails: dict[str, tuple] = {}
         self._insert_after_next: list[Request] = []
         # records
