@@ -7,7 +7,7 @@ the trace so the engine can simulate it; schedulers never read it (see ``topas.e
 
 A ``topas.trace/2`` trace also spells each stage's prompt (``l_a + x_v`` tokens) as a sequence of
 :class:`Segment` s, the nodes of the workload's token-prefix tree (data/traces/README.md,
-"Segments"); the engine does not read them yet.
+"Segments"); the engine's radix tree caches them (``topas.engine.radix_cache``).
 
 Objects here are immutable. They are not validated on construction: ``read_trace`` /
 ``trace_from_dict``, the generators, ``retime`` and the simulator check them with
