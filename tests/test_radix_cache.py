@@ -173,3 +173,12 @@ def test_segment_cache_off_is_the_agent_prefix_engine(cost):
     stripped = simulate(strip_segments(t), make_policy("fcfs"), cost)
     assert off.requests["cached_tokens"].tolist() == stripped.requests["cached_tokens"].tolist() == [0, 4, 4, 0]
     assert off.tasks["jct"].tolist() == stripped.tasks["jct"].tolist()
+
+
+def test_each_engine_of_a_cluster_keeps_its_own_segment_tree():
+    from topas.experiments import Experiment, run_experiment
+    base = dict(workload="metagpt-sop", policy="lpm", params={}, load=1.0, seed=0, n_tasks=30,
+                engines=2, router="least-load")
+    tree = cached_share(run_experiment(Experiment(**base)).requests)
+    off = cached_share(run_experiment(Experiment(**base, engine_options={"segment_cache": False})).requests)
+    assert off < 0.10 < 0.25 < tree
