@@ -44,7 +44,7 @@ class SimResult:
 def cached_share(requests: pd.DataFrame) -> float:
     """The share of prompt tokens served from the cache: SGLang's ``cached_tokens`` summed over
     requests / their prompt tokens (``l_a + x_v``)."""
-    total = requests["prompt_tokens"].sum() if len(requests) else 0
+    total = requests["prompt_tokens"].sum() if len(requests) and "prompt_tokens" in requests else 0
     return float(requests["cached_tokens"].sum() / total) if total else float("nan")
 
 
