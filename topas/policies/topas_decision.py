@@ -42,6 +42,23 @@ if TYPE_CHECKING:
 _NONE: frozenset[str] = frozenset()
 
 
+def _task_pending(tid: str, tv: TaskView, ready: list[str], ready_set: frozenset[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """The task's pending stages whose unfinished parents are all ready (waiting or running),
+    as ``(agent, unfinished parent rids)``: the only stages ``n_a(t)`` can count for some Q'."""
+    out: list[tuple[str, tuple[str, ...]]] = []
+    done = tv.done
+    seen: set[str] = set()
+    for sid in ready:
+        for s in tv.stages[sid].children:
+            if s in done or s in ready_set or s in seen:
+                continue
+            seen.add(s)
+            parents = tuple(q for q in tv.stages[s].parents if q not in done)
+            if all(q in ready_set for q in parents):
+                out.append((tv.stages[s].agent, tuple(f"{tid}/{q}" for q in parents)))
+    return out
+
+
 @dataclass
 class _Plan:
     resident: frozenset[str]
@@ -106,19 +123,27 @@ class _DecisionCtx:
         # only ones that can count for some Q': children of the ready stages (in any order:
         # only counts are taken from this list).
         self.pending: list[tuple[str, tuple[str, ...]]] = []  # (agent, unfinished parent rids)
-        seen: set[str] = set()
+        ready_by_task: dict[str, list[str]] = {}
         for ready in gen:
             tid, sid = ready.split("/", 1)
+            ready_by_task.setdefault(tid, []).append(sid)
+        # A task's pending stages are a function of its (immutable) view and its ready stages:
+        # kept across decisions while both are unchanged (a finish or a newly reached stage
+        # gives the task a new view; an admission or a new ready stage a new ready set).
+        memo = self.policy._pending_memo
+        carried: dict[str, tuple[TaskView, dict[frozenset[str], list[tuple[str, tuple[str, ...]]]]]] = {}
+        for tid, sids in ready_by_task.items():
             tv = tasks[tid]
-            done = tv.done
-            for s in tv.stages[sid].children:
-                rid = f"{tid}/{s}"
-                if s in done or rid in gen or rid in seen:
-                    continue
-                seen.add(rid)
-                parents = tuple(f"{tid}/{q}" for q in tv.stages[s].parents if q not in done)
-                if all(q in gen for q in parents):
-                    self.pending.append((tv.stages[s].agent, parents))
+            hit = memo.get(tid)
+            if hit is None or hit[0] is not tv:
+                hit = (tv, {})
+            carried[tid] = hit
+            key = frozenset(sids)
+            pend = hit[1].get(key)
+            if pend is None:
+                pend = hit[1][key] = _task_pending(tid, tv, sids, key)
+            self.pending.extend(pend)
+        self.policy._pending_memo = carried
         # n_a(t) is needed for every candidate Q'; precompute it for Q' = the running set, and
         # for each pending stage how many of its parents run, indexed by parent, so that each
         # Q' only re-counts the stages whose parents it preempts or admits.
@@ -212,6 +237,7 @@ class _DecisionCtx:
             a: sum(self.run_demand[r.rid] for r in rs) for a, rs in self.running_by_agent.items()
         }
         self._run_demand_total = sum(self.run_demand_by_agent.values())
+        self._n_running = {a: len(rs) for a, rs in self.running_by_agent.items()}
         #: J_revoke's charge of each running request, fixed for the decision
         self.credit = {r.rid: self._credit(r) for r in view.running}
         #: the tasks of each busy agent's running requests (a plan never readmits their stages)
@@ -260,15 +286,18 @@ class _DecisionCtx:
         ``floor`` or more (``_bound``), which the search then need not score."""
         p = self.p
         dropped = [a for a in self._busy_order if a not in resident]  # busy agents R' drops
-        preempt = [r for a in dropped for r in self.running_by_agent[a]]
-        if len(preempt) > (p.K if p.preempt else 0):
-            return None
-        preempt_ids = {r.rid for r in preempt} if preempt else _NONE
         free = self.view.kv_budget - prefix_tokens
-        free -= self._run_demand_total - (sum(map(self.run_demand_by_agent.__getitem__, dropped)) if dropped else 0)
+        if dropped:  # integer counts first: most R' are rejected before any list is built
+            if sum(map(self._n_running.__getitem__, dropped)) > (p.K if p.preempt else 0):
+                return None
+            free -= self._run_demand_total - sum(map(self.run_demand_by_agent.__getitem__, dropped))
+        else:
+            free -= self._run_demand_total
         loads = sorted(resident - self.r_t)
         if free < 0 and loads:
             return None  # no room to load a prefix; a state with no loads stays feasible
+        preempt = [r for a in dropped for r in self.running_by_agent[a]]
+        preempt_ids = {r.rid for r in preempt} if preempt else _NONE
         preempted_tasks = set().union(*(self._busy_tasks[a] for a in dropped)) if dropped else _NONE
         # sorted: float sums must not depend on set iteration order (string hashing is per process)
         moved_in = [self.move_in[a] for a in loads]
