@@ -76,7 +76,7 @@ class _DecisionCtx:
         self.policy = policy
         self.view = view
         self.cost = view.cost
-        est = _MemoEstimator(policy.estimator)
+        est = policy._est_memo = _MemoEstimator.current(getattr(policy, "_est_memo", None), policy.estimator)
         op = OperatingPoint.of(view)
         self.tpot = op.tpot
         rng = np.random.default_rng([p.seed, policy._decisions]) if p.estimator == "sampled" else None
@@ -293,9 +293,9 @@ class _DecisionCtx:
             free -= self._run_demand_total - sum(map(self.run_demand_by_agent.__getitem__, dropped))
         else:
             free -= self._run_demand_total
-        loads = sorted(resident - self.r_t)
-        if free < 0 and loads:
+        if free < 0 and not resident <= self.r_t:
             return None  # no room to load a prefix; a state with no loads stays feasible
+        loads = sorted(resident - self.r_t)
         preempt = [r for a in dropped for r in self.running_by_agent[a]]
         preempt_ids = {r.rid for r in preempt} if preempt else _NONE
         preempted_tasks = set().union(*(self._busy_tasks[a] for a in dropped)) if dropped else _NONE

@@ -65,14 +65,25 @@ class _TaskCtx:
 
 
 class _MemoEstimator:
-    """The policy's output estimator with ``expected_remaining`` memoised for one decision (it
-    is a function of the agent, its prior and the tokens generated, fixed within a decision)."""
+    """The policy's output estimator with ``expected_remaining`` memoised (a function of the
+    agent, its prior and the tokens generated, and of the observations so far: the memo is
+    valid while ``est.version`` is unchanged, so it is carried across decisions until the next
+    finish, see :meth:`current`)."""
 
-    __slots__ = ("est", "_memo")
+    __slots__ = ("est", "_memo", "version")
 
     def __init__(self, est: Any) -> None:
         self.est = est
         self._memo: dict[tuple[str, float, int], float] = {}
+        self.version = getattr(est, "version", None)
+
+    @staticmethod
+    def current(memo: "_MemoEstimator | None", est: Any) -> "_MemoEstimator":
+        """``memo`` if it still holds for ``est`` (same estimator, no observation since), else a
+        fresh one (an estimator without a ``version`` gets a fresh memo each time)."""
+        if memo is not None and memo.est is est and memo.version is not None and memo.version == getattr(est, "version", None):
+            return memo
+        return _MemoEstimator(est)
 
     def expected_remaining(self, agent: str, prior: float, generated: int) -> float:
         key = (agent, prior, generated)
