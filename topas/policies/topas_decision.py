@@ -24,7 +24,7 @@ import numpy as np
 
 from topas.engine.view import EngineView, RequestView, TaskView
 from topas.policies.estimates import OperatingPoint
-from topas.policies.topas_task import _MemoEstimator, _TaskCtx
+from topas.policies.topas_task import _MemoEstimator, _TaskCtx, pending_stages
 from topas.policies.topas_terms import (
     aging,
     j_move,
@@ -40,23 +40,6 @@ if TYPE_CHECKING:
     Topas = Any
 
 _NONE: frozenset[str] = frozenset()
-
-
-def _task_pending(tid: str, tv: TaskView, ready: list[str], ready_set: frozenset[str]) -> list[tuple[str, tuple[str, ...]]]:
-    """The task's pending stages whose unfinished parents are all ready (waiting or running),
-    as ``(agent, unfinished parent rids)``: the only stages ``n_a(t)`` can count for some Q'."""
-    out: list[tuple[str, tuple[str, ...]]] = []
-    done = tv.done
-    seen: set[str] = set()
-    for sid in ready:
-        for s in tv.stages[sid].children:
-            if s in done or s in ready_set or s in seen:
-                continue
-            seen.add(s)
-            parents = tuple(q for q in tv.stages[s].parents if q not in done)
-            if all(q in ready_set for q in parents):
-                out.append((tv.stages[s].agent, tuple(f"{tid}/{q}" for q in parents)))
-    return out
 
 
 @dataclass
@@ -122,28 +105,8 @@ class _DecisionCtx:
         # Pending stages with unfinished parents, all of them ready (waiting or running), are the
         # only ones that can count for some Q': children of the ready stages (in any order:
         # only counts are taken from this list).
-        self.pending: list[tuple[str, tuple[str, ...]]] = []  # (agent, unfinished parent rids)
-        ready_by_task: dict[str, list[str]] = {}
-        for ready in gen:
-            tid, sid = ready.split("/", 1)
-            ready_by_task.setdefault(tid, []).append(sid)
-        # A task's pending stages are a function of its (immutable) view and its ready stages:
-        # kept across decisions while both are unchanged (a finish or a newly reached stage
-        # gives the task a new view; an admission or a new ready stage a new ready set).
-        memo = self.policy._pending_memo
-        carried: dict[str, tuple[TaskView, dict[frozenset[str], list[tuple[str, tuple[str, ...]]]]]] = {}
-        for tid, sids in ready_by_task.items():
-            tv = tasks[tid]
-            hit = memo.get(tid)
-            if hit is None or hit[0] is not tv:
-                hit = (tv, {})
-            carried[tid] = hit
-            key = frozenset(sids)
-            pend = hit[1].get(key)
-            if pend is None:
-                pend = hit[1][key] = _task_pending(tid, tv, sids, key)
-            self.pending.extend(pend)
-        self.policy._pending_memo = carried
+        # (agent, unfinished parent rids), kept per task across decisions (``pending_stages``)
+        self.pending, self.policy._pending_memo = pending_stages(self.policy._pending_memo, tasks, gen)
         # n_a(t) is needed for every candidate Q'; precompute it for Q' = the running set, and
         # for each pending stage how many of its parents run, indexed by parent, so that each
         # Q' only re-counts the stages whose parents it preempts or admits.
