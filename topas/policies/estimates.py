@@ -43,6 +43,8 @@ class OutputEstimator:
     _samples: dict[str, list[int]] = field(default_factory=dict)  # sorted, per agent
     _recent: dict[str, list[int]] = field(default_factory=dict)  # arrival order, per agent
     _suffix: dict[str, list[int]] = field(default_factory=dict)  # suffix sums of _samples
+    #: observations so far: a memo of ``expected_remaining`` is valid while this is unchanged
+    version: int = 0
 
     def __post_init__(self) -> None:
         if not self.learn:
@@ -52,6 +54,7 @@ class OutputEstimator:
         if not self.learn:
             return
         self._suffix.pop(agent, None)
+        self.version += 1
         recent = self._recent.setdefault(agent, [])
         recent.append(int(output_tokens))
         if len(recent) > self.max_samples:

@@ -90,6 +90,9 @@ class Topas(Policy):
         self._idle_waiting: tuple[str, ...] | None = None  # waiting set at our last idle decision
         self._decisions = 0
         self._prefill_cost: Any = None  # the cost model prefill_time_of memoises for
+        #: per task: its view and its pending stages by ready set (``_DecisionCtx._lookahead_setup``)
+        self._pending_memo: dict[str, Any] = {}
+        self._est_memo: Any = None  # expected_remaining, memoised until the next observation
 
     def prefill_time_of(self, cost: Any) -> Callable[[int, int], float]:
         """``cost.prefill_time([(n_new, n_cached)])``, memoised for the run (a pure function of

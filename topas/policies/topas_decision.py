@@ -24,7 +24,7 @@ import numpy as np
 
 from topas.engine.view import EngineView, RequestView, TaskView
 from topas.policies.estimates import OperatingPoint
-from topas.policies.topas_task import _MemoEstimator, _TaskCtx
+from topas.policies.topas_task import _MemoEstimator, _TaskCtx, pending_stages
 from topas.policies.topas_terms import (
     aging,
     j_move,
@@ -59,7 +59,7 @@ class _DecisionCtx:
         self.policy = policy
         self.view = view
         self.cost = view.cost
-        est = _MemoEstimator(policy.estimator)
+        est = policy._est_memo = _MemoEstimator.current(getattr(policy, "_est_memo", None), policy.estimator)
         op = OperatingPoint.of(view)
         self.tpot = op.tpot
         rng = np.random.default_rng([p.seed, policy._decisions]) if p.estimator == "sampled" else None
@@ -105,20 +105,8 @@ class _DecisionCtx:
         # Pending stages with unfinished parents, all of them ready (waiting or running), are the
         # only ones that can count for some Q': children of the ready stages (in any order:
         # only counts are taken from this list).
-        self.pending: list[tuple[str, tuple[str, ...]]] = []  # (agent, unfinished parent rids)
-        seen: set[str] = set()
-        for ready in gen:
-            tid, sid = ready.split("/", 1)
-            tv = tasks[tid]
-            done = tv.done
-            for s in tv.stages[sid].children:
-                rid = f"{tid}/{s}"
-                if s in done or rid in gen or rid in seen:
-                    continue
-                seen.add(rid)
-                parents = tuple(f"{tid}/{q}" for q in tv.stages[s].parents if q not in done)
-                if all(q in gen for q in parents):
-                    self.pending.append((tv.stages[s].agent, parents))
+        # (agent, unfinished parent rids), kept per task across decisions (``pending_stages``)
+        self.pending, self.policy._pending_memo = pending_stages(self.policy._pending_memo, tasks, gen)
         # n_a(t) is needed for every candidate Q'; precompute it for Q' = the running set, and
         # for each pending stage how many of its parents run, indexed by parent, so that each
         # Q' only re-counts the stages whose parents it preempts or admits.
@@ -212,6 +200,7 @@ class _DecisionCtx:
             a: sum(self.run_demand[r.rid] for r in rs) for a, rs in self.running_by_agent.items()
         }
         self._run_demand_total = sum(self.run_demand_by_agent.values())
+        self._n_running = {a: len(rs) for a, rs in self.running_by_agent.items()}
         #: J_revoke's charge of each running request, fixed for the decision
         self.credit = {r.rid: self._credit(r) for r in view.running}
         #: the tasks of each busy agent's running requests (a plan never readmits their stages)
@@ -260,15 +249,18 @@ class _DecisionCtx:
         ``floor`` or more (``_bound``), which the search then need not score."""
         p = self.p
         dropped = [a for a in self._busy_order if a not in resident]  # busy agents R' drops
-        preempt = [r for a in dropped for r in self.running_by_agent[a]]
-        if len(preempt) > (p.K if p.preempt else 0):
-            return None
-        preempt_ids = {r.rid for r in preempt} if preempt else _NONE
         free = self.view.kv_budget - prefix_tokens
-        free -= self._run_demand_total - (sum(map(self.run_demand_by_agent.__getitem__, dropped)) if dropped else 0)
-        loads = sorted(resident - self.r_t)
-        if free < 0 and loads:
+        if dropped:  # integer counts first: most R' are rejected before any list is built
+            if sum(map(self._n_running.__getitem__, dropped)) > (p.K if p.preempt else 0):
+                return None
+            free -= self._run_demand_total - sum(map(self.run_demand_by_agent.__getitem__, dropped))
+        else:
+            free -= self._run_demand_total
+        if free < 0 and not resident <= self.r_t:
             return None  # no room to load a prefix; a state with no loads stays feasible
+        loads = sorted(resident - self.r_t)
+        preempt = [r for a in dropped for r in self.running_by_agent[a]]
+        preempt_ids = {r.rid for r in preempt} if preempt else _NONE
         preempted_tasks = set().union(*(self._busy_tasks[a] for a in dropped)) if dropped else _NONE
         # sorted: float sums must not depend on set iteration order (string hashing is per process)
         moved_in = [self.move_in[a] for a in loads]

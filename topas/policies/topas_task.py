@@ -1,10 +1,11 @@
 """One task during one TOPAS decision (``_TaskCtx``: its residual times, ``g_i(t)``,
 ``L_i(H, t)`` and the frontier's shares of ``g_i(t) * Delta_task``), and the output estimator
-memoised for one decision (``_MemoEstimator``)."""
+memoised until its next observation (``_MemoEstimator``), and the pending stages ``n_a(t)`` can
+count, kept per task across decisions (``pending_stages``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 
@@ -65,14 +66,25 @@ class _TaskCtx:
 
 
 class _MemoEstimator:
-    """The policy's output estimator with ``expected_remaining`` memoised for one decision (it
-    is a function of the agent, its prior and the tokens generated, fixed within a decision)."""
+    """The policy's output estimator with ``expected_remaining`` memoised (a function of the
+    agent, its prior and the tokens generated, and of the observations so far: the memo is
+    valid while ``est.version`` is unchanged, so it is carried across decisions until the next
+    finish, see :meth:`current`)."""
 
-    __slots__ = ("est", "_memo")
+    __slots__ = ("est", "_memo", "version")
 
     def __init__(self, est: Any) -> None:
         self.est = est
         self._memo: dict[tuple[str, float, int], float] = {}
+        self.version = getattr(est, "version", None)
+
+    @staticmethod
+    def current(memo: "_MemoEstimator | None", est: Any) -> "_MemoEstimator":
+        """``memo`` if it still holds for ``est`` (same estimator, no observation since), else a
+        fresh one (an estimator without a ``version`` gets a fresh memo each time)."""
+        if memo is not None and memo.est is est and memo.version is not None and memo.version == getattr(est, "version", None):
+            return memo
+        return _MemoEstimator(est)
 
     def expected_remaining(self, agent: str, prior: float, generated: int) -> float:
         key = (agent, prior, generated)
@@ -83,3 +95,50 @@ class _MemoEstimator:
 
     def sample_remaining(self, *args: Any) -> np.ndarray:
         return self.est.sample_remaining(*args)
+
+
+_Pending = list[tuple[str, tuple[str, ...]]]  # (agent, unfinished parent rids)
+
+
+def pending_stages(memo: dict[str, Any], tasks: Mapping[str, TaskView], ready: Iterable[str]) -> tuple[_Pending, dict[str, Any]]:
+    """The pending stages ``n_a(t)`` can count for some Q' (``_task_pending`` of each task with a
+    ready request; ``ready``: the ready request ids), and the memo for the next decision.
+
+    A task's pending stages are a function of its (immutable) view and its ready stages, so
+    ``memo`` keeps them per task while both are unchanged: a finish or a newly reached stage
+    gives the task a new view, an admission or a new ready stage a new ready set."""
+    by_task: dict[str, list[str]] = {}
+    for rid in ready:
+        tid, sid = rid.split("/", 1)
+        by_task.setdefault(tid, []).append(sid)
+    out: _Pending = []
+    carried: dict[str, Any] = {}
+    for tid, sids in by_task.items():
+        tv = tasks[tid]
+        hit = memo.get(tid)
+        if hit is None or hit[0] is not tv:
+            hit = (tv, {})
+        carried[tid] = hit
+        key = frozenset(sids)
+        pend = hit[1].get(key)
+        if pend is None:
+            pend = hit[1][key] = _task_pending(tid, tv, sids, key)
+        out.extend(pend)
+    return out, carried
+
+
+def _task_pending(tid: str, tv: TaskView, ready: list[str], ready_set: frozenset[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """The task's pending stages whose unfinished parents are all ready (waiting or running),
+    as ``(agent, unfinished parent rids)``: the only stages ``n_a(t)`` can count for some Q'."""
+    out: list[tuple[str, tuple[str, ...]]] = []
+    done = tv.done
+    seen: set[str] = set()
+    for sid in ready:
+        for s in tv.stages[sid].children:
+            if s in done or s in ready_set or s in seen:
+                continue
+            seen.add(s)
+            parents = tuple(q for q in tv.stages[s].parents if q not in done)
+            if all(q in ready_set for q in parents):
+                out.append((tv.stages[s].agent, tuple(f"{tid}/{q}" for q in parents)))
+    return out
