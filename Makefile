@@ -19,7 +19,7 @@ VPY    := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
 .DEFAULT_GOAL := help
-.PHONY: help install lock test test-sglang test-cluster fidelity fidelity-contention reproduce figures pack check-results lab traces profiles bench clean
+.PHONY: help install lock test test-sglang test-cluster fidelity fidelity-contention reproduce figures pack check-results lab traces profiles bench bench-figures clean
 
 help:  ## list the targets
 	@echo "Usage: make <target> [PY=python3] [VENV=.venv] [QUICK=0|1] [ENGINE=sim|sglang] [SERVER=URL] [SERVERS=URL1,URL2] [GRID=full|quick|gpu-afternoon] [YES=1] [ARGS=...] [RAY_ADDRESS=auto]"
@@ -141,6 +141,9 @@ profiles: $(STAMP)  ## refit the engine cost-model profiles in data/profiles/
 bench: $(STAMP)  ## benchmarks: simulator speed (FCFS), each policy's CPU s per 1,000 tasks vs FCFS, TOPAS's decision latency
 	$(VPY) benchmarks/sim_speed.py --no-progress
 	$(VPY) benchmarks/policy_cost.py $(ARGS)
+
+bench-figures: $(STAMP)  ## wall time of make figures (into a temporary folder; each notebook's time; files checked byte-identical to figures/; ARGS="--jobs 1")
+	$(VPY) benchmarks/figures_time.py $(ARGS)
 
 clean:  ## remove the venv and caches (never data/ or figures/)
 	rm -rf $(VENV) .pytest_cache .hypothesis build dist *.egg-info

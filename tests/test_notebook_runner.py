@@ -65,3 +65,31 @@ def test_an_interrupted_notebook_leaves_no_executed_copy(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         execute_notebooks({}, [first, second], tmp_path / "executed", progress=False)
     assert [p.name for p in (tmp_path / "executed").iterdir()] == ["01_first.ipynb"]
+
+
+def test_several_at_once_run_every_notebook_and_return_them_in_reading_order(tmp_path):
+    nbs = [_nb(tmp_path / f"0{i}_n.ipynb", f"import pathlib, time\ntime.sleep({0.5 * (3 - i)})\n"
+               f"pathlib.Path(out).joinpath('{i}').write_text('ran')") for i in (1, 2, 3)]
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    done = execute_notebooks({"out": str(marks)}, nbs, tmp_path / "executed", progress=False, jobs=2)
+    assert [p.name for p in done] == ["01_n.ipynb", "02_n.ipynb", "03_n.ipynb"]
+    assert sorted(p.name for p in marks.iterdir()) == ["1", "2", "3"]
+
+
+def test_several_at_once_a_failure_starts_no_other_and_names_the_first_in_reading_order(tmp_path):
+    """Two at a time: 01 fails at once while 02 runs on; 02 finishes, 03 never starts."""
+    bad = _nb(tmp_path / "01_bad.ipynb", "raise ValueError('no results for dag-4')")
+    slow = _nb(tmp_path / "02_slow.ipynb", "import time\ntime.sleep(3)")
+    later = _nb(tmp_path / "03_later.ipynb", "import pathlib\npathlib.Path(out).write_text('ran')")
+    marker = tmp_path / "later.txt"
+    with pytest.raises(NotebookFailed) as err:
+        execute_notebooks({"out": str(marker)}, [bad, slow, later], tmp_path / "executed", progress=False, jobs=2)
+    assert "01_bad.ipynb" in str(err.value) and "ValueError: no results for dag-4" in str(err.value)
+    assert not marker.exists()
+    assert sorted(p.name for p in (tmp_path / "executed").iterdir()) == ["01_bad.failed.ipynb", "02_slow.ipynb"]
+
+
+def test_jobs_must_be_positive(tmp_path):
+    with pytest.raises(ValueError, match="jobs must be >= 1"):
+        execute_notebooks({}, [], tmp_path / "executed", progress=False, jobs=0)

@@ -9,6 +9,11 @@ A notebook executes into a temporary file (``.NN_topic.running.ipynb``) that is 
 copy under a notebook's name: a failed run is kept as ``NN_topic.failed.ipynb`` (with the
 traceback in the failing cell, for inspection), an interrupted one (Ctrl-C) is deleted.
 
+``jobs`` > 1 runs that many notebooks at once, each in its own kernel (``make figures`` does:
+re-rendering from stored results, the notebooks are independent and each is one busy process,
+so one notebook per core halves the wall time on two cores); a failure then lets the notebooks
+already running finish, starts no other, and reports the first failed notebook in reading order.
+
 The kernel runs with its log level at CRITICAL: ipykernel's own log lines ("Kernel is running
 over TCP without encryption", once per notebook; "KeyboardInterrupt caught in kernel") are noise
 in a batch run. Errors in a cell still reach the executed notebook and :class:`NotebookFailed`.
@@ -16,6 +21,7 @@ in a batch run. Errors in a cell still reach the executed notebook and :class:`N
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -48,39 +54,88 @@ def execute_notebooks(
     notebooks: Sequence[Path] | None = None,
     executed_dir: Path = NOTEBOOKS_DIR / "executed",
     progress: bool = True,
+    jobs: int = 1,
 ) -> list[Path]:
-    """Run each notebook with ``parameters``; return the executed copies' paths.
+    """Run each notebook with ``parameters`` (``jobs`` at a time); return the executed copies'
+    paths, in reading order.
 
     Raises :class:`NotebookFailed` at the first failure (the executed copy, with the traceback
     in the failing cell, is kept as ``NN_topic.failed.ipynb`` for inspection). A
     ``KeyboardInterrupt`` removes the copy in progress and propagates.
     """
+    if jobs < 1:
+        raise ValueError(f"execute_notebooks: jobs must be >= 1, got {jobs}")
+    notebooks = list(notebooks) if notebooks is not None else notebook_paths()
+    executed_dir.mkdir(parents=True, exist_ok=True)
+    bar = tqdm(total=len(notebooks), desc="notebooks", unit="nb", disable=not progress)
+    try:
+        if jobs == 1 or len(notebooks) < 2:
+            done = []
+            for nb in notebooks:
+                bar.set_postfix_str(nb.name)
+                done.append(_execute_one(nb, parameters, executed_dir))
+                bar.update()
+            return done
+        return _execute_parallel(notebooks, parameters, executed_dir, jobs, bar)
+    finally:
+        bar.close()
+
+
+def _execute_parallel(notebooks: list[Path], parameters: Mapping[str, Any], executed_dir: Path,
+                      jobs: int, bar: tqdm) -> list[Path]:
+    """:func:`execute_notebooks` with ``jobs`` notebooks at once (threads: each waits on its kernel)."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor, wait
+
+    stop = threading.Event()  # set by the first failure: no notebook starts after it
+
+    def run(nb: Path) -> Path | None:
+        if stop.is_set():
+            return None
+        try:
+            return _execute_one(nb, parameters, executed_dir)
+        except BaseException:
+            stop.set()
+            raise
+        finally:
+            bar.update()
+
+    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="notebook") as pool:
+        futures = [pool.submit(run, nb) for nb in notebooks]
+        try:
+            wait(futures)
+        except BaseException:  # Ctrl-C: start nothing more (each running kernel gets it too)
+            stop.set()
+            raise
+    for f in futures:  # the first failure in reading order
+        if f.exception() is not None:
+            raise f.exception()
+    return [f.result() for f in futures]
+
+
+def _execute_one(nb: Path, parameters: Mapping[str, Any], executed_dir: Path) -> Path:
+    """Execute one notebook into ``executed_dir``; its executed copy (see the module docstring)."""
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
 
-    notebooks = list(notebooks) if notebooks is not None else notebook_paths()
-    executed_dir.mkdir(parents=True, exist_ok=True)
-    done: list[Path] = []
-    bar = tqdm(notebooks, desc="notebooks", unit="nb", disable=not progress)
-    for nb in bar:
-        bar.set_postfix_str(nb.name)
-        print(f"running {nb.name}", flush=True)
-        out = executed_dir / nb.name
-        tmp = executed_dir / f".{nb.stem}.running.ipynb"
-        failed = executed_dir / f"{nb.stem}.failed.ipynb"
-        try:
-            pm.execute_notebook(
-                str(nb), str(tmp), parameters=dict(parameters), kernel_name=KERNEL,
-                cwd=str(nb.parent), progress_bar=False, extra_arguments=KERNEL_ARGS,
-            )
-        except PapermillExecutionError as e:
-            if tmp.is_file():
-                tmp.replace(failed)
-            raise NotebookFailed(nb.name, e.exec_count, f"{e.ename}: {e.evalue}") from None
-        except BaseException:
-            tmp.unlink(missing_ok=True)  # interrupted or crashed: nothing half-executed stays
-            raise
-        tmp.replace(out)
-        failed.unlink(missing_ok=True)  # an earlier failure of this notebook is out of date
-        done.append(out)
-    return done
+    print(f"running {nb.name}", flush=True)
+    t0 = time.perf_counter()
+    out = executed_dir / nb.name
+    tmp = executed_dir / f".{nb.stem}.running.ipynb"
+    failed = executed_dir / f"{nb.stem}.failed.ipynb"
+    try:
+        pm.execute_notebook(
+            str(nb), str(tmp), parameters=dict(parameters), kernel_name=KERNEL,
+            cwd=str(nb.parent), progress_bar=False, extra_arguments=KERNEL_ARGS,
+        )
+    except PapermillExecutionError as e:
+        if tmp.is_file():
+            tmp.replace(failed)
+        raise NotebookFailed(nb.name, e.exec_count, f"{e.ename}: {e.evalue}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # interrupted or crashed: nothing half-executed stays
+        raise
+    tmp.replace(out)
+    failed.unlink(missing_ok=True)  # an earlier failure of this notebook is out of date
+    print(f"{nb.name} done in {time.perf_counter() - t0:.1f} s", flush=True)
+    return out

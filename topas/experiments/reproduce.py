@@ -423,7 +423,9 @@ def reproduce(args: argparse.Namespace, ident) -> int:
 
 
 def run_notebooks(args: argparse.Namespace) -> int:
-    """Execute notebooks/NN_*.ipynb in order (they simulate only what the results store lacks)."""
+    """Execute notebooks/NN_*.ipynb in order (they simulate only what the results store lacks).
+    ``--figures-only`` runs ``--jobs`` of them at once (default: all cores): they only read stored
+    results; a reproduction runs one at a time, since each notebook's sweeps use every core."""
     if args.no_notebooks:
         return 0
     from topas.experiments.notebooks import NOTEBOOKS_DIR, NotebookFailed, execute_notebooks, notebook_paths
@@ -434,11 +436,13 @@ def run_notebooks(args: argparse.Namespace) -> int:
         executed = executed / args.engine
         paths = [p for p in paths if p.stem not in NOT_MEASURED]
         write_atomic(args.out_dir / "NOT_MEASURED.md", not_measured_text())
-    print(f"\nnotebooks -> figures in {args.out_dir}, executed copies in {executed}", flush=True)
+    jobs = (args.jobs or os.cpu_count() or 1) if args.figures_only else 1
+    print(f"\nnotebooks -> figures in {args.out_dir}, executed copies in {executed}"
+          + (f", {jobs} at a time" if jobs > 1 else ""), flush=True)
     t = time.perf_counter()
     try:
         execute_notebooks({"quick": bool(args.quick), "out_dir": str(args.out_dir)},
-                          paths, executed_dir=executed, progress=not args.no_progress)
+                          paths, executed_dir=executed, progress=not args.no_progress, jobs=jobs)
     except NotebookFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
