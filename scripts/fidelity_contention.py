@@ -33,7 +33,9 @@ CPU_PROFILE = REPO / "data" / "profiles" / "cpu_tiny-llama.json"
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cases", default=",".join(ct.CASES), help="comma-separated (default: all: %(default)s)")
+    ap.add_argument("--cases", default=",".join(c.name for c in ct.comparable_cases()),
+                    help="comma-separated (default: the cases today's engine is compared with, %(default)s; "
+                         "the needs='radix' ones, e.g. ctx-evict, only when named)")
     ap.add_argument("--modes", default=",".join(ct.MODES), help="comma-separated (default: all: %(default)s)")
     ap.add_argument("--policies", default=None,
                     help="comma-separated: measure only these of each mode's policies (default: all)")

@@ -252,3 +252,19 @@ def test_a_stored_run_finds_its_profile_from_any_clone(tmp_path):
     own.write_text("{}")
     assert recorded_profile({"profile_source": str(own), "profile": name}) == str(own)
     assert recorded_profile({"profile": name}) == name
+
+
+def test_context_cases_share_a_task_context_and_wait_for_the_radix_engine():
+    from topas.workload.reuse import request_reuse
+
+    for name in ("ctx-evict", "ctx-pool2"):
+        case = ct.CASES[name]
+        trace = ct.case_trace(case)
+        assert trace.has_segments and case.needs == "radix"
+        assert case not in ct.comparable_cases()
+        reuse = {f"{tid}/{s.id}": c + w for (tid, _, c, w), s in
+                 zip(request_reuse(trace), (s for t in trace.tasks for s in t.stages))}
+        last = f"s{len(case.chain) - 1}"
+        # a perfect cache gives the task's last call its agent prefix and the context of its first
+        assert reuse[f"t001/{last}"] == case.prefix_tokens + case.context_tokens
+    assert all(c.needs is None for c in ct.comparable_cases())

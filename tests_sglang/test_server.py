@@ -306,3 +306,39 @@ def test_topas_replay_command(server, tmp_path):
                        capture_output=True, text=True, timeout=200)
     assert p.returncode == 3 and "cannot reach the SGLang server" in p.stderr  # refused at once, as reproduce.py
     assert not dead.exists()
+
+
+def test_two_calls_of_a_task_share_its_context_on_the_server(server, tmp_path):
+    """A topas.trace/2 trace (tokens.stage_ids): each task's first and last call (agent a) hold
+    a's 100-token prefix, a 50-token shared header and the task's 300-token context, then 20
+    tokens of their own. The last call's ``cached_tokens`` is exactly 100 + 50 + 300 = 450: the
+    CPU server's radix cache has page size 1 (token granularity), the first call's prompt is in
+    the tree when the last call is scheduled (the 4,096-token pool holds all of it), and 450 is
+    below the prompt's 470 - 1 tokens (SGLang never matches a prompt's last token, so that bound
+    does not bite). The next task's first call shares only prefix + header (150)."""
+    from topas.workload.model import Agent, Segment, Stage, Task, Trace
+    from topas.workload.trace_io import write_trace
+
+    pa, pb, hdr = Segment("pa", 100, "prefix"), Segment("pb", 80, "prefix"), Segment("hdr", 50, "shared")
+    tasks = []
+    for i in range(2):
+        t = f"t{i}"
+        ctx = Segment(f"ctx{i}", 300, "context", t, "x")
+        u = {s: Segment(f"u{i}{s}", 20, "unique", t, s) for s in "xwy"}
+        tasks.append(Task(t, 2.0 * i, (
+            Stage("x", "a", 370, 8, (), segments=(pa, hdr, ctx, u["x"])),
+            Stage("w", "b", 20, 8, ("x",), segments=(pb, u["w"])),
+            Stage("y", "a", 370, 8, ("w",), segments=(pa, hdr, ctx, u["y"])))))
+    trace = Trace("seg-ctx", {"a": Agent("a", 100, 8.0), "b": Agent("b", 80, 8.0)}, tuple(tasks))
+    trace_file = write_trace(trace, tmp_path / "seg-ctx.json.gz")
+    policy = "fcfs"
+    prep = Prepared(None, trace, trace_file, None, None, make_policy(policy, {}),
+                    load_profile(ROOT / "data/profiles/cpu_tiny-llama.json"), EngineConfig())
+    res = run_replay(prep, server["url"], decision_log=server["log"], timeout_s=300, wait_healthy_s=30)
+    _check_complete(trace, res)
+    r = res.requests
+    cached = {f"{t}/{s}": int(c) for t, s, c in zip(r["task_id"], r["stage_id"], r["cached_tokens"])}
+    print(f"\nseg-ctx cached_tokens: {cached}")
+    assert cached["t0/y"] == 450 and cached["t1/y"] == 450
+    assert cached["t1/x"] == 150
+    assert cached["t0/x"] == 0

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from topas.sglang.adapter import RequestMeta, rid_with_meta
 from topas.sglang.text import ids_to_text
-from topas.sglang.tokens import request_ids
+from topas.sglang.tokens import stage_ids
 from topas.workload.model import Trace
 
 __all__ = ["ReplayError", "CLIENT_INSTALL", "require_client", "wait_healthy", "replay_requests"]
@@ -140,12 +140,11 @@ async def replay_requests(trace: Trace, server: str, policy: str | None, params:
                 ready=ready, dag=tuple((q.id, q.agent, q.input_tokens, tuple(q.parents)) for q in task.stages),
                 agents=agents, policy=policy, params=tuple(sorted(params.items())), knowledge=knowledge,
             )
-            ids = request_ids(s.agent, trace.agents[s.agent].prefix_tokens, run_id, index[(task.id, s.id)],
-                              task.id, s.id, s.input_tokens)
+            ids = stage_ids(trace, task.id, s, run_id, index[(task.id, s.id)])
             rid = f"{run_id}:{task.id}/{s.id}"
             body = {
                 "rid": rid_with_meta(rid, meta) if meta_in_rid else rid,
-                **({"text": ids_to_text(ids)} if send_text else {"input_ids": ids}),
+                **({"text": ids_to_text(ids)} if send_text else {"input_ids": ids}),  # = text.stage_text
                 "sampling_params": {"max_new_tokens": int(s.output_tokens), "ignore_eos": True,
                                     "temperature": 0.0, "custom_params": {"topas": meta.to_json()}},
             }

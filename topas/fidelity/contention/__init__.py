@@ -26,7 +26,9 @@ request entered the scheduler's waiting queue (``server_queued``, recorded by th
 issue 12's follow-up) or the middle of its way there. The server's own noise is the same
 agreement between its repeats. Cases (:data:`CASES`): scripted
 bursts (each agent's requests at t=0, a few ms apart so their order is fixed) and Poisson traces;
-modes (:data:`MODES`): the topas plugin running FCFS, LPM and TOPAS, and stock SGLang (no plugin)
+cases with a task context shared between calls (``kind="context"``, ``topas.trace/2``
+traces; ``needs="radix"``: recorded, left out of the default comparison by
+:func:`comparable_cases` until the engine caches token segments); modes (:data:`MODES`): the topas plugin running FCFS, LPM and TOPAS, and stock SGLang (no plugin)
 with ``--schedule-policy fcfs`` or ``lpm``, simulated with topas's FCFS and LPM.
 
 Run by ``scripts/fidelity_contention.py`` (``make fidelity-contention``); results under
@@ -41,6 +43,7 @@ from topas.fidelity.contention.cases import (  # noqa: F401
     OUT_DIR,
     POOL,
     case_trace,
+    comparable_cases,
     write_case_trace,
 )
 from topas.fidelity.contention.agreement import (  # noqa: F401
@@ -78,6 +81,7 @@ __all__ = [
     "admission_waves",
     "agreement",
     "case_trace",
+    "comparable_cases",
     "compare_runs",
     "evaluate",
     "ingest_window_mid",

@@ -24,7 +24,14 @@ class Case:
     ``kind="burst"``: ``per_agent`` single-stage requests per agent, interleaved by agent
     (a1 b1 c1 a2 b2 ...), arriving ``gap_s`` apart from t=0; ``kind="poisson"``: ``n_tasks`` tasks
     of the synthetic ``shape`` (one stage per agent) with Poisson arrivals of ``rate`` tasks/s
-    from ``seed``."""
+    from ``seed``; ``kind="context"``: ``n_tasks`` tasks (``gap_s`` apart) of the chain ``chain``
+    of stages, one per letter (``"a"``: agent a; ``"a+"``: agent a holding the task's
+    ``context_tokens``-token context after its prefix), as a ``topas.trace/2`` trace whose segments
+    are the agent prefix, the context (``+`` stages) and the call's ``input_tokens``.
+
+    ``needs``: what the simulator must model to be compared with the case (``"radix"``: a cache of
+    token segments, not only agent prefixes); such cases are recorded but left out of the default
+    comparison (:func:`comparable_cases`) until the engine has it."""
 
     name: str
     kind: str
@@ -39,10 +46,15 @@ class Case:
     n_tasks: int = 0
     rate: float = 0.0
     seed: int = 0
+    chain: tuple[str, ...] = ()
+    context_tokens: int = 0
+    needs: str | None = None
 
     def __post_init__(self) -> None:
-        if self.kind not in ("burst", "poisson"):
-            raise ValueError(f"case {self.name!r}: kind must be 'burst' or 'poisson', got {self.kind!r}")
+        if self.kind not in ("burst", "poisson", "context"):
+            raise ValueError(f"case {self.name!r}: kind must be 'burst', 'poisson' or 'context', got {self.kind!r}")
+        if self.kind == "context" and (self.n_tasks < 1 or not self.chain or self.context_tokens < 1):
+            raise ValueError(f"case {self.name!r}: a context case needs n_tasks >= 1, a chain and context_tokens >= 1")
         if self.kind == "burst" and self.per_agent < 1:
             raise ValueError(f"case {self.name!r}: a burst needs per_agent >= 1")
         if self.kind == "poisson" and (self.n_tasks < 1 or not self.rate > 0):
@@ -81,7 +93,21 @@ CASES: dict[str, Case] = {c.name: c for c in (
     # the same at half the load: fewer tasks overlap, so fewer evictions race with finishes
     Case("poisson-chain3-slow", "poisson", agents=3, prefix_tokens=1024, input_tokens=64, output_tokens=16,
          pool_tokens=POOL, shape="chain-3", n_tasks=16, rate=1.0, seed=0),
+    # a partial match: a's first call leaves prefix + 768-token context in the tree; b's call then
+    # needs more than the free pool, so SGLang evicts the LRU leaves (the first call's own tail,
+    # then the context) while a's prefix stays; a's second call matches the prefix only
+    Case("ctx-evict", "context", agents=2, prefix_tokens=1024, input_tokens=64, output_tokens=16,
+         pool_tokens=POOL, chain=("a+", "b", "a+"), context_tokens=768, n_tasks=6, gap_s=3.0, needs="radix"),
+    # tasks a -> b -> a, the two a calls sharing the task's 256-token context, on a pool of about
+    # two prefixes: one task alone fits (2,464 tokens), overlapping tasks' contexts compete
+    Case("ctx-pool2", "context", agents=2, prefix_tokens=1024, input_tokens=64, output_tokens=16,
+         pool_tokens=POOL, chain=("a+", "b", "a+"), context_tokens=256, n_tasks=10, gap_s=0.25, needs="radix"),
 )}
+
+
+def comparable_cases() -> list[Case]:
+    """The cases today's engine is compared with: those that need nothing it lacks (``needs`` None)."""
+    return [c for c in CASES.values() if c.needs is None]
 
 MODES: dict[str, Mode] = {m.name: m for m in (
     Mode("plugin", plugin=True),
@@ -104,6 +130,8 @@ def case_trace(case: Case) -> "Trace":
             raise ValueError(f"case {case.name!r}: shape {case.shape} has {len(t.agents)} agents, not {case.agents}")
         trace = Trace(name=case.name, agents=t.agents, tasks=t.tasks,
                       meta={**dict(t.meta), "description": f"contention case {case.name} (topas.fidelity.contention)"})
+    elif case.kind == "context":
+        trace = _context_trace(case)
     else:
         names = [f"{case.name}.{chr(ord('a') + k)}" for k in range(case.agents)]
         agents = {n: Agent(n, case.prefix_tokens, float(case.output_tokens)) for n in names}
@@ -119,6 +147,31 @@ def case_trace(case: Case) -> "Trace":
                             "generator": "topas.fidelity.contention.case_trace"})
     validate_trace(trace, kv_budget=case.pool_tokens)
     return trace
+
+
+def _context_trace(case: Case) -> "Trace":
+    from topas.workload.model import Agent, Segment, Stage, Task, Trace
+
+    names = {chr(ord("a") + k): f"{case.name}.{chr(ord('a') + k)}" for k in range(case.agents)}
+    agents = {n: Agent(n, case.prefix_tokens, float(case.output_tokens)) for n in names.values()}
+    prefix = {n: Segment(f"prefix:{n}", case.prefix_tokens, "prefix") for n in names.values()}
+    tasks = []
+    for i in range(case.n_tasks):
+        tid = f"t{i:03d}"
+        holders = [k for k, st in enumerate(case.chain) if st.endswith("+")]
+        ctx = Segment(f"ctx:{tid}", case.context_tokens, "context", tid, f"s{holders[0]}") if holders else None
+        stages = []
+        for k, st in enumerate(case.chain):
+            agent, sid = names[st[0]], f"s{k}"
+            mid = (ctx,) if st.endswith("+") else ()
+            segs = (prefix[agent], *mid, Segment(f"u:{tid}/{sid}", case.input_tokens, "unique", tid, sid))
+            stages.append(Stage(sid, agent, case.input_tokens + (case.context_tokens if mid else 0), case.output_tokens,
+                                (f"s{k - 1}",) if k else (), segments=segs))
+        tasks.append(Task(tid, round(i * case.gap_s, 6), tuple(stages), workflow="context"))
+    return Trace(name=case.name, agents=agents, tasks=tuple(tasks),
+                 meta={"description": f"contention case {case.name}: {case.n_tasks} tasks of {'-'.join(case.chain)} "
+                                      f"sharing a {case.context_tokens}-token context (topas.fidelity.contention)",
+                       "generator": "topas.fidelity.contention.case_trace"})
 
 
 def write_case_trace(case: Case, out_dir: str | Path = OUT_DIR / "traces") -> Path:
