@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     import pandas as pd
 
     with pd.option_context("display.width", 200, "display.max_columns", 30):
-        print(summary[["case", "mode", "policy", "repeats", "hit_agree", "same_misses_all", "misses_sim",
+        print(summary[["case", "mode", "policy", "repeats", "cached_agree", "hit_agree", "same_misses_all", "misses_sim",
                        "misses_server", "wave_agree", "order_agree", "noise_hit_agree",
                        *[c for c in ("jct_mean_err", "jct_p99_err", "jct_mean_ci90") if c in summary], "ok"]]
               .to_string(index=False, float_format=lambda v: f"{v:.3f}"))

@@ -254,17 +254,30 @@ def test_a_stored_run_finds_its_profile_from_any_clone(tmp_path):
     assert recorded_profile({"profile": name}) == name
 
 
-def test_context_cases_share_a_task_context_and_wait_for_the_radix_engine():
+def test_context_cases_share_a_task_context():
     from topas.workload.reuse import request_reuse
 
     for name in ("ctx-evict", "ctx-pool2"):
         case = ct.CASES[name]
         trace = ct.case_trace(case)
-        assert trace.has_segments and case.needs == "radix"
-        assert case not in ct.comparable_cases()
+        assert trace.has_segments and case in ct.comparable_cases()
         reuse = {f"{tid}/{s.id}": c + w for (tid, _, c, w), s in
                  zip(request_reuse(trace), (s for t in trace.tasks for s in t.stages))}
         last = f"s{len(case.chain) - 1}"
         # a perfect cache gives the task's last call its agent prefix and the context of its first
         assert reuse[f"t001/{last}"] == case.prefix_tokens + case.context_tokens
-    assert all(c.needs is None for c in ct.comparable_cases())
+
+
+@pytest.mark.parametrize("name", ["ctx-evict", "ctx-pool2"])
+def test_the_default_engine_reproduces_the_servers_cached_tokens_on_shared_context(name):
+    """The recorded CPU-server runs (FCFS and LPM, two repeats each): every request's
+    ``cached_tokens`` in the simulation equals the server's, partial matches included."""
+    case = ct.CASES[name]
+    d = ct.OUT_DIR / name / "plugin"
+    reqs, runs = ct.compare_runs(d, case, "plugin", "sglang", ct.OUT_DIR / "traces", "observed")
+    assert len(runs) == 4 and (runs["cached_agree"] == 1.0).all(), runs[["policy", "repeat", "cached_agree"]]
+    cached = reqs["cached_server"]
+    if name == "ctx-evict":  # the context evicted while the agent prefix stays: partial matches
+        assert (cached == case.prefix_tokens).any() and not (cached > case.prefix_tokens).any()
+    else:  # the second call of a task finds its prefix and the task's context
+        assert (cached == case.prefix_tokens + case.context_tokens).any()

@@ -86,12 +86,17 @@ def order_agreement(a: Sequence[float], b: Sequence[float], tol: float = 1e-9) -
 
 
 def agreement(tab: pd.DataFrame) -> dict[str, Any]:
-    """How a request table's two sides agree: hit/miss (fraction, and the two miss sets),
+    """How a request table's two sides agree: cached tokens (the fraction of requests with equal
+    ``cached_tokens``), hit/miss (fraction, and the two miss sets),
     admission waves (fraction of requests in the same wave), completion order (pairs)."""
+    both = tab["cached_sim"].notna() & tab["cached_server"].notna()
+    cached_agree = float((tab.loc[both, "cached_sim"] == tab.loc[both, "cached_server"]).mean()) if both.all() else math.nan
     miss_sim = sorted(tab.loc[~tab["hit_sim"], "rid"])
     miss_server = sorted(tab.loc[~tab["hit_server"], "rid"])
     return {
         "n_requests": int(len(tab)),
+        # the tokens served from the cache, request by request (NaN unless both sides report them)
+        "cached_agree": cached_agree,
         "hit_agree": float((tab["hit_sim"] == tab["hit_server"]).mean()),
         "misses_sim": len(miss_sim), "misses_server": len(miss_server),
         "same_misses": miss_sim == miss_server,

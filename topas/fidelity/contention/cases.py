@@ -97,11 +97,11 @@ CASES: dict[str, Case] = {c.name: c for c in (
     # needs more than the free pool, so SGLang evicts the LRU leaves (the first call's own tail,
     # then the context) while a's prefix stays; a's second call matches the prefix only
     Case("ctx-evict", "context", agents=2, prefix_tokens=1024, input_tokens=64, output_tokens=16,
-         pool_tokens=POOL, chain=("a+", "b", "a+"), context_tokens=768, n_tasks=6, gap_s=3.0, needs="radix"),
+         pool_tokens=POOL, chain=("a+", "b", "a+"), context_tokens=768, n_tasks=6, gap_s=3.0),
     # tasks a -> b -> a, the two a calls sharing the task's 256-token context, on a pool of about
     # two prefixes: one task alone fits (2,464 tokens), overlapping tasks' contexts compete
     Case("ctx-pool2", "context", agents=2, prefix_tokens=1024, input_tokens=64, output_tokens=16,
-         pool_tokens=POOL, chain=("a+", "b", "a+"), context_tokens=256, n_tasks=10, gap_s=0.25, needs="radix"),
+         pool_tokens=POOL, chain=("a+", "b", "a+"), context_tokens=256, n_tasks=10, gap_s=0.25),
 )}
 
 

@@ -105,6 +105,7 @@ def summarize(runs: pd.DataFrame, jct: pd.DataFrame | None = None) -> pd.DataFra
     for (case, kind, mode, pol), g in runs.groupby(["case", "kind", "mode", "policy"], sort=True):
         row = {"case": case, "kind": kind, "mode": mode, "policy": pol, "repeats": len(g),
                "hit_agree": float(g["hit_agree"].mean()), "hit_agree_min": float(g["hit_agree"].min()),
+               "cached_agree": float(g["cached_agree"].mean()) if "cached_agree" in g else math.nan,
                "same_misses_all": bool(g["same_misses"].all()), "same_misses_any": bool(g["same_misses"].any()),
                "misses_sim": float(g["misses_sim"].mean()), "misses_server": float(g["misses_server"].mean()),
                "wave_agree": float(g["wave_agree"].mean()), "order_agree": float(g["order_agree"].mean()),
