@@ -37,7 +37,8 @@ def test_nothing_refers_outside_the_repository():
     assert not bad, "references outside the repository:\n" + "\n".join(bad)
 
 
-@pytest.mark.parametrize("doc", ["method.md", "design.md", "capacity.md", "topas_plus.md", "cluster.md", "protocol.md"])
+@pytest.mark.parametrize("doc", ["method.md", "design.md", "capacity.md", "topas_plus.md", "cluster.md", "protocol.md",
+                                 "usage.md", "analysis.md", "fidelity.md", "gpu.md", "several-engines.md"])
 def test_docs_name_only_code_that_exists(doc):
     text = (DOCS / doc).read_text()
     paths = set(re.findall(r"`((?:topas|scripts|tests|data)/[A-Za-z0-9_./-]+\.(?:py|md|csv|json))`", text))
@@ -73,3 +74,126 @@ def test_topas_plus_doc_covers_every_parameter_and_says_it_is_ours():
     for f in dataclasses.fields(TopasPlusParams):
         assert f"`{f.name}`" in text, f"docs/topas_plus.md does not document TopasPlusParams.{f.name}"
     assert "topas_plus.md" in (DOCS / "method.md").read_text()
+
+
+# ----------------------------------------------------------------------- numbers come from shipped files
+NUMBER = re.compile(r"(?<![\w.])[-+]?\d[\d,]*(?:\.\d+)?(?![\w.]*\d)")
+FENCE = re.compile(r"```.*?```", re.S)
+CODE = re.compile(r"`[^`]*`")
+LINK = re.compile(r"\]\([^)]*\)|<!--.*?-->|arXiv[ :]\d+\.\d+", re.S)
+
+
+def _numbers(text: str) -> set[str]:
+    """Every number in ``text`` outside code, links and comments, as a plain decimal ('+96.9%' -> '96.9')."""
+    text = LINK.sub(" ", CODE.sub(" ", FENCE.sub(" ", text)))
+    return {m.group().lstrip("+-").replace(",", "") for m in NUMBER.finditer(text)}
+
+
+def _shipped_numbers(*folders: str) -> set[str]:
+    found: set[str] = set()
+    for folder in folders:
+        for path in sorted((REPO_ROOT / folder).glob("*")):
+            if path.suffix in (".md", ".csv"):
+                found |= {m.group().lstrip("+-").replace(",", "") for m in NUMBER.finditer(path.read_text())}
+    return found
+
+
+def unsourced_numbers(text: str) -> list[str]:
+    """The numbers in ``text`` that no table in figures/ and no file in data/paper/ holds."""
+    known = _shipped_numbers("figures", "data/paper")
+    # list ordinals and counts of the notebooks are not results
+    allowed = {"1", "2", "3", "4", "5", "01", "02", "03", "04", "05", "06", "07", "08", "09", "10", "11", "12",
+               "13", "14"}
+    return sorted(n for n in _numbers(text) if n not in known and n not in allowed)
+
+
+def test_every_number_in_the_readme_and_results_comes_from_a_shipped_file():
+    for doc in (REPO_ROOT / "README.md", DOCS / "results.md"):
+        bad = unsourced_numbers(doc.read_text())
+        assert not bad, f"{doc.name} states numbers no file in figures/ or data/paper/ holds: {bad}"
+
+
+CITED = re.compile(r"`((?:figures|data/paper)/[\w.-]+\.(?:md|csv))`")
+
+
+def numbers_not_in_the_cited_file(text: str) -> list[str]:
+    """For each paragraph that cites a table (`figures/x.md`, `data/paper/x.csv`), the numbers that
+    paragraph states and none of the tables it cites holds (markdown tables count as one paragraph)."""
+    bad = []
+    for para in re.split(r"\n\s*\n", FENCE.sub(" ", text)):
+        cited = CITED.findall(para)
+        if not cited:
+            continue
+        held: set[str] = set()
+        for rel in cited:
+            for path in {REPO_ROOT / rel, REPO_ROOT / rel.replace(".md", ".csv"), REPO_ROOT / rel.replace(".csv", ".md")}:
+                if path.is_file():
+                    held |= {m.group().lstrip("+-").replace(",", "") for m in NUMBER.finditer(path.read_text())}
+        bad += [f"{n} (cites {', '.join(cited)})" for n in sorted(_numbers(para)) if n not in held]
+    return bad
+
+
+def test_a_paragraph_s_numbers_are_in_the_table_it_cites():
+    bad = numbers_not_in_the_cited_file((REPO_ROOT / "README.md").read_text())
+    assert not bad, f"README.md states numbers its cited tables do not hold: {bad}"
+
+
+def test_a_stale_number_is_caught():
+    """A doctored README (a number no shipped file holds) fails the check above."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert "0.0961%" in readme
+    assert unsourced_numbers(readme.replace("0.0961%", "0.0962%")) == ["0.0962"]
+    # 1.06 is in some figures/ table, but not in the one the paragraph cites
+    assert any(b.startswith("1.06 ") for b in numbers_not_in_the_cited_file(readme.replace("1.65 ms", "1.06 ms")))
+
+
+def test_a_changed_figure_makes_the_generated_parts_stale(tmp_path):
+    """The generated tables follow figures/: a changed number there changes what the generator writes."""
+    import shutil
+
+    from topas.experiments.results_doc import findings_table, results_markdown
+
+    figures = REPO_ROOT / "figures"
+    for name in ("paper_vs_ours.csv", "paper_vs_ours.md"):
+        shutil.copy(figures / name, tmp_path / name)
+    for name in ("paper_vs_ours.csv", "paper_vs_ours.md"):
+        p = tmp_path / name
+        p.write_text(p.read_text().replace("+96.9% vs lpm", "+90.0% vs lpm"))
+    assert "+90.0% vs lpm" in findings_table(tmp_path) and "+90.0% vs lpm" not in findings_table(figures)
+    assert results_markdown(tmp_path) != results_markdown(figures)
+
+
+def test_generated_parts_equal_what_the_generator_writes_now():
+    from topas.experiments.results_doc import BEGIN, END, findings_table, results_markdown
+
+    figures = REPO_ROOT / "figures"
+    assert (DOCS / "results.md").read_text() == results_markdown(figures), \
+        "docs/results.md is stale: run python -m topas.experiments.results_doc"
+    readme = (REPO_ROOT / "README.md").read_text()
+    block = readme.split(BEGIN)[1].split(END)[0].strip()
+    assert block == findings_table(figures), "README's findings table is stale: run python -m topas.experiments.results_doc"
+
+
+def test_readme_is_short_and_in_order():
+    text = (REPO_ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 300
+    heads = [h for h in re.findall(r"^## (.+)$", text, re.M)]
+    order = ["What the paper claims", "What we find", "Reproduce and test", "The package", "Where to go next"]
+    assert [h for h in heads if h in order] == order, heads
+
+
+def test_docs_index_lists_every_page_and_no_user_document_names_an_issue():
+    index = (DOCS / "README.md").read_text()
+    for page in sorted(DOCS.glob("*.md")):
+        if page.name != "README.md":
+            assert f"({page.name})" in index, f"docs/README.md does not list {page.name}"
+    for page in [REPO_ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
+        hits = re.findall(r"\bissues? #?\d+", page.read_text(), re.I)
+        assert not hits, f"{page.name} refers to issue numbers: {hits}"
+
+
+def test_findings_verdict_reads_the_sign_of_the_change():
+    from topas.experiments.results_doc import verdict
+
+    assert verdict("mean_jct", -5.0) == "win" and verdict("mean_jct", 5.0) == "loss"
+    assert verdict("request_throughput", 5.0) == "win" and verdict("p99_jct", 0.5) == "tie"

@@ -325,7 +325,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[STORE_ONLY_ENV] = "1"
         table = AFTERNOON_TABLE if args.grid == "gpu-afternoon" else TABLE
         status = figures_only(args.out_dir, table)
-        return status or (0 if args.grid == "gpu-afternoon" else run_notebooks(args))
+        status = status or (0 if args.grid == "gpu-afternoon" else run_notebooks(args))
+        return status or write_docs(args)
     os.environ[USE_PACKS_ENV] = "0"  # a reproduction simulates everything (resumable in the store)
     try:
         return reproduce(args, ident)
@@ -338,6 +339,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}; the replays finished before it are kept in the results store: run the "
               f"same command again to resume ({resume_command(argv)})", file=sys.stderr)
         return 1
+
+
+def write_docs(args: argparse.Namespace) -> int:
+    """docs/results.md and the README's findings table, from a full-size run's figures/ only."""
+    if args.out_dir.resolve() == (REPO / "figures").resolve():
+        from topas.experiments.results_doc import write_all
+
+        for p in write_all(REPO):
+            print(f"wrote {p.relative_to(REPO)}")
+    return 0
 
 
 def reproduce(args: argparse.Namespace, ident) -> int:
@@ -419,7 +430,7 @@ def reproduce(args: argparse.Namespace, ident) -> int:
     emit(rows, args.out_dir, name)
     if args.grid == "gpu-afternoon":
         return 0
-    return run_notebooks(args)
+    return run_notebooks(args) or write_docs(args)
 
 
 def run_notebooks(args: argparse.Namespace) -> int:
