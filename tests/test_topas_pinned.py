@@ -37,13 +37,13 @@ RUNS = {
 
 #: sha256 of each run's decision table (wall-clock columns dropped) and deterministic summary
 EXPECTED: dict[str, str] = {
-    'chain-3/topas-no-reuse': '0adb27186c81a59187b7939c9cc2d2b6c15ae5b08f328e477213d56a4938d487',
-    'dag-10-wide/topas': '6a1376745c567021e10b1485508c39b8d30d36fee5a1b3a6f1f4df8e04f37a11',
-    'dag-10-wide/topas-sampled': '267da3b0129253ccbbcf640542afae735e58fc394943130951cd5f1c1fe966d0',
-    'dag-4/topas': '3247bf1befed9903add3ce1843ecfd2a0e10a225ed0ffa6493898beae96fe6ea',
-    'dag-4/topas-request-only': '834a1db7267f12963fd4bc5682975fd8f5a2429602382e28021369f011d150d0',
-    'metagpt-sop/topas-readings': '571e8c055999260a3004bc2d9d4995844b46b4c828ecd7125c2fb76ccc9177e8',
-    'metagpt-tl/topas-local+': '3aaf28a411417538f9b437807106a74086e150b5dd88e0aab5408dba9e97c763',
+    'chain-3/topas-no-reuse': '7ee3b50c5950c73e11c3c99c09039a0589524825bebbccee8723466936bbc840',
+    'dag-10-wide/topas': 'f29cd8a69e87d8bdda2a8043909bef36847b8e484248ec2824f6a7ebd2d94136',
+    'dag-10-wide/topas-sampled': '40b9c79ee788b12b6db280d7584bc558d20487975460822f8da1b005723ede4a',
+    'dag-4/topas': '45d3697f4227756a7c75600ca1d65f73233b40bf8b2994ecdc26ddb410a6de09',
+    'dag-4/topas-request-only': '1f1f4cdaa50edda553bf69fbe4071c10e42823a4452a48549fcce63b60c2f016',
+    'metagpt-sop/topas-readings': '753de69aea0828b9773f8c119e62e3825af8b3f03d3967b9e264f641dde60fe4',
+    'metagpt-tl/topas-local+': '3e7e7dd12b6287abd2242083395b1ab51fae74dca7c8baf12f8310d5a3c0f028',
 }
 
 

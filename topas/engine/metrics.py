@@ -131,6 +131,9 @@ def build_result(sim: Any, wall_seconds: float) -> SimResult:
         "decode_steps": sim.decode_steps,
         "busy_time": sim.busy_time,
         "prefix_hits": int(requests["prefix_hit"].sum()) if len(requests) else 0,
+        # SGLang's cached_tokens summed over requests, and the prompt tokens (cached_share's terms)
+        "cached_tokens": int(requests["cached_tokens"].sum()) if len(requests) else 0,
+        "prompt_tokens": int(requests["prompt_tokens"].sum()) if len(requests) else 0,
         "prefix_loads_swap": int((ev == "load_swap").sum()),
         "prefix_loads_prefill": int((ev == "load_prefill").sum()),
         "prefix_evictions": int(ev.str.startswith("evict").sum()) if len(ev) else 0,
