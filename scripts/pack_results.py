@@ -121,8 +121,8 @@ def measured_keys(grid: str) -> tuple[list[str], set[str], int]:
     """The stored replays of a named grid (keys, those to ship in full: none, and the grid's size);
     exits with one line when the store holds none of them."""
     from topas.experiments.grid import named_grid
-    from topas.experiments.spec import SGLANG_IDENTITY_ENV, SGLANG_URL_ENV
     from topas.sglang.server import ServerError, stored_identity
+    from topas.sglang.urls import SGLANG_IDENTITY_ENV, SGLANG_URL_ENV
 
     store = ResultStore()
     try:

@@ -271,7 +271,7 @@ def test_reproduce_on_sglang_needs_a_server(tmp_path):
 
 
 def test_sglang_experiments_need_a_server_url(monkeypatch):
-    from topas.experiments.spec import SGLANG_URL_ENV
+    from topas.sglang.urls import SGLANG_URL_ENV
 
     monkeypatch.delenv(SGLANG_URL_ENV, raising=False)
     monkeypatch.delenv("TOPAS_SGLANG_IDENTITY", raising=False)
@@ -311,12 +311,14 @@ def test_sglang_sweeps_run_one_at_a_time_in_this_process(tmp_path, monkeypatch):
         calls.append((os.getpid(), url, p.experiment.seed))
         return simulate(p.trace, p.policy, p.cost, p.config)
 
-    monkeypatch.setenv(spec_mod.SGLANG_URL_ENV, "http://127.0.0.1:1")
     from topas.sglang import engine as sglang_engine
+    from topas.sglang.urls import SGLANG_URL_ENV
+
+    monkeypatch.setenv(SGLANG_URL_ENV, "http://127.0.0.1:1")
 
     monkeypatch.setattr(sglang_engine, "sglang_server_identity", lambda policy=None: {"device": "test"})  # no handshake
     monkeypatch.setattr(spec_mod, "run_prepared",
-                        lambda p, progress=False: fake_replay(p, spec_mod.sglang_url(), progress))
+                        lambda p, progress=False: fake_replay(p, sglang_engine.sglang_url(), progress))
     exps = [Experiment("dag-4", "fcfs", load=1.2, seed=s, n_tasks=5, engine="sglang") for s in range(3)]
     df = run_sweep(exps, ResultStore(tmp_path), jobs=2, progress=False)
     assert calls == [(os.getpid(), "http://127.0.0.1:1", s) for s in range(3)]

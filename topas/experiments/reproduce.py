@@ -185,7 +185,7 @@ def connect(args: argparse.Namespace):
     """The handshake with the SGLang server(s) of ``--engine sglang``: their common identity
     (:class:`topas.sglang.server.ServerIdentity`); sets ``$TOPAS_SGLANG_URL`` for this process and
     the notebooks' kernels. Raises ``topas.sglang.server.ServerError`` (one line)."""
-    from topas.experiments.spec import SGLANG_URL_ENV
+    from topas.sglang.urls import SGLANG_URL_ENV
     from topas.sglang.server import parse_servers, preflight
 
     text = args.servers or args.server or os.environ.get(SGLANG_URL_ENV, "")
@@ -292,8 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from topas.experiments.grid import ENGINE_ENV
     from topas.experiments.local import ExperimentFailed
-    from topas.experiments.spec import ExperimentError, SGLANG_IDENTITY_ENV
+    from topas.experiments.spec import ExperimentError
     from topas.sglang.server import ServerError
+    from topas.sglang.urls import SGLANG_IDENTITY_ENV
 
     os.environ[ENGINE_ENV] = args.engine  # the notebooks' grids run on the same engine
     from topas.experiments.store import STORE_ONLY_ENV, USE_PACKS_ENV, ResultStore
@@ -374,7 +375,7 @@ def reproduce(args: argparse.Namespace, ident) -> int:
         stages.append(("notebooks 02-08, 14 (their grids)", grid.notebook_grid(quick=args.quick, engine=args.engine)))
     pool, planned = [], None
     if measured:
-        from topas.experiments.spec import SGLANG_URL_ENV
+        from topas.sglang.urls import SGLANG_URL_ENV
 
         servers = len(os.environ[SGLANG_URL_ENV].split(","))
         status, pool, planned = measured_plan(args, ident, stages, servers)

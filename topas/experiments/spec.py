@@ -50,16 +50,16 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import numbers
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from topas import engines as _engines
 from topas.engine.cost import DEFAULT_PROFILE
 from topas.errors import ExperimentError
+from topas.experiments.spec_args import _labels, _norm_params, _positive
 from topas.experiments.traces import _read_trace, available_traces, resolve_trace_path, trace_sha256  # noqa: F401
 from topas.provenance import code_fingerprint
 
@@ -101,36 +101,6 @@ KNOWLEDGE_FIELDS = {"prior_noise": 0.0, "prior_bias": 1.0, "dag_visibility": "fu
 
 
 # ----------------------------------------------------------------------------- the spec
-
-
-def _norm_params(params: Any) -> tuple[tuple[str, Any], ...]:
-    if params is None:
-        return ()
-    items = list(params.items()) if isinstance(params, Mapping) else list(params)
-    out: dict[str, Any] = {}
-    for item in items:
-        try:
-            k, v = item
-        except (TypeError, ValueError):
-            raise ExperimentError(f"params: {item!r} is not a (name, value) pair") from None
-        if not isinstance(k, str) or not k:
-            raise ExperimentError(f"params: parameter name {k!r} is not a non-empty string")
-        if k in out:
-            raise ExperimentError(f"params: parameter {k!r} given twice")
-        if v is not None and not isinstance(v, (str, bool, numbers.Real)):
-            raise ExperimentError(f"params: {k}={v!r} is not a string, number or boolean")
-        if isinstance(v, numbers.Real) and not isinstance(v, bool):
-            v = int(v) if isinstance(v, numbers.Integral) else float(v)
-        out[k] = v
-    return tuple(sorted(out.items()))
-
-
-def _positive(name: str, v: Any) -> float | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v <= 0:
-        raise ExperimentError(f"{name} must be a finite number > 0, got {name}={v!r}")
-    return float(v)
 
 
 @dataclass(frozen=True)
@@ -506,23 +476,3 @@ def run_experiment(exp: Experiment, progress: bool = False) -> "SimResult":
 def run_prepared(p: Prepared, progress: bool = False) -> "SimResult":
     """Run a :class:`Prepared` experiment on its engine (see :func:`run_experiment`)."""
     return p.experiment.runner().run(p, progress=progress)
-
-
-def _labels(capability: str) -> str:
-    """The labels of the registered engines with ``capability`` (``options``, ``cluster``), for messages."""
-    names = [n for n in _engines.registered_engines()
-             if getattr(_engines.get_engine(n), capability) and _engines.get_engine(n).listed]
-    return " or ".join(_engines.get_engine(n).label for n in names)
-
-
-def __getattr__(name: str) -> Any:
-    # The SGLang server's environment variables and look-ups were defined here before the engines
-    # were registered; scripts still import them from here.
-    if name in _SGLANG_NAMES:
-        from topas.sglang import engine as sglang_engine
-
-        return getattr(sglang_engine, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-_SGLANG_NAMES = ("SGLANG_URL_ENV", "SGLANG_IDENTITY_ENV", "sglang_urls", "sglang_url", "sglang_server_identity")

@@ -48,32 +48,58 @@ Timestamps (``t_start``, ``t_end``: epoch seconds or ISO-8601 strings) are norma
 since the run's first call and used to order the calls; a call must not start before a parent has
 ended, nor end before it starts. Bad input raises :class:`~topas.workload.validate.TraceError`
 naming the file, line and call.
+
+The conversion is here; reading the calls is :mod:`topas.workload.metagpt_calls`, the prompt text
+and tokenizer :mod:`topas.workload.metagpt_prompts`, the segments
+:mod:`topas.workload.metagpt_segments`.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import gzip
 import hashlib
-import json
-import lzma
-import math
-import numbers
 import os
-import re
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from topas.workload.arrivals import poisson_arrivals
-from topas.workload.model import Agent, Segment, Stage, Task, Trace
-from topas.workload.radix import RadixTree, node_id
-from topas.workload.validate import TraceError, find_cycle, validate_trace
+from topas.workload.dag_order import find_cycle
+from topas.workload.metagpt_calls import RECORD_VERSION, REQUIRED, _check_record, _ts, read_calls
+from topas.workload.metagpt_prompts import (
+    CURRENT_TIME,
+    DISTINCT_TIME_BASE,
+    Encoder,
+    common_prefix_len,
+    distinct_time,
+    normalise,
+    render,
+    tiktoken_encoder,
+)
+from topas.workload.metagpt_segments import prompt_segments
+from topas.workload.model import Agent, Stage, Task, Trace
+from topas.workload.trace_error import TraceError
+from topas.workload.validate import validate_trace
 
-RECORD_VERSION = "topas.metagpt-calls/1"
-
-#: Fields every call record must have.
-REQUIRED = ("run_id", "call_id", "role", "action", "parents", "t_start", "t_end", "messages", "completion_tokens")
+__all__ = [
+    "CURRENT_TIME",
+    "DISTINCT_TIME_BASE",
+    "NOMINAL_RATES",
+    "RECORD_VERSION",
+    "REQUIRED",
+    "TIME_MODES",
+    "TIME_SLACK",
+    "Encoder",
+    "calls_to_trace",
+    "common_prefix_len",
+    "convert_file",
+    "distinct_time",
+    "normalise",
+    "prompt_segments",
+    "read_calls",
+    "render",
+    "system_identity",
+    "tiktoken_encoder",
+]
 
 #: Nominal arrival rates (tasks/s) of the committed MetaGPT traces; experiments sweep
 #: ``load * rate``. Chosen as for the synthetic traces: the loaded regime where the policies just
@@ -86,52 +112,8 @@ NOMINAL_RATES: dict[str, float] = {"metagpt-sop": 0.05, "metagpt-tl": 0.02, "met
 #: them away (:func:`normalise`), ``distinct`` keeps the prompt as sent, one second per call.
 TIME_MODES = ("masked", "distinct")
 
-#: The current time RoleZero writes into its system prompts ("... The current time is
-#: 2025-06-30 19:45:55."), what ``time="distinct"`` replaces.
-CURRENT_TIME = re.compile(r"(The current time is )\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
-
-#: The first call's current time under ``time="distinct"``; call ``k`` (trace order) gets ``k`` s later.
-DISTINCT_TIME_BASE = _dt.datetime(2025, 7, 1, 9, 0, 0)
-
 #: Slack (s) allowed when checking that a parent ended before its child started (clock rounding).
 TIME_SLACK = 1e-3
-
-Encoder = Callable[[str], Sequence[int]]
-
-# ----------------------------------------------------------------------------- normalisation
-
-_NORMALISERS: tuple[tuple[re.Pattern[str], str], ...] = (
-    # 2025-06-30 19:45:55, 2025-06-30T19:45:55.123+08:00
-    (re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?"), "<DATETIME>"),
-    (re.compile(r"\b\d{14}\b"), "<DATETIME>"),  # 20250630194555 (MetaGPT's document file names)
-    (re.compile(r"\b\d{4}[-/]\d{2}[-/]\d{2}\b"), "<DATE>"),
-    (re.compile(r"\b\d{1,2}:\d{2}:\d{2}(?:\.\d+)?\b"), "<TIME>"),
-    (re.compile(r"\b[0-9a-f]{32}\b"), "<ID>"),  # uuid4().hex message ids
-    # epoch seconds (2017..2033), e.g. Engineer2's "{project_name}_1795951056" folder in its instruction
-    (re.compile(r"(?<!\d)1[5-9]\d{8}(?!\d)"), "<EPOCH>"),
-)
-
-
-def normalise(text: str, workdir: str = "") -> str:
-    """``text`` with volatile values replaced: the run's working directory (``workdir``, the
-    recorded ``METAGPT_PROJECT_ROOT``, part of workspace paths), date-times, dates, clock times,
-    32-hex ids and epoch seconds."""
-    if workdir:
-        text = text.replace(workdir, "<WORKDIR>")
-    for pat, rep in _NORMALISERS:
-        text = pat.sub(rep, text)
-    return text
-
-
-def render(messages: Sequence[Mapping[str, Any]]) -> str:
-    """The prompt as one string: ``<|role|>\\ncontent\\n`` per message (a neutral chat template)."""
-    return "".join(f"<|{m.get('role', '')}|>\n{m.get('content', '')}\n" for m in messages)
-
-
-def distinct_time(text: str, k: int) -> str:
-    """``text`` with every :data:`CURRENT_TIME` set to :data:`DISTINCT_TIME_BASE` + ``k`` seconds."""
-    when = (DISTINCT_TIME_BASE + _dt.timedelta(seconds=k)).strftime("%Y-%m-%d %H:%M:%S")
-    return CURRENT_TIME.sub(lambda m: m.group(1) + when, text)
 
 
 def system_identity(messages: Sequence[Mapping[str, Any]], workdir: str = "") -> str:
@@ -142,110 +124,6 @@ def system_identity(messages: Sequence[Mapping[str, Any]], workdir: str = "") ->
             break
         parts.append(str(m.get("content", "")))
     return normalise("\n".join(parts), workdir)
-
-
-def common_prefix_len(seqs: Sequence[Sequence[int]]) -> int:
-    """Length of the longest common prefix of all sequences (0 for none)."""
-    if not seqs:
-        return 0
-    n = min(len(s) for s in seqs)
-    first = seqs[0]
-    for s in seqs[1:]:
-        k = 0
-        lim = min(n, len(s))
-        while k < lim and s[k] == first[k]:
-            k += 1
-        n = k
-        if n == 0:
-            break
-    return n
-
-
-def tiktoken_encoder(encoding: str = "cl100k_base") -> Encoder:
-    """tiktoken's ``encoding`` (needs tiktoken and its BPE file: ``TIKTOKEN_CACHE_DIR``, see
-    tools/metagpt/README.md); special-token text is encoded as ordinary text."""
-    try:
-        import tiktoken
-    except ImportError:  # pragma: no cover - depends on the environment
-        raise RuntimeError(
-            "converting MetaGPT calls needs tiktoken (cl100k_base); run it in a MetaGPT venv "
-            "(make metagpt-env) or pass encode=..."
-        ) from None
-    enc = tiktoken.get_encoding(encoding)
-    return lambda s: enc.encode(s, disallowed_special=())
-
-
-# ----------------------------------------------------------------------------- reading
-
-
-def _ts(v: Any, source: str, where: str, field: str) -> float:
-    if isinstance(v, bool):
-        raise TraceError(source, f"{field} must be a number of seconds or an ISO-8601 string, got {v!r}", where=where)
-    if isinstance(v, numbers.Real):
-        f = float(v)
-    elif isinstance(v, str):
-        try:
-            d = _dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
-        except ValueError:
-            raise TraceError(source, f"{field} {v!r} is not an ISO-8601 time", where=where) from None
-        if d.tzinfo is None:
-            d = d.replace(tzinfo=_dt.timezone.utc)
-        f = d.timestamp()
-    else:
-        raise TraceError(source, f"{field} must be a number of seconds or an ISO-8601 string, got {v!r}", where=where)
-    if not math.isfinite(f):
-        raise TraceError(source, f"{field} must be finite, got {v!r}", where=where)
-    return f
-
-
-def read_calls(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The records of a calls file (``.jsonl``, ``.jsonl.gz`` or ``.jsonl.xz``), each with ``_line`` (1-based)
-    and ``_source`` added. A line that is not a JSON object raises :class:`TraceError`."""
-    path = Path(path)
-    raw = path.read_bytes()
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
-    elif raw[:6] == b"\xfd7zXZ\x00":
-        raw = lzma.decompress(raw)
-    out = []
-    for k, line in enumerate(raw.decode("utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise TraceError(str(path), f"not valid JSON ({e})", where=f"line {k}") from None
-        if not isinstance(rec, dict):
-            raise TraceError(str(path), "a call record must be a JSON object", where=f"line {k}")
-        rec["_line"] = k
-        rec["_source"] = str(path)
-        out.append(rec)
-    return out
-
-
-def _check_record(rec: Mapping[str, Any], source: str) -> str:
-    where = f"line {rec.get('_line', '?')}"
-    if "call_id" in rec and "run_id" in rec:
-        where += f" (run {rec['run_id']} call {rec['call_id']})"
-    for f in REQUIRED:
-        if f not in rec:
-            raise TraceError(source, f"missing field '{f}'", where=where)
-    for f in ("run_id", "call_id", "role", "action"):
-        if not isinstance(rec[f], str) or not rec[f]:
-            raise TraceError(source, f"'{f}' must be a non-empty string, got {rec[f]!r}", where=where)
-    if "/" in rec["run_id"] or "/" in rec["call_id"]:
-        raise TraceError(source, "run_id and call_id must not contain '/'", where=where)
-    if not isinstance(rec["parents"], list) or not all(isinstance(p, str) for p in rec["parents"]):
-        raise TraceError(source, f"'parents' must be a list of call ids, got {rec['parents']!r}", where=where)
-    msgs = rec["messages"]
-    if not isinstance(msgs, list) or not msgs or not all(
-        isinstance(m, dict) and isinstance(m.get("content"), str) and isinstance(m.get("role"), str) for m in msgs
-    ):
-        raise TraceError(source, "'messages' must be a non-empty list of {role, content} strings", where=where)
-    ct = rec["completion_tokens"]
-    if isinstance(ct, bool) or not isinstance(ct, numbers.Integral) or ct < 0:
-        raise TraceError(source, f"'completion_tokens' must be an integer >= 0, got {ct!r}", where=where)
-    return where
 
 
 # ----------------------------------------------------------------------------- conversion
@@ -454,62 +332,6 @@ def calls_to_trace(
     trace = Trace(name=name, agents=agents, tasks=tuple(tasks), meta=m)
     validate_trace(trace, source=source)
     return trace
-
-
-def prompt_segments(
-    tasks: Sequence[Sequence[tuple[str, str, Sequence[int], int, int]]],
-) -> list[list[tuple[Segment, ...]]]:
-    """The segments of every call: ``tasks[k][j] = (task id, stage id, sharing tokens, l_a,
-    surplus)`` in trace order -> ``out[k][j]``, the nodes of the calls' radix tree with a boundary
-    at ``l_a``, then a ``unique`` segment of ``surplus`` tokens when ``surplus > 0`` (the counted
-    text's extra tokens). Kinds: ``prefix`` if the node ends within ``l_a`` of every call holding
-    it, else ``shared`` (calls of several tasks), ``context`` (several calls of one task) or
-    ``unique``; a segment's id is its chained hash (:func:`topas.workload.radix.node_id`)."""
-    flat = [c for calls in tasks for c in calls]
-    tree = RadixTree([c[2] for c in flat])
-    for k, c in enumerate(flat):
-        if 0 < c[3] < len(c[2]):
-            tree.cut(k, c[3])
-    paths = [tree.path(k) for k in range(len(flat))]
-    holders: dict[int, list[int]] = {}
-    for k, path in enumerate(paths):
-        for node in path:
-            holders.setdefault(id(node), []).append(k)
-    made: dict[int, Segment] = {}
-    out: list[list[tuple[Segment, ...]]] = []
-    k = 0
-    for calls in tasks:
-        row = []
-        for tid, sid, _toks, prefix, surplus in calls:
-            segs: list[Segment] = []
-            parent, depth = "", 0
-            for node in paths[k]:
-                depth += node.length
-                g = made.get(id(node))
-                if g is None:
-                    hs = holders[id(node)]
-                    g_id = node_id(parent, tree.node_tokens(node))
-                    if all(depth <= flat[h][3] for h in hs):
-                        g = Segment(g_id, node.length, "prefix")
-                    elif len({flat[h][0] for h in hs}) > 1:
-                        g = Segment(g_id, node.length, "shared")
-                    else:  # hs in trace order: the first holder is the task's first (topological order)
-                        g = Segment(g_id, node.length, "context" if len(hs) > 1 else "unique", task=tid,
-                                    origin=flat[hs[0]][1])
-                    made[id(node)] = g
-                segs.append(g)
-                parent = g.id
-            if surplus > 0:
-                # the id: as a node holding one pseudo-token that names the request
-                segs.append(Segment(node_id(parent, [f"masked:{tid}/{sid}"]), surplus, "unique", task=tid,
-                                    origin=sid))
-            elif surplus < 0:
-                raise ValueError(f"task {tid} call {sid}: the counted text has {-surplus} tokens fewer than "
-                                 "the sharing text")
-            row.append(tuple(segs))
-            k += 1
-        out.append(row)
-    return out
 
 
 def convert_file(
