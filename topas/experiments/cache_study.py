@@ -22,7 +22,7 @@ from topas.experiments.protocol.seeds import EVALUATION_SEEDS, first
 from topas.experiments.protocol.steady import steady_state
 from topas.experiments.spec import Experiment
 
-__all__ = ["BASELINE", "CACHES", "LOAD", "POLICIES", "WORKLOADS", "cache_study_grid", "cache_study_tables"]
+__all__ = ["BASELINE", "CACHES", "LOAD", "POLICIES", "VERDICT_COLUMNS", "WORKLOADS", "cache_study_grid", "cache_study_tables"]
 
 WORKLOADS = ("metagpt-sop", "metagpt-tl")
 BASELINE = "lpm"
@@ -32,6 +32,9 @@ LOAD = 1.0
 #: the cache models compared: name -> the engine's ``segment_cache`` switch
 CACHES = {"agent prefixes only": False, "segment radix tree": True}
 N_SEEDS, QUICK_SEEDS, QUICK_TASKS = 5, 2, 40
+#: the columns of the verdict table (the interval's columns empty where nothing is compared)
+VERDICT_COLUMNS = ("workload", "cache", "policy", "baseline", "load", "seeds", "verdict", "difference_s", "low_s",
+                   "high_s", "relative", "relative_low", "relative_high", "method")
 
 
 def _seeds(quick: bool) -> list[int]:
@@ -92,4 +95,4 @@ def cache_study_tables(workloads: tuple[str, ...] = WORKLOADS, quick: bool = Fal
                                relative_low=c.relative_low, relative_high=c.relative_high, method=c.method,
                                verdict=c.verdict)
                 verdict.append(row)
-    return pd.DataFrame(runs), pd.DataFrame(verdict)
+    return pd.DataFrame(runs), pd.DataFrame(verdict).reindex(columns=list(VERDICT_COLUMNS))

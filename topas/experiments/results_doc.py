@@ -25,6 +25,13 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("results_synthetic.md", "Synthetic workloads: every run", "The full results table the notebooks read."),
     ("metagpt_jct_table.md", "MetaGPT workloads: JCT", "Mean and p99 job completion time per policy and load."),
     ("metagpt_status.md", "MetaGPT workloads: status", "Which MetaGPT runs finished."),
+    ("metagpt_cache_runs.md", "MetaGPT workloads: what the cache holds",
+     "Each MetaGPT workload at nominal load, 5 evaluation seeds, with agent prefixes as the only shared KV "
+     "and with the radix tree of the trace's token segments: share of prompt tokens served from the cache, "
+     "JCT, and the protocol's steady-state test."),
+    ("metagpt_cache_verdict.md", "MetaGPT workloads: the verdict under each cache model",
+     "TOPAS and TOPAS+ vs LPM: paired difference in mean JCT over the 5 seeds, 95% t interval; "
+     "win / tie / loss only where the interval excludes zero; not compared where a policy is unstable."),
     ("ablations_table.md", "Ablations", "TOPAS with one component removed at a time."),
     ("claims_ablations_table.md", "Ablation claims", "The paper's ablation claims next to ours."),
     ("topas_plus_table.md", "TOPAS+ (ours, not the paper's)", "Our extension against TOPAS and the baselines."),
