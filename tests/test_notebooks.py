@@ -38,6 +38,7 @@ EXPECTED: dict[str, list[str]] = {
     "03_metagpt.ipynb": [
         "metagpt_status.csv", "metagpt_status.md", "metagpt_jct_vs_load.png", "metagpt_jct_vs_load.pdf",
         "metagpt_throughput.png", "metagpt_throughput.pdf", "metagpt_jct_table.csv", "metagpt_jct_table.md",
+        "metagpt_cache_runs.csv", "metagpt_cache_runs.md", "metagpt_cache_verdict.csv", "metagpt_cache_verdict.md",
     ],
     "04_ablations.ipynb": ["ablations_dag4.png", "ablations_dag4.pdf", "ablations_metagpttl.png", "ablations_metagpttl.pdf",
                            "ablations_table.csv", "ablations_table.md"],
