@@ -210,6 +210,7 @@ def build_replay_result(trace: Trace, policy_name: str, done: list[_Done], task_
         "decision_wall_share": float(wall.sum() / makespan) if len(wall) and makespan > 0 else nan,
         "engine": "sglang",
         "cached_tokens": float(np.nansum(requests["cached_tokens"].to_numpy(dtype=float))),
+        "prompt_tokens": float(np.nansum(requests["prompt_tokens"].to_numpy(dtype=float))),
         "fallbacks": int(dec["fallback"].notna().sum()) if have_log else nan,
     }
     return SimResult(tasks, requests, prefix_events, timeline, dec, summary)
