@@ -6,9 +6,10 @@ What goes in: every experiment the notebooks' sweeps return (they are executed h
 store-only mode, with ``$TOPAS_STORE_LOG`` recording what they touch, so nothing is simulated
 and a missing result fails, naming it), with its ``meta.json`` (spec, summary, provenance) and
 its per-task table; the per-request table of every experiment with arrival seed 0 and the
-default knowledge settings, so every configuration of the figures' grids ships per-request
-detail for one seed (the other seeds are replicas with other arrival draws; notebook 14's
-degraded-knowledge variants ship their tasks only); and every table of the experiments the
+default knowledge settings on the default engine, so every configuration of the figures' grids
+ships per-request detail for one seed (the other seeds are replicas with other arrival draws;
+notebook 14's degraded-knowledge variants and the engine variants, such as notebook 11's legacy
+model, the host tier and the cache study's prefixes-only cache, ship their tasks only); and every table of the experiments the
 notebooks load in full (mechanism and overhead). Experiments whose sweeps use only their summaries
 (``run_sweep(..., tables=False)``: notebook 12's capacity probes, operating points and ~1,000
 runs over the space of readings) ship their ``meta.json`` alone, which holds the summary and the
@@ -68,6 +69,9 @@ SCHEMA = "topas.results-pack/1"
 
 #: The knowledge settings of an experiment that the figures' grids use (notebook 14 degrades them).
 DEFAULT_KNOWLEDGE = {"prior_noise": 0.0, "prior_bias": 1.0, "dag_visibility": "full", "arrivals": "poisson"}
+#: The engine model of the default engine (an experiment's ``engine_model`` field); engine variants
+#: (notebook 11's legacy model, the host tier, the cache study's prefixes-only cache) ship tasks only.
+DEFAULT_ENGINE_MODEL = "stock"
 
 
 def shipped_tables(experiment: dict, loaded: bool, summary_only: bool = False) -> list[str]:
@@ -78,6 +82,7 @@ def shipped_tables(experiment: dict, loaded: bool, summary_only: bool = False) -
     if summary_only:
         return []
     default = all(experiment.get(k, v) == v for k, v in DEFAULT_KNOWLEDGE.items())
+    default = default and experiment.get("engine_model", DEFAULT_ENGINE_MODEL) == DEFAULT_ENGINE_MODEL
     return ["tasks", "requests"] if experiment.get("seed") == 0 and default else ["tasks"]
 
 

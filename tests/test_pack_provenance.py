@@ -107,3 +107,15 @@ def test_dirty_means_changed_outside_what_a_reproduction_writes(tmp_path, monkey
     assert provenance.dirty_entries() == []
     (repo / "topas" / "a.py").write_text("x = 2\n")
     assert provenance.dirty_entries() == [" M topas/a.py"]
+
+
+def test_a_pack_ships_per_request_detail_for_seed_0_of_the_default_engine_and_knowledge_only():
+    ship = pack_script().shipped_tables
+    stock = {"seed": 0, "engine_model": "stock", "prior_noise": 0.0, "prior_bias": 1.0, "dag_visibility": "full",
+             "arrivals": "poisson"}
+    assert ship(stock, loaded=False) == ["tasks", "requests"]
+    assert ship({**stock, "seed": 1}, loaded=False) == ["tasks"]
+    for variant in ({"engine_model": "segment_cache=False"}, {"engine_model": "legacy"}, {"prior_bias": 0.5}):
+        assert ship({**stock, **variant}, loaded=False) == ["tasks"], variant
+    assert ship({**stock, "engine_model": "legacy"}, loaded=True) == list(pack_script().TABLES)
+    assert ship(stock, loaded=False, summary_only=True) == []
