@@ -55,10 +55,18 @@ def _same(a, b) -> bool:
     return a == b
 
 
-def compare(stored: dict, fresh: dict) -> list[str]:
+def _only_new_fields(stored: dict | None, fresh: dict | None) -> bool:
+    """The fresh engine config adds fields (new engine switches) and keeps every stored one as it was."""
+    if not isinstance(stored, dict) or not isinstance(fresh, dict) or set(fresh) <= set(stored):
+        return False
+    return all(k in fresh and json.dumps(fresh[k], default=str) == json.dumps(v, default=str) for k, v in stored.items())
+
+
+def compare(stored: dict, fresh: dict, new_keys: bool = False) -> list[str]:
     """Summary keys whose values differ (wall-clock keys excluded, a cluster's time in its router
-    too: a fresh run's deterministic summary drops it), sorted."""
-    keys = (set(stored) | set(fresh)) - set(CLUSTER_WALL_CLOCK_KEYS)
+    too: a fresh run's deterministic summary drops it), sorted. ``new_keys``: a key only the fresh
+    summary has (a metric added since) is not a difference."""
+    keys = (set(stored) | set(fresh) if not new_keys else set(stored)) - set(CLUSTER_WALL_CLOCK_KEYS)
     return sorted(k for k in keys if not _same(stored.get(k), fresh.get(k)))
 
 
@@ -79,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="take a fresh result from this store where it holds the experiment's current key "
                          "(e.g. data/results/store after make reproduce: the comparison then costs no run); "
                          "re-run only what it lacks")
+    ap.add_argument("--new-engine-fields", action="store_true",
+                    help="also compare results whose engine config differs only by fields added since (a new "
+                         "engine switch at the value the current spec gives it: does it keep the old "
+                         "behaviour?), and ignore summary keys the stored results lack (metrics added since)")
     ap.add_argument("--trace-changed", action="store_true",
                     help="also compare results whose only changed input is the trace file's bytes (a trace "
                          "rewritten with fields the engine does not read)")
@@ -111,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         diff = [f for f in INPUT_FIELDS if json.dumps(canon.get(f), sort_keys=True, default=str)
                 != json.dumps(m["canonical"].get(f), sort_keys=True, default=str)]
+        if args.new_engine_fields and "engine_config" in diff and _only_new_fields(
+                m["canonical"].get("engine_config"), canon.get("engine_config")):
+            diff.remove("engine_config")
         if diff and not (args.trace_changed and diff == ["trace_sha256"]):
             changed.append(f"{m.get('label', m['key'])}: {', '.join(diff)} changed")
         else:
@@ -133,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         fresh[i] = summary
     bad = 0
     for (m, exp), summary in zip(todo, fresh):
-        diff = compare(m["summary"], summary)
+        diff = compare(m["summary"], summary, new_keys=args.new_engine_fields)
         same_code = m["canonical"].get("code") == exp.canonical()["code"]
         tag = "same code" if same_code else "code changed"
         if m["canonical"].get("trace_sha256") != exp.canonical().get("trace_sha256"):

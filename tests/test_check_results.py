@@ -97,3 +97,20 @@ def test_fresh_results_are_read_from_another_store_and_a_rewritten_trace_compare
     r = check("--store", old.root, "--policy", "fcfs", "--all", "--fresh-from", new.root, "--trace-changed")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "same     chain-3/fcfs@load=1.2,seed=0,tasks=6 (same code, trace rewritten)" in r.stdout
+
+
+def test_a_new_engine_switch_and_a_new_metric_are_not_differences_when_asked():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("check_results", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    old = {"radix_cache": True, "host_tier": False}
+    assert mod._only_new_fields(old, {**old, "segment_cache": True})
+    assert not mod._only_new_fields(old, dict(old))  # nothing added
+    assert not mod._only_new_fields(old, {**old, "host_tier": True, "segment_cache": True})  # one changed
+    assert not mod._only_new_fields(old, {"radix_cache": True, "segment_cache": True})  # one dropped
+    stored, fresh = {"jct_mean": 1.5}, {"jct_mean": 1.5, "cached_tokens": 7}
+    assert mod.compare(stored, fresh) == ["cached_tokens"]
+    assert mod.compare(stored, fresh, new_keys=True) == []
+    assert mod.compare(stored, {"jct_mean": 2.0, "cached_tokens": 7}, new_keys=True) == ["jct_mean"]
