@@ -34,7 +34,7 @@ CACHES = {"agent prefixes only": False, "segment radix tree": True}
 N_SEEDS, QUICK_SEEDS, QUICK_TASKS = 5, 2, 40
 #: the columns of the verdict table (the interval's columns empty where nothing is compared)
 VERDICT_COLUMNS = ("workload", "cache", "policy", "baseline", "load", "seeds", "verdict", "difference_s", "low_s",
-                   "high_s", "relative", "relative_low", "relative_high", "method")
+                   "high_s", "relative_pct", "relative_low_pct", "relative_high_pct", "method")
 
 
 def _seeds(quick: bool) -> list[int]:
@@ -57,9 +57,10 @@ def cache_study_tables(workloads: tuple[str, ...] = WORKLOADS, quick: bool = Fal
     """Run (or read) the study; ``(runs, verdict)``.
 
     ``runs``: one row per (workload, cache, policy): the seeds' mean of the share of prompt tokens
-    served from the cache, of mean and p99 JCT, and the steady-state verdict. ``verdict``: one row
-    per (workload, cache, policy other than LPM): the paired difference in mean JCT against LPM
-    (seconds and relative) with its 95% interval and win / tie / loss, or why it is not compared."""
+    served from the cache (``cached_pct``, percent), of mean and p99 JCT, and the steady-state
+    verdict. ``verdict``: one row per (workload, cache, policy other than LPM): the paired
+    difference in mean JCT against LPM (seconds, and percent of LPM's) with its 95% interval and
+    win / tie / loss, or why it is not compared."""
     from topas.experiments.store import ResultStore, run_sweep
 
     store = store if isinstance(store, ResultStore) else ResultStore(store)
@@ -79,7 +80,7 @@ def cache_study_tables(workloads: tuple[str, ...] = WORKLOADS, quick: bool = Fal
                 share = [m["cached_tokens"] / m["prompt_tokens"] for m in meta.values() if m.get("prompt_tokens")]
                 runs.append({"workload": w, "cache": cache, "policy": p, "load": LOAD, "seeds": len(seeds),
                              "tasks": int(next(iter(meta.values()))["n_tasks"]),
-                             "cached_share": sum(share) / len(share) if share else float("nan"),
+                             "cached_pct": 100 * sum(share) / len(share) if share else float("nan"),
                              "jct_mean": sum(jct[p].values()) / len(seeds),
                              "jct_p99": sum(float(m["jct_p99"]) for m in meta.values()) / len(seeds),
                              "stable": st.stable, "growing_seeds": len(st.growing_seeds)})
@@ -91,8 +92,8 @@ def cache_study_tables(workloads: tuple[str, ...] = WORKLOADS, quick: bool = Fal
                     row.update(verdict=f"not compared: {', '.join(unstable)} not stable")
                 else:
                     c = compare_latency(jct, p, BASELINE, stable, LOAD, w)
-                    row.update(difference_s=c.difference, low_s=c.low, high_s=c.high, relative=c.relative,
-                               relative_low=c.relative_low, relative_high=c.relative_high, method=c.method,
-                               verdict=c.verdict)
+                    row.update(difference_s=c.difference, low_s=c.low, high_s=c.high, relative_pct=100 * c.relative,
+                               relative_low_pct=100 * c.relative_low, relative_high_pct=100 * c.relative_high,
+                               method=c.method, verdict=c.verdict)
                 verdict.append(row)
     return pd.DataFrame(runs), pd.DataFrame(verdict).reindex(columns=list(VERDICT_COLUMNS))
