@@ -27,8 +27,9 @@ issue 12's follow-up) or the middle of its way there. The server's own noise is 
 agreement between its repeats. Cases (:data:`CASES`): scripted
 bursts (each agent's requests at t=0, a few ms apart so their order is fixed) and Poisson traces;
 cases with a task context shared between calls (``kind="context"``, ``topas.trace/2``
-traces; ``needs="radix"``: recorded, left out of the default comparison by
-:func:`comparable_cases` until the engine caches token segments); modes (:data:`MODES`): the topas plugin running FCFS, LPM and TOPAS, and stock SGLang (no plugin)
+traces, compared on ``cached_tokens`` request by request like the rest; a case may name what the
+simulator must model first, ``needs``, and :func:`comparable_cases` leaves such cases out; none
+does today); modes (:data:`MODES`): the topas plugin running FCFS, LPM and TOPAS, and stock SGLang (no plugin)
 with ``--schedule-policy fcfs`` or ``lpm``, simulated with topas's FCFS and LPM.
 
 Run by ``scripts/fidelity_contention.py`` (``make fidelity-contention``); results under

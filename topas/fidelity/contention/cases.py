@@ -29,9 +29,9 @@ class Case:
     ``context_tokens``-token context after its prefix), as a ``topas.trace/2`` trace whose segments
     are the agent prefix, the context (``+`` stages) and the call's ``input_tokens``.
 
-    ``needs``: what the simulator must model to be compared with the case (``"radix"``: a cache of
-    token segments, not only agent prefixes); such cases are recorded but left out of the default
-    comparison (:func:`comparable_cases`) until the engine has it."""
+    ``needs``: what the simulator must model before it is compared with the case (a case recorded
+    for a behaviour the engine does not have yet); such cases are left out of the default
+    comparison (:func:`comparable_cases`). None of today's cases needs anything."""
 
     name: str
     kind: str
