@@ -66,7 +66,7 @@ def compare(stored: dict, fresh: dict, new_keys: bool = False) -> list[str]:
     """Summary keys whose values differ (wall-clock keys excluded, a cluster's time in its router
     too: a fresh run's deterministic summary drops it), sorted. ``new_keys``: a key only the fresh
     summary has (a metric added since) is not a difference."""
-    keys = (set(stored) | set(fresh) if not new_keys else set(stored)) - set(CLUSTER_WALL_CLOCK_KEYS)
+    keys = (set(stored) if new_keys else set(stored) | set(fresh)) - set(CLUSTER_WALL_CLOCK_KEYS)
     return sorted(k for k in keys if not _same(stored.get(k), fresh.get(k)))
 
 

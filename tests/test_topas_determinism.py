@@ -31,25 +31,25 @@ print(res.summary["prefix_hits"], repr(res.tasks["jct"].round(9).tolist()))
 """
 
 
+def _outputs_under_hash_seeds(code: str, seeds: tuple[str, ...]) -> list[str]:
+    """What ``code`` prints in a fresh interpreter under each ``PYTHONHASHSEED``."""
+    outs = []
+    for seed in seeds:
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        outs.append(r.stdout)
+    return outs
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("n", [200])
 def test_topas_results_do_not_depend_on_the_hash_seed(n):
-    outs = []
-    for seed in ("1", "12", "21"):  # 12 and 21 broke ties differently before the fix
-        env = {**os.environ, "PYTHONHASHSEED": seed}
-        r = subprocess.run([sys.executable, "-c", _RUN.format(n=n)], env=env, capture_output=True, text=True,
-                           timeout=300)
-        assert r.returncode == 0, r.stderr
-        outs.append(r.stdout)
+    outs = _outputs_under_hash_seeds(_RUN.format(n=n), ("1", "12", "21"))  # 12 and 21 broke ties differently before the fix
     assert outs[0] == outs[1] == outs[2]
 
 
 @pytest.mark.slow
 def test_topas_liveness_fallback_breaks_last_use_ties_by_agent_name():
-    outs = []
-    for seed in ("0", "1", "2", "3"):  # 0 and 2 gave 407 prefix hits, 1 and 3 gave 406, before the fix
-        env = {**os.environ, "PYTHONHASHSEED": seed}
-        r = subprocess.run([sys.executable, "-c", _LIVENESS], env=env, capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr
-        outs.append(r.stdout)
+    outs = _outputs_under_hash_seeds(_LIVENESS, ("0", "1", "2", "3"))  # 0, 2: 407 prefix hits, 1, 3: 406 before the fix
     assert len(set(outs)) == 1, outs

@@ -89,8 +89,8 @@ def agreement(tab: pd.DataFrame) -> dict[str, Any]:
     """How a request table's two sides agree: cached tokens (the fraction of requests with equal
     ``cached_tokens``), hit/miss (fraction, and the two miss sets),
     admission waves (fraction of requests in the same wave), completion order (pairs)."""
-    both = tab["cached_sim"].notna() & tab["cached_server"].notna()
-    cached_agree = float((tab.loc[both, "cached_sim"] == tab.loc[both, "cached_server"]).mean()) if both.all() else math.nan
+    reported = tab["cached_sim"].notna().all() and tab["cached_server"].notna().all()
+    cached_agree = float((tab["cached_sim"] == tab["cached_server"]).mean()) if reported else math.nan
     miss_sim = sorted(tab.loc[~tab["hit_sim"], "rid"])
     miss_server = sorted(tab.loc[~tab["hit_server"], "rid"])
     return {
