@@ -10,9 +10,8 @@ import json
 import pandas as pd
 import pytest
 
-from topas.cluster.real_router import agreement, choices_from_logs, per_agent, rule_choices
+from topas.cluster.real_router import TIMING_WINDOW_S, agreement, choices_from_logs, per_agent, rule_choices
 from topas.cluster.routers import make_router
-from topas.fidelity.router_timing import TIMING_WINDOW_S, rule_choices_windowed
 from topas.sglang import server as srv
 from topas.sglang.replay import combine_runs, read_decision_logs
 
@@ -51,13 +50,12 @@ def test_misses_within_the_timing_window_are_read_as_the_router_may_have_read_th
     strict = rule_choices(reqs, prefix, make_router("sglang-cache-aware"), real, 2)
     assert strict["t0/B"] == 0 and agreement(real, strict).same < 5
     resolved: set[str] = set()
-    windowed = rule_choices_windowed(reqs, prefix, make_router("sglang-cache-aware"), real, 2,
-                                     window_s=TIMING_WINDOW_S, resolved=resolved)
+    windowed = rule_choices(reqs, prefix, make_router("sglang-cache-aware"), real, 2,
+                            window_s=TIMING_WINDOW_S, resolved=resolved)
     assert windowed == real and resolved == {"t0/B", "t0/C"}
     wrong_hit = dict(real, **{"t2/B": 0})  # the router sending a hit elsewhere is a disagreement
-    assert rule_choices_windowed(reqs, prefix, make_router("sglang-cache-aware"), wrong_hit, 2,
-                                 window_s=TIMING_WINDOW_S)["t2/B"] == 1
-    assert rule_choices_windowed(reqs, prefix, make_router("sglang-cache-aware"), real, 2) == strict  # no window
+    assert rule_choices(reqs, prefix, make_router("sglang-cache-aware"), wrong_hit, 2,
+                        window_s=TIMING_WINDOW_S)["t2/B"] == 1
 
 
 def test_the_rule_is_fed_the_real_order_and_loads():

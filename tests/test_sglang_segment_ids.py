@@ -72,8 +72,8 @@ def test_the_unique_part_is_the_suffix_of_its_run_and_request_index():
 
 def test_text_mode_spells_the_same_ids():
     trace = _trace()
-    t = trace.tasks[0]
-    assert T.text_to_ids(T.stage_text(trace, t.id, t.stages[2], "run", 2)) == _ids(trace)[2]
+    ids = _ids(trace)[2]
+    assert T.text_to_ids(T.ids_to_text(ids)) == ids  # the client's text mode: ids_to_text(stage_ids(...))
 
 
 def test_segments_without_a_boundary_at_the_agent_prefix_are_refused():

@@ -27,7 +27,7 @@ What must hold (times on a CPU mean nothing and are not asserted):
   (it reads them before counting the request itself, so two requests routed at once, as DAG-4's
   B and C are when their parent finishes, both see the loads without the other; it stops
   counting a request before the client has its answer): such a miss is checked against every
-  reading of the loads within ``TIMING_WINDOW_S`` (``topas.fidelity.router_timing``). The numbers,
+  reading of the loads within ``TIMING_WINDOW_S`` (``topas.cluster.real_router``). The numbers,
   with and without the window, are printed and recorded in docs/cluster.md.
 """
 
@@ -44,13 +44,12 @@ import pytest
 pytest.importorskip("sglang")
 pytest.importorskip("sglang_router")
 
-from topas.cluster.real_router import (agreement, choices_from_logs, per_agent, rule_choices,  # noqa: E402
-                                       simulated_choices)
+from topas.cluster.real_router import (TIMING_WINDOW_S, agreement, choices_from_logs, per_agent,  # noqa: E402
+                                       rule_choices, simulated_choices)
 from topas.cluster.routers import make_router  # noqa: E402
 from topas.engine.config import EngineConfig  # noqa: E402
 from topas.engine.cost import load_profile  # noqa: E402
 from topas.experiments.spec import Prepared  # noqa: E402
-from topas.fidelity.router_timing import TIMING_WINDOW_S, rule_choices_windowed  # noqa: E402
 from topas.policies.base import make_policy  # noqa: E402
 from topas.sglang import launcher  # noqa: E402
 from topas.sglang import server as srv  # noqa: E402
@@ -174,8 +173,8 @@ def test_replay_through_the_router(workers, workload, policy):
     # the simulator's router: fed the real run, and simulating the whole cluster
     prefix = {a: ag.prefix_tokens for a, ag in trace.agents.items()}
     resolved: set[str] = set()
-    rule = rule_choices_windowed(res.requests, prefix, make_router("sglang-cache-aware"), choices, 2,
-                                 window_s=TIMING_WINDOW_S, resolved=resolved)
+    rule = rule_choices(res.requests, prefix, make_router("sglang-cache-aware"), choices, 2,
+                        window_s=TIMING_WINDOW_S, resolved=resolved)
     a_rule = agreement(choices, rule)
     strict = agreement(choices, rule_choices(res.requests, prefix, make_router("sglang-cache-aware"), choices, 2))
     from topas.fidelity.run import sim_engine

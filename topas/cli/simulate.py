@@ -11,7 +11,6 @@ import click
 
 from topas.cli.group import fail, main
 from topas.cli_options import arrival_options, knowledge_options
-from topas.engine.metrics import cached_share
 
 
 def _fmt_bytes(n: float) -> str:
@@ -132,7 +131,7 @@ def simulate_summary_lines(prepared, result, out: Path | None = None) -> list[st
         f"(makespan {s['makespan']:.1f} s)",
         f"batching     avg decode batch {s['avg_decode_batch']:.2f} over {s['decode_steps']:,} decode steps; "
         f"mean KV use {100 * s['kv_util_mean']:.1f}%",
-        f"prefixes     hits {s['prefix_hits']}, {100 * cached_share(result.requests):.1f}% of prompt tokens cached, "
+        f"prefixes     hits {s['prefix_hits']}, {_cached_pct(s)} of prompt tokens cached, "
         f"loads {s['prefix_loads_swap']} by swap + "
         f"{s['prefix_loads_prefill']} by prefill, evictions {s['prefix_evictions']}, "
         f"swapped {_fmt_bytes(s['bytes_swapped'])}",
@@ -255,3 +254,10 @@ def simulate_cmd(trace_name: str, policy: str, params: tuple[str, ...], rate: fl
             click.echo("\n".join(lines[:-1]))
             fail(f"error: cannot write the result tables to {out}: {e.strerror or e}")
     click.echo("\n".join(lines))
+
+
+def _cached_pct(summary: dict) -> str:
+    """The share of prompt tokens served from the cache (the summary's ``cached_tokens`` /
+    ``prompt_tokens``, as :func:`topas.engine.metrics.cached_share` sums them)."""
+    total = summary.get("prompt_tokens") or 0
+    return f"{100 * summary['cached_tokens'] / total:.1f}%" if total else "n/a"

@@ -11,7 +11,9 @@ Two comparisons with the simulator's :mod:`~topas.cluster.routers.sglang_cache_a
 * :func:`rule_choices`: the router model fed the real run: the requests in the order they reached
   the router (the client's send time, ``requests.ready``), each worker's load the requests the
   router had sent it that had not finished (``ready <= t < finish`` on the client's clock; the
-  router counts the same requests between its send and the response). It checks the *rule*.
+  router counts the same requests between its send and the response). It checks the *rule*;
+  with ``window_s`` (:data:`TIMING_WINDOW_S`) it reads each miss within the client's timing
+  uncertainty.
 * :func:`simulated_choices`: the whole cluster simulated on the same trace (own timing from a
   cost profile): the rule plus the simulator's timing, as a sweep would use it.
 
@@ -21,6 +23,7 @@ Two comparisons with the simulator's :mod:`~topas.cluster.routers.sglang_cache_a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import product
 from typing import Any, Iterable, Mapping, Sequence
 
 from topas.cluster.state import EngineState, RouteRequest
@@ -43,29 +46,73 @@ def choices_from_logs(logs: Sequence[Iterable[Mapping[str, Any]]], run_id: str) 
     return out
 
 
+#: How far apart (seconds, on the client's clock) two events must be for the client to know the
+#: order the router saw them in (:func:`rule_choices`'s ``window_s``).
+TIMING_WINDOW_S = 0.1
+
+
 def rule_choices(requests: Any, prefix_tokens: Mapping[str, int], router: Any, choices: Mapping[str, int],
-                 n_workers: int) -> dict[str, int]:
+                 n_workers: int, window_s: float = 0.0, resolved: set[str] | None = None) -> dict[str, int]:
     """The router model's choice of every request, fed the real run (module docstring).
 
     ``requests``: the replay's requests table (``rid``, ``task_id``, ``stage_id``, ``agent``,
     ``input_tokens``, ``ready``, ``finish``); ``choices``: where the real router sent each one
     (for the loads); ``router``: a fresh router object (``make_router("sglang-cache-aware")``).
-    Ties in ``ready`` go in rid order."""
+    Ties in ``ready`` go in rid order.
+
+    ``window_s`` (0: the client's clock is taken as the router's): a *miss* (a request whose
+    prefix no worker's tree holds: the router sends it to the least-loaded worker) is decided by
+    the loads at the instant the router reads them, which the client knows only up to the path
+    between them. ``sgl-model-gateway``'s HTTP router reads every worker's load in
+    ``select_worker`` before it counts the request (two requests routed at once both read the
+    loads without the other) and drops its load guard when it has read the worker's answer,
+    before the client receives it. So another request sent or finished within ``window_s`` of a
+    miss may or may not count: the miss is checked against every one of those load readings;
+    when the real choice is the least-loaded worker of one of them, the model takes it (and its
+    rid is added to ``resolved``); otherwise the model's own reading stands. Hits (the prefix is
+    on a worker's tree) do not depend on the loads and are never resolved so
+    (docs/cluster.md, 'Real servers behind a real router')."""
     rows = sorted(requests.itertuples(index=False), key=lambda r: (float(r.ready), str(r.rid)))
     router.reset(n_workers)
     out: dict[str, int] = {}
     for r in rows:
         t = float(r.ready)
-        loads = [0] * n_workers
-        for q in rows:
-            if q.rid != r.rid and q.rid in choices and float(q.ready) <= t < float(q.finish) and (
-                    (float(q.ready), str(q.rid)) < (t, str(r.rid))):
-                loads[choices[q.rid]] += 1
-        states = [EngineState(index=i, in_flight=loads[i]) for i in range(n_workers)]
+        loads, near = _loads_read(rows, r, t, choices, n_workers, window_s)
         req = RouteRequest(rid=str(r.rid), task_id=str(r.task_id), stage_id=str(r.stage_id), agent=str(r.agent),
                            prefix_tokens=int(prefix_tokens[r.agent]), input_tokens=int(r.input_tokens), time=t)
+        real = choices.get(str(r.rid))
+        miss = getattr(router, "holder", None) is not None and router.holder(str(r.agent)) is None
+        if near and miss and real is not None:
+            for flips in product((0, 1), repeat=min(len(near), 12)):
+                alt = list(loads)
+                for (w, d), f in zip(near, flips):
+                    alt[w] += d * f
+                if min(range(n_workers), key=lambda i: (alt[i], i)) == real:
+                    if alt != loads and resolved is not None:
+                        resolved.add(str(r.rid))
+                    loads = alt
+                    break
+        states = [EngineState(index=i, in_flight=max(0, loads[i])) for i in range(n_workers)]
         out[str(r.rid)] = int(router.route(req, states))
     return out
+
+
+def _loads_read(rows: Sequence[Any], r: Any, t: float, choices: Mapping[str, int], n_workers: int,
+                window_s: float) -> tuple[list[int], list[tuple[int, int]]]:
+    """Each worker's load when ``r`` reaches the router at ``t`` (the requests sent to it before
+    ``r`` that have not finished), and the requests sent or finished within ``window_s`` of
+    ``t``, as ``(worker, +1 / -1)``: counting them or not is a reading the router may have made."""
+    loads = [0] * n_workers
+    near: list[tuple[int, int]] = []
+    for q in rows:
+        if q.rid == r.rid or q.rid not in choices:
+            continue
+        counted = float(q.ready) <= t < float(q.finish) and (float(q.ready), str(q.rid)) < (t, str(r.rid))
+        if counted:
+            loads[choices[q.rid]] += 1
+        if window_s > 0 and (abs(float(q.ready) - t) <= window_s or abs(float(q.finish) - t) <= window_s):
+            near.append((choices[q.rid], -1 if counted else +1))
+    return loads, near
 
 
 def simulated_choices(trace: Any, policy: str, router: Any, cost: Any, config: Any, n_workers: int,

@@ -144,7 +144,7 @@ async def replay_requests(trace: Trace, server: str, policy: str | None, params:
             rid = f"{run_id}:{task.id}/{s.id}"
             body = {
                 "rid": rid_with_meta(rid, meta) if meta_in_rid else rid,
-                **({"text": ids_to_text(ids)} if send_text else {"input_ids": ids}),  # = text.stage_text
+                **({"text": ids_to_text(ids)} if send_text else {"input_ids": ids}),
                 "sampling_params": {"max_new_tokens": int(s.output_tokens), "ignore_eos": True,
                                     "temperature": 0.0, "custom_params": {"topas": meta.to_json()}},
             }

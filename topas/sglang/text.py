@@ -20,7 +20,7 @@ for the tiny CPU model (``tools/sglang_cpu/make_tiny_model.py`` writes it beside
   requests of one agent share exactly the agent's prefix (``l_a`` characters), and nothing past
   it (the suffix's first token is unique in the run, :func:`topas.sglang.tokens.suffix_ids`);
   requests of a ``topas.trace/2`` trace share exactly the segments the trace says
-  (:func:`topas.sglang.tokens.stage_ids`, spelled by :func:`stage_text`).
+  (:func:`topas.sglang.tokens.stage_ids`, spelled by :func:`ids_to_text`).
 
 Deterministic: the files are a pure function of the vocabulary size (byte-identical across runs
 and machines).
@@ -31,10 +31,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
-
-if TYPE_CHECKING:  # pragma: no cover
-    from topas.workload.model import Stage, Trace
+from typing import Any, Sequence
 
 #: token id i <-> chr(TEXT_BASE + i): Supplementary Private Use Area-A (U+F0000..U+FFFFD)
 TEXT_BASE = 0xF0000
@@ -72,14 +69,6 @@ def request_text(agent: str, prefix_tokens: int, run: str, index: int, task: str
     from topas.sglang.tokens import request_ids
 
     return ids_to_text(request_ids(agent, prefix_tokens, run, index, task, stage, input_tokens))
-
-
-def stage_text(trace: "Trace", task: str, stage: "Stage", run: str, index: int) -> str:
-    """What the replay's text mode sends: :func:`topas.sglang.tokens.stage_ids` spelled one
-    character per token (segments and all)."""
-    from topas.sglang.tokens import stage_ids
-
-    return ids_to_text(stage_ids(trace, task, stage, run, index))
 
 
 def tokenizer_json(vocab_size: int) -> dict[str, Any]:
