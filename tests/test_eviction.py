@@ -159,10 +159,10 @@ def test_tlru_drains_tokens_past_a_branchs_budget_first():
     assert eviction_strategy("lru").priority(needed) < eviction_strategy("lru").priority(safe)
 
 
-def test_tlru_runs_in_the_engine_and_keeps_the_prefix_of_a_long_branch():
-    res = simulate(pool_trace(), Z0(), load_profile(),
-                   EngineConfig(kv_budget=56, eviction="tlru:threshold=6,next_prompt_estimate=2"))
-    assert res.summary["n_requests"] == 8
+def test_tlru_with_a_threshold_past_every_branch_is_lru_in_the_engine():
+    """threshold >= history + next_prompt_estimate everywhere: every entry is TEL-safe, so the
+    second key, recency, decides alone (the paper's phase 2)."""
+    assert probes("tlru:threshold=4096,next_prompt_estimate=0") == probes("lru")
 
 
 # ---------------------------------------------------------------- lru: today's engine
