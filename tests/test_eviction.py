@@ -254,3 +254,18 @@ def test_the_cli_lists_the_evictions_and_simulates_with_one():
     r = CliRunner().invoke(main, ["simulate", "--trace", "chain-3", "--policy", "lpm", "--tasks", "3",
                                   "--eviction", "fifo"])
     assert r.exit_code == 1 and "unknown eviction 'fifo'" in r.output
+
+
+def test_check_results_treats_the_default_eviction_as_a_new_engine_field_only():
+    """A result stored before the axis existed re-runs with ``eviction="lru"`` added to its engine
+    config: ``scripts/check_results.py --new-engine-fields`` compares it (the default is unchanged)."""
+    import importlib.util
+
+    from topas.paths import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("check_results", REPO_ROOT / "scripts" / "check_results.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    fresh = Experiment("chain-3", "lpm", load=1.0).canonical()["engine_config"]
+    stored = {k: v for k, v in fresh.items() if k != "eviction"}
+    assert fresh["eviction"] == "lru" and mod._only_new_fields(stored, fresh)
