@@ -113,22 +113,34 @@ def test_every_number_in_the_readme_and_results_comes_from_a_shipped_file():
         assert not bad, f"{doc.name} states numbers no file in figures/ or data/paper/ holds: {bad}"
 
 
-CITED = re.compile(r"`((?:figures|data/paper)/[\w.-]+\.(?:md|csv))`")
+CITED = re.compile(r"`((?:figures|data/paper|data/results)/[\w./-]+\.(?:md|csv))`")
+
+
+def _held(rel: str) -> set[str]:
+    """The numbers a cited table holds, in its .md and its .csv twin."""
+    held: set[str] = set()
+    for path in {REPO_ROOT / rel, REPO_ROOT / rel.replace(".md", ".csv"), REPO_ROOT / rel.replace(".csv", ".md")}:
+        if path.is_file():
+            held |= {m.group().lstrip("+-").replace(",", "") for m in NUMBER.finditer(path.read_text())}
+    return held
 
 
 def numbers_not_in_the_cited_file(text: str) -> list[str]:
-    """For each paragraph that cites a table (`figures/x.md`, `data/paper/x.csv`), the numbers that
-    paragraph states and none of the tables it cites holds (markdown tables count as one paragraph)."""
+    """For each paragraph that cites a table (`figures/x.md`, `data/paper/x.csv`, `data/results/.../x.csv`),
+    the numbers that paragraph states and none of the tables it cites holds. A markdown table counts as
+    one paragraph; one that cites nothing itself is checked against the tables cited by the paragraph
+    that introduces it (the one right before it, ending in ':')."""
     bad = []
+    introduced: list[str] = []
     for para in re.split(r"\n\s*\n", FENCE.sub(" ", text)):
-        cited = CITED.findall(para)
+        cited = [rel for rel in CITED.findall(para) if (REPO_ROOT / rel).is_file()]  # not an output path
+        is_table = para.strip().startswith("|")
+        if not cited and is_table:
+            cited = introduced
+        introduced = cited if para.rstrip().endswith(":") else []
         if not cited:
             continue
-        held: set[str] = set()
-        for rel in cited:
-            for path in {REPO_ROOT / rel, REPO_ROOT / rel.replace(".md", ".csv"), REPO_ROOT / rel.replace(".csv", ".md")}:
-                if path.is_file():
-                    held |= {m.group().lstrip("+-").replace(",", "") for m in NUMBER.finditer(path.read_text())}
+        held = set().union(*(_held(rel) for rel in cited))
         bad += [f"{n} (cites {', '.join(cited)})" for n in sorted(_numbers(para)) if n not in held]
     return bad
 
