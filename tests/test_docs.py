@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import re
 import subprocess
 
@@ -89,12 +91,20 @@ def _numbers(text: str) -> set[str]:
     return {m.group().lstrip("+-").replace(",", "") for m in NUMBER.finditer(text)}
 
 
+def _file_numbers(path) -> set[str]:
+    """Every number a shipped table holds, as a plain decimal; a CSV is read cell by cell (its commas
+    separate fields, not thousands)."""
+    text = path.read_text()
+    cells = [c for row in csv.reader(io.StringIO(text)) for c in row] if path.suffix == ".csv" else [text]
+    return {m.group().lstrip("+-").replace(",", "") for cell in cells for m in NUMBER.finditer(cell)}
+
+
 def _shipped_numbers(*folders: str) -> set[str]:
     found: set[str] = set()
     for folder in folders:
         for path in sorted((REPO_ROOT / folder).glob("*")):
             if path.suffix in (".md", ".csv"):
-                found |= {m.group().lstrip("+-").replace(",", "") for m in NUMBER.finditer(path.read_text())}
+                found |= _file_numbers(path)
     return found
 
 
@@ -121,7 +131,7 @@ def _held(rel: str) -> set[str]:
     held: set[str] = set()
     for path in {REPO_ROOT / rel, REPO_ROOT / rel.replace(".md", ".csv"), REPO_ROOT / rel.replace(".csv", ".md")}:
         if path.is_file():
-            held |= {m.group().lstrip("+-").replace(",", "") for m in NUMBER.finditer(path.read_text())}
+            held |= _file_numbers(path)
     return held
 
 
