@@ -138,15 +138,14 @@ def _held(rel: str) -> set[str]:
 def numbers_not_in_the_cited_file(text: str) -> list[str]:
     """For each paragraph that cites a table (`figures/x.md`, `data/paper/x.csv`, `data/results/.../x.csv`),
     the numbers that paragraph states and none of the tables it cites holds. A markdown table counts as
-    one paragraph; one that cites nothing itself is checked against the tables cited by the paragraph
-    that introduces it (the one right before it, ending in ':')."""
+    one paragraph; a table or a list is also checked against the tables cited by the paragraph that
+    introduces it (the one right before it, ending in ':')."""
     bad = []
     introduced: list[str] = []
     for para in re.split(r"\n\s*\n", FENCE.sub(" ", text)):
         cited = [rel for rel in CITED.findall(para) if (REPO_ROOT / rel).is_file()]  # not an output path
-        is_table = para.strip().startswith("|")
-        if not cited and is_table:
-            cited = introduced
+        if para.strip().startswith(("|", "- ", "* ")):
+            cited += [rel for rel in introduced if rel not in cited]
         introduced = cited if para.rstrip().endswith(":") else []
         if not cited:
             continue
