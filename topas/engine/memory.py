@@ -43,7 +43,8 @@ class KVMemory:
         if free >= tokens:
             return True
         victims = sorted(
-            (p for p in self.prefixes.values() if p.resident and p.refcount == 0 and p is not exclude),
+            (p for p in self.prefixes.values() if p.resident and p.refcount == 0 and p is not exclude
+             and p.agent.name not in self._loading),
             key=lambda p: (p.last_used, p.agent.name),
         )
         if free + sum(p.tokens for p in victims) < tokens:
@@ -129,7 +130,7 @@ class KVMemory:
                 else:
                     cands = (p for p in self.prefixes.values()
                              if p.resident and p.refcount == 0 and p.prefill_left == 0
-                             and p.agent.name not in self._computing)
+                             and p.agent.name not in self._computing and p.agent.name not in self._loading)
                 prefix = min((p for p in cands if not self._cached_by_agent[p.agent.name]),
                              key=lambda p: (p.last_used, p.agent.name), default=None)
                 if prefix is not None and (leaf_time is None or prefix.last_used < leaf_time):
