@@ -11,7 +11,10 @@ allocated at once and locked (``inc_lock_ref``) until the copy completes. Its ad
 loading, and for a request whose prefix is on host only it starts that load and skips it too: a
 host-resident prefix is never loaded in the request's own iteration.
 
-Here a load occupies the host link for ``CostModel.swap_time(l_a)`` (the profile's bandwidth),
+Our choices (docs/method.md, "KVFlow"): the agents to prefetch are computed at every decision
+point, before the admission walk, and loaded after it (so a load never takes the room of a
+request admitted now); a load never evicts the cached KV of an agent due within ``L`` steps
+(:meth:`Prefetch._prefetch_room`; the load of a waiting request's own prefix may). Here a load occupies the host link for ``CostModel.swap_time(l_a)`` (the profile's bandwidth),
 loads queue on one link in the order they were started, and a loading prefix is resident (its KV
 counted and locked) but not matchable until its load completes; the engine's clock stops at each
 completion (an event) and re-runs admission. Only with ``EngineConfig.host_tier`` and a strategy
@@ -24,7 +27,7 @@ unchanged.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Sequence
 
 from topas.engine.entities import Prefix
 
@@ -32,26 +35,43 @@ from topas.engine.entities import Prefix
 class Prefetch:
     """Asynchronous prefix loads from the host tier, and the admission skip while they run."""
 
-    def _prefetch(self, agents: Iterable[str]) -> int:
+    def _prefetch(self, agents: Sequence[str], demand: bool = False) -> int:
         """Start background loads of the host-resident prefixes of ``agents`` (in order), each
-        only if it fits beside everything locked; stop at the first that does not
-        (``DispatchLoadTasks``' ``to_break``). Returns the number started."""
+        only if it fits; stop at the first that does not (``DispatchLoadTasks``' ``to_break``).
+        ``demand``: the load of a waiting request's prefix (the fork's ``load_back(priority=0,
+        check_reserve=True)`` in the admission walk), which may evict anything unlocked.
+        Returns the number started."""
+        room = self._locked_room() if demand else self._prefetch_room()
         started = 0
         for a in agents:
             p = self.prefixes[a]
             if p.resident or not p.on_host or a in self._loading:
                 continue
-            if not self._load_fits(p):
+            if p.tokens > room:
                 break
             self._start_load(p)
+            room -= p.tokens
             started += 1
         if started:
             self._settle()  # the load's allocation evicts what no longer fits
         return started
 
-    def _load_fits(self, p: Prefix) -> bool:
-        """``load_back(check_reserve=True)``: the prefix fits in the free plus evictable pool."""
-        return self.budget - self.request_tokens - self._locked_prefix_tokens() >= p.tokens
+    def _locked_room(self) -> int:
+        """The pool less what is locked: free plus evictable KV (``check_reserve``)."""
+        return self.budget - self.request_tokens - self._locked_prefix_tokens()
+
+    def _prefetch_room(self) -> int:
+        """KV a load may take: the pool less what is locked (``load_back(check_reserve=True)``:
+        free plus evictable) and less the cached KV of the agents due within ``L`` steps (our
+        choice: a load never evicts another agent KVFlow protects, or loads would evict each
+        other's prefixes before their requests are admitted)."""
+        room = self._locked_room()
+        for a in self._protected:
+            p = self.prefixes[a]
+            if p.resident and not self._locked(p):
+                room -= p.tokens
+            room -= self._cached_by_agent[a]
+        return room
 
     def _start_load(self, p: Prefix) -> None:
         a = p.agent.name
@@ -83,6 +103,6 @@ class Prefetch:
             return True
         p = self.prefixes[agent]
         if not p.resident and p.on_host:
-            self._prefetch((agent,))
+            self._prefetch((agent,), demand=True)
             return True
         return False

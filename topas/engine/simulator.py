@@ -40,6 +40,7 @@ from tqdm.auto import tqdm
 
 from topas.engine.config import EngineConfig
 from topas.engine.cost import CostModel
+from topas.engine.evict_pass import StrategyEviction
 from topas.engine.entities import (DECODE, PREFILL, WAITING, Prefix, Request, TaskState, add_reply_latency, roots,
     start_task)
 from topas.engine.iterations import Iterations
@@ -47,7 +48,6 @@ from topas.engine.knowledge import Knowledge
 from topas.engine.memory import KVMemory
 from topas.engine.metrics import SimResult, build_result
 from topas.engine.prefetch import Prefetch
-from topas.engine.radix_cache import SegmentCache
 from topas.engine.segments import SegmentMemory
 from topas.engine.view import Decision, EngineView, InfeasibleDecision, PrefixView
 from topas.policies.base import Policy
@@ -59,7 +59,7 @@ class SimulationStuck(RuntimeError):
     """The engine is idle with requests waiting and the policy admits none of them."""
 
 
-class Simulator(KVMemory, Iterations, SegmentMemory, Prefetch):
+class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch):
     def __init__(
         self,
         trace: Trace,
@@ -83,6 +83,7 @@ class Simulator(KVMemory, Iterations, SegmentMemory, Prefetch):
         self.policy = policy
         self.manages = policy.manages_prefixes
         policy.reset()
+        self._init_eviction()
 
         self.now = 0.0
         self.prefixes: dict[str, Prefix] = {name: Prefix(agent=a) for name, a in trace.agents.items()}
@@ -128,7 +129,7 @@ class Simulator(KVMemory, Iterations, SegmentMemory, Prefetch):
         self._free_after_next: list[Request] = []
         self._settling = False
         # the segment radix tree below the agent prefixes (topas.trace/2 traces only)
-        self._tree = (SegmentCache(self.prefixes) if cfg.radix_cache and cfg.segment_cache and trace.has_segments
+        self._tree = (self._new_tree() if cfg.radix_cache and cfg.segment_cache and trace.has_segments
                       else None)
         self._tails: dict[str, tuple] = {}
         self._insert_after_next: list[Request] = []
@@ -136,7 +137,11 @@ class Simulator(KVMemory, Iterations, SegmentMemory, Prefetch):
         # decision point, read from the view (None: no prefetch, the default engine); agent ->
         # when its load completes; when the host link is free again
         self._prefetcher: Callable[[EngineView], tuple[str, ...]] | None = None
+        if (cfg.host_tier and cfg.radix_cache and not self.manages
+                and getattr(self._eviction, "prefetches", False)):  # the kvflow strategy
+            self._prefetcher = self._eviction.prefetch_agents  # type: ignore[attr-defined]
         self._loading: dict[str, float] = {}
+        self._protected: tuple[str, ...] = ()  # the agents due within L steps, nearest first
         self._link_free = 0.0
         # records
         self.prefix_events: list[tuple] = []
@@ -239,6 +244,7 @@ class Simulator(KVMemory, Iterations, SegmentMemory, Prefetch):
         r.state = WAITING
         self.waiting[r.rid] = r
         self._dirty = True
+        self._set_request_priority(r)
 
     # ------------------------------------------------------------------ decisions
     def view(self) -> EngineView:
@@ -276,9 +282,11 @@ class Simulator(KVMemory, Iterations, SegmentMemory, Prefetch):
     def _decide(self) -> None:
         self._dirty = False
         self._steps_since_check = 0
-        if self._prefetcher is not None:  # KVFlow's DispatchLoadTasks, whatever the gate
-            self._prefetch(self._prefetcher(self.view()))
+        if self._prefetcher is not None:  # KVFlow's DispatchLoadTasks (after the walk), whatever the gate
+            self._protected = self._prefetcher(self.view())
         if self._gated():
+            if self._protected:
+                self._prefetch(self._protected)
             return  # SGLang skips get_new_batch_prefill while batch_is_full
         self._batch_full = False
         decode_empty = not self.decoding
@@ -287,6 +295,8 @@ class Simulator(KVMemory, Iterations, SegmentMemory, Prefetch):
         decision = self.policy.decide(view)
         wall = _time.perf_counter() - t0
         admitted = self.apply(decision)
+        if self._protected:
+            self._prefetch(self._protected)
         running = len(self.prefill_queue) + len(self.decoding)
         if admitted < len(decision.admit) and 0 < running < self.config.max_running_requests:
             # add_one_req answered NO_TOKEN while something can run. Set on an empty running batch,
