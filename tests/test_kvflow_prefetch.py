@@ -74,3 +74,23 @@ def test_a_loading_prefix_is_locked_and_not_matchable() -> None:
     assert v.prefixes["B"].resident and not v.prefixes["B"].in_tree
     assert sim._locked(sim.prefixes["B"])
     assert "t/b" in sim.waiting
+
+
+def _events(policy: str, host: bool, **kw) -> dict[str, int]:
+    from topas.experiments.spec import Experiment, run_experiment
+    r = run_experiment(Experiment(workload="dag-4", policy=policy, load=1.5, seed=0, n_tasks=40,
+                                  engine_options=(("eviction", "kvflow"), ("host_tier", host)), **kw))
+    assert r.summary["n_tasks"] == 40
+    return {k: int(v) for k, v in r.prefix_events["event"].value_counts().items()}
+
+
+def test_kvflow_with_a_host_tier_loads_every_host_prefix_in_the_background() -> None:
+    ev = _events("lpm", True)
+    assert ev.get("prefetch_swap", 0) > 0 and ev.get("load_swap", 0) == 0
+    online = _events("lpm", True, dag_visibility="online")
+    assert online.get("prefetch_swap", 0) > 0 and online.get("load_swap", 0) == 0
+
+
+def test_kvflow_without_a_host_tier_or_under_a_prefix_managing_policy_does_not_prefetch() -> None:
+    assert "prefetch_swap" not in _events("lpm", False)
+    assert "prefetch_swap" not in _events("topas", True)
