@@ -19,6 +19,10 @@ keeps, per entry, what SGLang's ``UnifiedTreeNode`` keeps (``unified_tree_core.p
   two nodes never tie there; the simulated clock ties often (a batch of nodes touched in one
   iteration), so ties go on to :attr:`Evictable.tie` (finished leaves and segment nodes before
   prefixes, then creation order, prefixes by agent name): today's LRU order, kept bit-identical.
+  Two differences kept from the LRU engine: a release touches the nodes here (SGLang's
+  ``dec_lock_ref`` does not; a finished request's insertion touches its prompt path anyway), and
+  SGLang's periodic touch of waiting requests' prefixes (``_touch_waiting_prefixes``, LRU only)
+  is not modelled.
 * ``hit_count``: raised by one each time a request's insertion walks through the entry
   (``_finish_insert_walk_node`` / ``_should_backup_after_insert`` -> ``_inc_hit_count_and_check``,
   once per request: ``node_end > inserted_len``); a new leaf starts at one; matching does not
@@ -27,7 +31,9 @@ keeps, per entry, what SGLang's ``UnifiedTreeNode`` keeps (``unified_tree_core.p
   (``_insert_walk_step``: ``node.priority = max(node.priority, state.priority)``), a new node
   the inserting request's; a finished request's prompt path is inserted once more with
   ``priority + 1`` (``checkpoint_into_tree``: the prompt-boundary split), so its output leaf
-  (priority ``p``) goes before its prompt (``p + 1``).
+  (priority ``p``) goes before its prompt (``p + 1``). A request's priority is SGLang's
+  ``req.priority or 0`` on a server without ``--enable-priority-scheduling`` (the scheduling
+  order is left alone; with it, a request without a priority would get ``-sys.maxsize - 1``).
 * ``depth`` and ``history`` (``tlru`` only): tokens from the root through the entry
   (``_tlru_cached_prefix_len``) and the deepest such count its branch ever reached
   (``_tlru_history_len``, raised at node creation, never lowered).
@@ -114,6 +120,9 @@ class EvictionStrategy:
     heap_fast_path: ClassVar[bool] = False
     #: the engine keeps ``depth``/``history`` for this strategy (SGLang's ``tlru_bookkeeping``)
     needs_history: ClassVar[bool] = False
+    #: the strategy reads :attr:`Evictable.priority`: only then does the engine ask the policy's
+    #: ``request_priority`` (otherwise every request's priority is 0, unread)
+    reads_priority: ClassVar[bool] = False
 
     def __init__(self, **kw: int) -> None:
         for k in kw:
@@ -215,6 +224,7 @@ class Priority(EvictionStrategy):
 
     name = "priority"
     description = "lowest request priority first (Policy.request_priority), then least recently used"
+    reads_priority = True
 
     def priority(self, e: Evictable) -> tuple:
         return (e.priority, e.last_access)
@@ -244,15 +254,6 @@ class TLRU(EvictionStrategy):
     def priority(self, e: Evictable) -> tuple:
         budget = max(e.history + self.values["next_prompt_estimate"] - self.values["threshold"], 0)
         return (-1 if e.depth - e.tokens >= budget else 0, e.last_access)
-
-
-def describe_evictions() -> list[str]:
-    """One line per strategy (``topas evictions``): name, parameters, description."""
-    out = []
-    for name, (desc, params) in available_evictions().items():
-        ps = ",".join(f"{k}={v}" for k, v in params.items())
-        out.append(f"{name + (':' + ps if ps else ''):<40} {desc}")
-    return out
 
 
 def check_eviction(spec: Any) -> str:
