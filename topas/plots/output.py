@@ -61,7 +61,7 @@ def save_figure(fig: matplotlib.figure.Figure, name: str, out_dir: str | os.Path
     """
     out = figures_dir(out_dir)
     caption = measured_caption()
-    if caption and not any(t.get_text() == caption for t in fig.texts):
+    if caption and not any(caption.lower() in t.get_text().replace(chr(10), ' ').lower() for t in fig.texts):
         fig.text(0.99, 0.0, caption, ha="right", va="top", fontsize=7, color="0.35")
     paths = []
     for fmt, meta in (("png", {"Software": None}), ("pdf", {"CreationDate": None, "Producer": None})):
