@@ -115,9 +115,18 @@ def test_run_caption_says_tasks_seeds_and_band():
         "200 tasks per run; 3 seeds per point (their mean)"
     assert plots.run_caption(pd.DataFrame({"tasks": [60, 200], "seeds": [1, 1]})) == \
         "60 or 200 tasks per run; 1 seed per point"
-    fig, ax = plt.subplots(figsize=(4, 3))
-    t = plots.add_caption(fig, "Line: mean", plots.run_caption(df, interval=None))
+    fig, ax = plt.subplots(figsize=(4, 3), layout="constrained")
+    fig.legend([ax.plot([1, 2])[0]], ["x"], loc="outside lower center")
+    assert plots.add_caption(fig, "Line: mean", plots.run_caption(df, interval=None)) == \
+        "Line: mean. 500 tasks per run; seeds 0-2 (3 per point)."
+    fig.suptitle("added after the plotting function")  # still laid out: the caption is placed at save
+    assert plots.text_overlaps(fig) == []
+    t = plots.place_caption(fig)
     assert t.get_text().replace("\n", " ") == "Line: mean. 500 tasks per run; seeds 0-2 (3 per point)."
+    assert plots.place_caption(fig) is t and fig.texts.count(t) == 1
+    # under the legend, not over it
+    r = fig.canvas.get_renderer()
+    assert t.get_window_extent(r).y1 <= fig.legends[0].get_window_extent(r).y0
 
 
 def test_palette_is_consistent_and_ordered():

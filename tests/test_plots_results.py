@@ -65,7 +65,7 @@ def test_plot_metric_vs_load_layout_and_scale(scale, log):
     if not log:
         assert all(a.get_ylim()[0] == 0 for a in axes)
     # the caption says what the figure was made from
-    assert any("seeds 0-1 (2 per point)" in t.get_text().replace("\n", " ") for t in fig.texts)
+    assert "seeds 0-1 (2 per point)" in plots.place_caption(fig).get_text().replace("\n", " ")
     assert plots.text_overlaps(fig) == []
 
 

@@ -31,7 +31,7 @@ from topas.plots.style import (AGENT_COLORS, FALLBACK_COLORS, FALLBACK_MARKERS, 
     POLICY_LABELS, POLICY_MARKERS, POLICY_ORDER, ROUTER_COLORS, ROUTER_MARKERS, ROUTER_ORDER, WORKLOAD_LABELS,
     WORKLOAD_ORDER, policy_color, policy_label, policy_marker, policy_order, policy_palette, policy_style,
     router_color, router_marker, router_order, use_style, workload_label, workload_order)  # noqa: F401
-from topas.plots.captions import SEED_RANGE, add_caption, log_note, run_caption  # noqa: F401
+from topas.plots.captions import SEED_RANGE, add_caption, log_note, place_caption, run_caption  # noqa: F401
 from topas.plots.output import (MEASURED_ON_ENV, _atomic_write, figures_dir, measured_caption, save_figure,
     save_table, text_overlaps, to_markdown)  # noqa: F401
 from topas.plots.workloads import (draw_workflow, plot_workflows, workflow_layout, workload_sizes)  # noqa: F401
@@ -58,6 +58,7 @@ __all__ = [
     "workload_order",
     "SEED_RANGE",
     "add_caption",
+    "place_caption",
     "log_note",
     "run_caption",
     "INNER_FILLS",

@@ -56,30 +56,42 @@ def log_note(ratio: float = LOG_SPAN) -> str:
     return f"log axis only where the values span {ratio:g}x or more"
 
 
-def add_caption(fig: matplotlib.figure.Figure, *parts: str) -> matplotlib.text.Text:
-    """Write the non-empty ``parts`` (joined by ``". "``) as a caption under everything ``fig``
-    draws (legends below the panels included), wrapped to its width, left-aligned; with
-    ``$TOPAS_MEASURED_ON`` set the measured-on note is appended (so
-    :func:`topas.plots.save_figure` does not add a second one). Call it last: it lays the figure
-    out once, freezes that layout and writes the caption under its lowest artist (a tight save
-    then takes it in). Returns the text."""
+def add_caption(fig: matplotlib.figure.Figure, *parts: str) -> str:
+    """Give ``fig`` a caption: the non-empty ``parts`` joined by ``". "`` (with
+    ``$TOPAS_MEASURED_ON`` set, the measured-on note appended, so
+    :func:`topas.plots.save_figure` does not add a second one). It is written under everything
+    the figure draws (legends below the panels included) by :func:`place_caption`, which
+    :func:`topas.plots.save_figure` and :func:`topas.plots.text_overlaps` call: so a title added
+    after the plotting function returned is still laid out. Returns the caption's text."""
     text = ". ".join(p.strip().rstrip(".") for p in parts if p and p.strip())
     measured = measured_caption()
     if measured:
         text = f"{text}. {measured[0].upper()}{measured[1:]}" if text else measured
+    text = text + ("." if text and not text.endswith(".") else "")
+    fig._topas_caption = text
+    return text
+
+
+def place_caption(fig: matplotlib.figure.Figure) -> matplotlib.text.Text | None:
+    """Write the caption :func:`add_caption` gave ``fig`` (once; later calls return the same
+    text), wrapped to the figure's width, left-aligned under its lowest artist. The figure is laid
+    out once and that layout frozen: a figure legend is anchored to the figure's box, which a
+    tight save shrinks to what is drawn (the caption included), so it would slide down onto the
+    caption; pinned to the figure's coordinates it stays where the layout put it."""
+    text = getattr(fig, "_topas_caption", None)
+    placed = getattr(fig, "_topas_caption_artist", None)
+    if placed is not None or not text:
+        return placed
     width = max(40, int(fig.get_figwidth() * 13))
-    wrapped = "\n".join(textwrap.wrap(text + ("." if text and not text.endswith(".") else ""), width))
+    wrapped = "\n".join(textwrap.wrap(text, width))
     fig.draw_without_rendering()  # runs the layout engine once: the panels and legends get their place
     if fig.get_layout_engine() is not None:
-        # freeze that layout: a figure legend is anchored to the figure's box, which a tight
-        # save shrinks to what is drawn (the caption included), so it would slide down onto the
-        # caption; pinned to the figure's coordinates it stays where the layout put it
         for leg in fig.legends:
             leg.set_bbox_to_anchor(matplotlib.transforms.Bbox.from_bounds(0.0, 0.0, 1.0, 1.0),
                                    transform=fig.transFigure)
         fig.set_layout_engine("none")
-    renderer = fig.canvas.get_renderer()
-    bb = fig.get_tightbbox(renderer)  # inches, in the figure's frame
+    bb = fig.get_tightbbox(fig.canvas.get_renderer())  # inches, in the figure's frame
     w_in, h_in = fig.get_size_inches()
     x0, y0 = bb.x0 / w_in, bb.y0 / h_in - 0.06 / h_in  # under the lowest artist
-    return fig.text(x0, y0, wrapped, ha="left", va="top", fontsize=8, color="0.2")
+    fig._topas_caption_artist = fig.text(x0, y0, wrapped, ha="left", va="top", fontsize=8, color="0.2")
+    return fig._topas_caption_artist
