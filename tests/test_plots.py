@@ -48,20 +48,85 @@ def test_colours_are_valid_and_distinct():
 
 
 def test_ablations_are_shades_of_topas():
-    """TOPAS and its ablations share a hue; every baseline is a clearly different hue."""
+    """TOPAS and its ablations share a hue (told apart by marker); TOPAS+ (ours) and every
+    baseline are a clearly different hue or achromatic (grey, black)."""
     import colorsys
 
-    def hue(c):
-        return colorsys.rgb_to_hsv(*mcolors.to_rgb(c))[0]
+    from topas.experiments.grid import ABLATIONS
 
-    h = hue(plots.POLICY_COLORS["topas"])
+    def hsv(c):
+        return colorsys.rgb_to_hsv(*mcolors.to_rgb(c))
+
+    h = hsv(plots.POLICY_COLORS["topas"])[0]
     for p in plots.POLICY_ORDER:
-        d = abs(hue(plots.POLICY_COLORS[p]) - h)
-        d = min(d, 1 - d)
-        if p.startswith("topas"):
+        hue, sat, _ = hsv(plots.POLICY_COLORS[p])
+        d = min(abs(hue - h), 1 - abs(hue - h))
+        if p in ABLATIONS:
             assert d < 0.03, p
-        elif p != "fcfs":  # fcfs is grey: no hue
+        elif sat > 0.05:  # fcfs (grey) and topas-plus (black) have no hue
             assert d > 0.08, p
+
+
+def _pairs(colours, markers, names):
+    return [(mcolors.to_hex(colours(n)).lower(), markers(n)) for n in names]
+
+
+def test_every_registered_policy_has_its_own_colour_and_marker():
+    """A policy is told apart by its colour alone and by its marker alone (print in grey,
+    colour-blind readers): no two registered policies share either."""
+    from topas.policies import available_policies
+
+    names = list(available_policies())
+    assert set(names) <= set(plots.POLICY_MARKERS), sorted(set(names) - set(plots.POLICY_MARKERS))
+    pairs = _pairs(plots.policy_color, plots.policy_marker, names)
+    assert len({c for c, _ in pairs}) == len(names), pairs
+    assert len({m for _, m in pairs}) == len(names), pairs
+    assert plots.policy_style("topas") == {"color": plots.POLICY_COLORS["topas"], "marker": "o"}
+
+
+def test_every_registered_router_has_its_own_colour_and_marker():
+    from topas.cluster import available_routers
+
+    names = list(available_routers())
+    assert set(names) == set(plots.ROUTER_ORDER) == set(plots.ROUTER_COLORS) == set(plots.ROUTER_MARKERS), \
+        sorted(set(names) ^ set(plots.ROUTER_ORDER))
+    pairs = _pairs(plots.router_color, plots.router_marker, names)
+    assert len({c for c, _ in pairs}) == len(names), pairs
+    assert len({m for _, m in pairs}) == len(names), pairs
+    # our router is drawn as our policy; an unknown router gets a stable fallback
+    assert plots.router_color("topas") == plots.policy_color("topas")
+    assert plots.router_color("my-router") == plots.router_color("my-router") in plots.FALLBACK_COLORS
+    assert plots.router_marker("my-router") in plots.FALLBACK_MARKERS
+    assert plots.router_order(["wasma", "zz", "kairos", "aa"]) == ["kairos", "wasma", "aa", "zz"]
+
+
+def test_workload_panel_order_is_canonical():
+    assert plots.WORKLOAD_ORDER == ("chain-3", "dag-4", "dag-10-wide", "metagpt-sop", "metagpt-tl")
+    assert set(plots.WORKLOAD_ORDER) == set(plots.WORKLOAD_LABELS)
+    assert plots.workload_order(["metagpt-tl", "dag-10-wide", "x", "dag-4", "chain-3", "metagpt-sop", "dag-4"]) == [
+        "chain-3", "dag-4", "dag-10-wide", "metagpt-sop", "metagpt-tl", "x"]
+
+
+def test_run_caption_says_tasks_seeds_and_band():
+    df = pd.DataFrame({"seed": [0, 1, 2, 0], "n_tasks": [500] * 4})
+    assert plots.run_caption(df) == "500 tasks per run; seeds 0-2 (3 per point); band: min to max over the seeds"
+    assert plots.run_caption(df.assign(seed=0)) == "500 tasks per run; seed 0 (1 per point)"
+    assert plots.run_caption(pd.DataFrame({"tasks": [200], "seeds": [3]})) == \
+        "200 tasks per run; 3 seeds per point (their mean)"
+    assert plots.run_caption(pd.DataFrame({"tasks": [60, 200], "seeds": [1, 1]})) == \
+        "60 or 200 tasks per run; 1 seed per point"
+    fig, ax = plt.subplots(figsize=(4, 3), layout="constrained")
+    fig.legend([ax.plot([1, 2])[0]], ["x"], loc="outside lower center")
+    assert plots.add_caption(fig, "Line: mean", plots.run_caption(df, interval=None)) == \
+        "Line: mean. 500 tasks per run; seeds 0-2 (3 per point)."
+    fig.suptitle("added after the plotting function")  # still laid out: the caption is placed at save
+    assert plots.text_overlaps(fig) == []
+    t = plots.place_caption(fig)
+    assert t.get_text().replace("\n", " ") == "Line: mean. 500 tasks per run; seeds 0-2 (3 per point)."
+    assert plots.place_caption(fig) is t and fig.texts.count(t) == 1
+    # under the legend, not over it
+    r = fig.canvas.get_renderer()
+    assert t.get_window_extent(r).y1 <= fig.legends[0].get_window_extent(r).y0
 
 
 def test_palette_is_consistent_and_ordered():

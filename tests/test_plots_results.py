@@ -43,7 +43,7 @@ def test_needs_log_scale():
     assert not plots.needs_log_scale([0.0, float("nan"), 3.0])
 
 
-@pytest.mark.parametrize("scale, log", [({}, False), ({"fcfs": 30.0}, True)])
+@pytest.mark.parametrize("scale, log", [({}, False), ({"fcfs": 30.0}, False), ({"fcfs": 100.0}, True)])
 def test_plot_metric_vs_load_layout_and_scale(scale, log):
     df = _summaries(scale=scale)
     fig = plots.plot_metric_vs_load(df)
@@ -58,8 +58,23 @@ def test_plot_metric_vs_load_layout_and_scale(scale, log):
     colours = {matplotlib.colors.to_hex(line.get_color()) for line in axes[0].get_lines()}
     assert {plots.policy_color(p).lower() for p in ("fcfs", "parrot-fcfs", "topas")} <= colours
     (leg,) = fig.legends
-    assert [t.get_text() for t in leg.get_texts()] == ["FCFS", "Parrot-FCFS", "TOPAS"]
+    assert [t.get_text() for t in leg.get_texts()] == ["FCFS", "Parrot-FCFS", "TOPAS", "band: min to max over the seeds"]
+    # each policy's line has its own marker; a linear axis starts at zero
+    markers = {line.get_marker() for line in axes[0].get_lines()}
+    assert {plots.policy_marker(p) for p in ("fcfs", "parrot-fcfs", "topas")} <= markers
+    if not log:
+        assert all(a.get_ylim()[0] == 0 for a in axes)
+    # the caption says what the figure was made from
+    assert "seeds 0-1 (2 per point)" in plots.place_caption(fig).get_text().replace("\n", " ")
     assert plots.text_overlaps(fig) == []
+
+
+def test_plot_metric_vs_load_panels_in_canonical_order():
+    df = _summaries(workloads=("metagpt-tl", "dag-10-wide", "chain-3"))
+    fig = plots.plot_metric_vs_load(df, metrics=("jct_mean",))
+    assert [a.get_title() for a in fig.axes] == ["Chain-3", "DAG-10-Wide", "MetaGPT-TL"]
+    fig = plots.plot_metric_vs_load(df, metrics=("jct_mean",), workloads=["dag-10-wide", "chain-3"])
+    assert [a.get_title() for a in fig.axes] == ["Chain-3", "DAG-10-Wide"]
 
 
 def test_plot_metric_vs_load_throughput_single_row():

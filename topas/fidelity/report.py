@@ -46,7 +46,7 @@ def plot_sim_vs_measured(c: Comparison, panel_size: tuple[float, float] = (4.0, 
                 continue
             ax.errorbar(gp["measured_jct"], gp["sim_jct"],
                         xerr=[gp["measured_jct"] - gp["measured_min"], gp["measured_max"] - gp["measured_jct"]],
-                        fmt="o", ms=3.5, lw=0.7, alpha=0.8, color=plots.policy_color(p), zorder=2)
+                        fmt=plots.policy_marker(p), ms=3.5, lw=0.7, alpha=0.8, color=plots.policy_color(p), zorder=2)
         ax.set_xlim(lo - pad, hi + pad)
         ax.set_ylim(lo - pad, hi + pad)
         ax.xaxis.set_major_locator(MaxNLocator(4, prune="lower"))  # no label in the corner beside the y one
@@ -60,10 +60,12 @@ def plot_sim_vs_measured(c: Comparison, panel_size: tuple[float, float] = (4.0, 
         ax.set_ylabel("simulated JCT (s)")
     for ax in list(axes.flat)[len(keys):]:
         ax.set_visible(False)
-    handles = [plt.Line2D([], [], marker="o", ls="", color=plots.policy_color(p), label=plots.policy_label(p)) for p in pols]
+    handles = [plt.Line2D([], [], marker=plots.policy_marker(p), ls="", color=plots.policy_color(p),
+                          label=plots.policy_label(p)) for p in pols]
+    handles.append(plt.Line2D([], [], ls="-", lw=0.7, color="0.4", label="bar: min to max over measured repeats"))
     handles.append(plt.Line2D([], [], ls="--", color="0.4", label="y = x"))
-    fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, fontsize=8)
-    fig.tight_layout(rect=(0, 0.07, 1, 1))
+    fig.legend(handles=handles, loc="lower center", ncol=min(len(handles), 3), frameon=False, fontsize=8)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
     return fig
 
 

@@ -11,8 +11,14 @@ figure of the reproduction::
     plots.save_figure(fig, "jct_by_policy")           # figures/jct_by_policy.png and .pdf
     plots.save_table(summary, "jct_by_policy")         # figures/jct_by_policy.csv and .md
 
-Colours: TOPAS is a strong vermillion and its ablations are shades of it; the baselines take
-distinct colours of the Okabe-Ito colour-blind-safe palette. A policy not listed here (a new
+Colours and markers: every policy and every router has its own colour and its own marker, the
+same in every figure (``policy_style`` / ``router_color``, ``router_marker``). TOPAS is a strong
+vermillion and its ablations are shades of it (told apart by marker); TOPAS+ (ours) is black; the
+baselines take distinct colours of the Okabe-Ito colour-blind-safe palette, the routers Paul
+Tol's. Workload panels are in ``WORKLOAD_ORDER`` (Chain-3, DAG-4, DAG-10-Wide, MetaGPT-SOP,
+MetaGPT-TL); ``add_caption(fig, run_caption(summaries))`` writes the tasks per run, the seeds and
+what a band spans under a figure. Axes of measured quantities are linear from zero unless the
+values span ``LOG_SPAN`` (100x) or more. A policy not listed here (a new
 one, or a typo) is not an error: it gets a stable fallback colour and its raw name as label.
 
 Output folder: ``out_dir`` if given, else ``$TOPAS_FIGURES`` if set, else ``<repo>/figures``.
@@ -21,8 +27,11 @@ notebook never leaves a half-written figure or table behind.
 """
 
 from topas.paths import REPO_ROOT  # noqa: F401  (plots.REPO_ROOT: where figures/ is by default)
-from topas.plots.style import (AGENT_COLORS, FALLBACK_COLORS, POLICY_COLORS, POLICY_LABELS, POLICY_ORDER,
-    WORKLOAD_LABELS, policy_color, policy_label, policy_order, policy_palette, use_style, workload_label)  # noqa: F401
+from topas.plots.style import (AGENT_COLORS, FALLBACK_COLORS, FALLBACK_MARKERS, LOG_SPAN, POLICY_COLORS,
+    POLICY_LABELS, POLICY_MARKERS, POLICY_ORDER, ROUTER_COLORS, ROUTER_MARKERS, ROUTER_ORDER, WORKLOAD_LABELS,
+    WORKLOAD_ORDER, policy_color, policy_label, policy_marker, policy_order, policy_palette, policy_style,
+    router_color, router_marker, router_order, use_style, workload_label, workload_order)  # noqa: F401
+from topas.plots.captions import SEED_RANGE, add_caption, log_note, place_caption, run_caption  # noqa: F401
 from topas.plots.output import (MEASURED_ON_ENV, _atomic_write, figures_dir, measured_caption, save_figure,
     save_table, text_overlaps, to_markdown)  # noqa: F401
 from topas.plots.workloads import (draw_workflow, plot_workflows, workflow_layout, workload_sizes)  # noqa: F401
@@ -33,15 +42,30 @@ from topas.plots.mechanism import (plot_decision_time, plot_engine_model, plot_k
 from topas.plots.explorer import (H_AGE_CHOICES, plot_jct_ecdf, slider_choices)  # noqa: F401
 from topas.plots.robustness import (ROBUST_XLABELS, plot_estimator_convergence, plot_robustness)  # noqa: F401
 from topas.plots.claims import (FRACTION_LABEL, plot_capacity_jct, plot_headroom, plot_reading_space)  # noqa: F401
-from topas.plots.cluster import (INNER_MARKERS, ROUTER_COLORS, plot_cluster_balance, plot_cluster_jct,
-    plot_cluster_scaling, router_color, router_order)  # noqa: F401
+from topas.plots.cluster import (INNER_FILLS, plot_cluster_balance, plot_cluster_jct,
+    plot_cluster_scaling)  # noqa: F401
 
 __all__ = [
+    "FALLBACK_MARKERS",
+    "LOG_SPAN",
+    "POLICY_MARKERS",
+    "ROUTER_MARKERS",
+    "ROUTER_ORDER",
+    "WORKLOAD_ORDER",
+    "policy_marker",
+    "policy_style",
+    "router_marker",
+    "workload_order",
+    "SEED_RANGE",
+    "add_caption",
+    "place_caption",
+    "log_note",
+    "run_caption",
+    "INNER_FILLS",
     "AGENT_COLORS",
     "FALLBACK_COLORS",
     "FRACTION_LABEL",
     "H_AGE_CHOICES",
-    "INNER_MARKERS",
     "LOAD_LABEL",
     "MEASURED_ON_ENV",
     "METRIC_LABELS",

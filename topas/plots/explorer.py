@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from topas.plots.style import policy_color, policy_label, policy_order
+from topas.plots.style import policy_color, policy_label, policy_marker, policy_order
 
 
 # notebook 09: the utility-weights explorer ------------------------------------------------------
@@ -23,7 +23,8 @@ def plot_jct_ecdf(tasks: Mapping[str, pd.DataFrame], title: str | None = None):
             continue
         frac = np.arange(1, len(jct) + 1) / len(jct)
         label = f"{policy_label(name)}: mean {jct.mean():.1f} s, p99 {np.percentile(jct, 99):.1f} s"
-        ax.step(jct, frac, where="post", color=policy_color(name), label=label, lw=2)
+        ax.step(jct, frac, where="post", color=policy_color(name), label=label, lw=2,
+                marker=policy_marker(name), ms=5, markevery=max(len(jct) // 8, 1))
     ax.set_xlabel("task JCT (s)")
     ax.set_ylabel("fraction of tasks")
     ax.set_ylim(0, 1.02)

@@ -11,7 +11,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 
 from topas.paths import REPO_ROOT
-from topas.plots.style import policy_color, policy_label, policy_order, policy_palette, workload_label
+from topas.plots.captions import SEED_RANGE, add_caption, log_note, run_caption
+from topas.plots.style import (LOG_SPAN, policy_color, policy_label, policy_order, policy_style, workload_label,
+    workload_order)
 
 
 # --- notebooks 02-04: JCT and throughput against load, ablations ----------------------------
@@ -39,18 +41,30 @@ def needs_log_scale(values: Iterable[float], ratio: float = 10.0) -> bool:
 
 
 def _policy_legend(fig: matplotlib.figure.Figure, policies: Sequence[str], kind: str = "line",
-                   max_cols: int = 6) -> None:
-    """One legend for the whole figure, below the panels, in policy order."""
+                   max_cols: int = 6, extra: Sequence[tuple] = ()) -> None:
+    """One legend for the whole figure, below the panels, in policy order (each policy's colour
+    and marker); ``extra``: more ``(handle, label)`` pairs (a band, a reference mark) after them."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
     if kind == "line":
-        handles = [Line2D([], [], color=policy_color(p), marker="o", lw=1.8, ms=4) for p in policies]
+        handles = [Line2D([], [], lw=1.8, ms=5, **policy_style(p)) for p in policies]
     else:
         handles = [Patch(facecolor=policy_color(p), edgecolor="#333333") for p in policies]
-    ncol = min(len(policies), max_cols)
-    fig.legend(handles, [policy_label(p) for p in policies], loc="outside lower center", ncol=ncol,
-               title="policy")
+    labels = [policy_label(p) for p in policies]
+    handles += [h for h, _ in extra]
+    labels += [l for _, l in extra]
+    ncol = min(len(labels), max_cols)
+    fig.legend(handles, labels, loc="outside lower center", ncol=ncol, title="policy")
+
+
+def _zero_based(ax: matplotlib.axes.Axes, top: float | None = None, axis: str = "y") -> None:
+    """Start a linear axis at zero (a truncated axis makes seed noise look like an effect) and
+    end it a little above ``top`` (default: the current upper limit), so no point is clipped."""
+    lo, hi = ax.get_ylim() if axis == "y" else ax.get_xlim()
+    hi = max(hi, top * 1.05) if top is not None and math.isfinite(top) else hi
+    if lo < 0 < hi or lo >= 0:
+        (ax.set_ylim if axis == "y" else ax.set_xlim)(0.0, hi)
 
 
 def _tidy_y_axis(ax: matplotlib.axes.Axes, log: bool) -> None:
@@ -80,32 +94,44 @@ def plot_metric_vs_load(
     log_y: bool | str = "auto",
     panel_size: tuple[float, float] = (3.4, 2.7),
 ):
-    """One row of panels per metric, one column per workload: each policy's metric against load
-    (a line through the mean over seeds, the band from the min to the max seed).
+    """One row of panels per metric, one column per workload (in the canonical order): each
+    policy's metric against load (a line through the mean over seeds in the policy's colour and
+    marker, the band from the min to the max seed); the legend names the policies and the band,
+    the caption the tasks per run and the seeds.
 
     ``summaries``: :func:`topas.experiments.run_sweep` rows (``workload``, ``policy``, ``load``,
-    ``seed`` and the metric columns). ``log_y``: ``True``/``False``, or ``"auto"``: a log axis for
-    a row whose per-policy means span 10x or more (see :func:`needs_log_scale`); the y label says
-    so. Returns the figure.
+    ``seed``, ``n_tasks`` and the metric columns). ``log_y``: ``True``/``False``, or ``"auto"``:
+    a log axis for a row whose per-policy means span :data:`~topas.plots.style.LOG_SPAN` (100x)
+    or more (see :func:`needs_log_scale`); the y label and the caption say so. A linear axis
+    starts at zero. Returns the figure.
     """
-    import seaborn as sns
+    from matplotlib.patches import Patch
 
     df = summaries
-    workloads = list(dict.fromkeys(df["workload"])) if workloads is None else list(workloads)
+    workloads = workload_order(df["workload"] if workloads is None else workloads)
     policies = policy_order(df["policy"])
-    pal = policy_palette(policies)
     nr, nc = len(metrics), len(workloads)
-    fig, axes = plt.subplots(nr, nc, figsize=(panel_size[0] * nc, panel_size[1] * nr + 0.9),
+    fig, axes = plt.subplots(nr, nc, figsize=(panel_size[0] * nc, panel_size[1] * nr + 1.1),
                              squeeze=False, sharex=True, layout="constrained")
+    any_log = False
     for i, m in enumerate(metrics):
         means = df.groupby(["workload", "load", "policy"])[m].mean()
-        log = needs_log_scale(means) if log_y == "auto" else bool(log_y)
+        log = needs_log_scale(means, LOG_SPAN) if log_y == "auto" else bool(log_y)
+        any_log |= log
         for j, w in enumerate(workloads):
             ax = axes[i][j]
             sub = df[df["workload"] == w]
-            sns.lineplot(data=sub, x="load", y=m, hue="policy", hue_order=policies, palette=pal,
-                         errorbar=("pi", 100), err_kws={"alpha": 0.12}, marker="o", markersize=4, ax=ax,
-                         legend=False)  # faint bands: six policies' min-max ranges overlap
+            top = 0.0
+            for p in policies:
+                g = sub[sub["policy"] == p].groupby("load")[m].agg(["mean", "min", "max"]).sort_index()
+                if g.empty:
+                    continue
+                st = policy_style(p)
+                ax.fill_between(g.index, g["min"], g["max"], color=st["color"], alpha=0.12, lw=0)
+                ax.plot(g.index, g["mean"], lw=1.6, ms=4.5, **st)
+                top = max(top, float(g["max"].max()))
+            if not log:
+                _zero_based(ax, top)
             _tidy_y_axis(ax, log)
             if i == 0:
                 ax.set_title(workload_label(w))
@@ -113,7 +139,11 @@ def plot_metric_vs_load(
             label = METRIC_LABELS.get(m, m) + (", log scale" if log else "")
             ax.set_ylabel(label if j == 0 else "")
             ax.set_xticks(sorted(sub["load"].unique()))
-    _policy_legend(fig, policies, max_cols=3 if nc == 1 else 6)  # one column of panels: a narrower legend
+    multi = "seed" in df.columns and df["seed"].nunique() > 1
+    band = [(Patch(facecolor="0.5", alpha=0.3, lw=0), f"band: {SEED_RANGE}")] if multi else []
+    _policy_legend(fig, policies, max_cols=3 if nc == 1 else 7, extra=band)
+    add_caption(fig, "Line: mean over seeds" if multi else "", run_caption(df, interval=None),
+                log_note() if any_log else "")
     return fig
 
 
@@ -214,7 +244,17 @@ def plot_ablation_bars(
         at = ", ".join(f"{l:g}" for l in sorted(df["load"].unique()))
         fig.suptitle(f"{workload_label(workload)}, load {at}x nominal: TOPAS and its ablations "
                      f"(above the dashed line), baselines hatched")
-    fig.supxlabel("bar: mean over seeds; whisker: min to max seed", fontsize=matplotlib.rcParams["font.size"] - 1)
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    handles = [Patch(facecolor="white", edgecolor="#333333"),
+               Line2D([], [], color="#222222", lw=1, marker="|", ms=8, markeredgewidth=1),
+               Patch(facecolor="white", edgecolor="#333333", hatch="///")]
+    labels = ["bar: mean over seeds (value written)", f"whisker: {SEED_RANGE}", "hatched: baseline (reference)"]
+    if n_abl == 0 or n_abl == len(policies):
+        handles, labels = handles[:2], labels[:2]
+    fig.legend(handles, labels, loc="outside lower center", ncol=len(labels))
+    add_caption(fig, run_caption(df, interval=None), log_note() if log else "")
     return fig
 
 

@@ -56,7 +56,7 @@ def plot_decision_time(decisions: pd.DataFrame, title: str | None = None):
     for name, v, ls in marks:
         ax.axvline(v, color="black", ls=ls, lw=1.2, label=f"{name} {v:.2f} ms")
     _log_ms_axis(ax)
-    ax.set_xlabel("wall time per decision (ms, log scale)")
+    ax.set_xlabel("wall time per decision (ms, log scale: spans orders of magnitude)")
     ax.set_ylabel("decisions")
     ax.legend(loc="best")  # the long right tail usually leaves the upper right free
     ax = axes[1]
@@ -70,7 +70,7 @@ def plot_decision_time(decisions: pd.DataFrame, title: str | None = None):
     ax.set_ylabel("fraction of decisions ≤ x")
     ax = axes[2]
     cand = decisions["info_candidates"].dropna().to_numpy(dtype=float)
-    ax.hist(cand, bins=min(40, max(5, len(np.unique(cand)))), color=policy_color("topas-base"), alpha=0.8)
+    ax.hist(cand, bins=min(40, max(5, len(np.unique(cand)))), color=policy_color("topas"), alpha=0.8)
     ax.axvline(cand.mean(), color="black", lw=1.2, label=f"mean {cand.mean():.0f}")
     ax.set_xlabel("candidate prefix sets per decision")
     ax.set_ylabel("decisions")
@@ -86,7 +86,9 @@ def plot_kv_occupancy(timelines: Mapping[tuple[str, str], pd.DataFrame], kv_budg
     """A grid (rows: workloads, columns: policies) of stacked areas of KV tokens over time held by
     resident prefixes and by requests, as % of the KV budget; ``timelines`` maps
     ``(workload, policy)`` to a run's timeline table."""
-    workloads = list(dict.fromkeys(w for w, _ in timelines))
+    from topas.plots.style import workload_order
+
+    workloads = workload_order(w for w, _ in timelines)
     policies = policy_order(p for _, p in timelines)
     fig, axes = plt.subplots(len(workloads), len(policies), squeeze=False, sharey=True, sharex="row",
                              figsize=(panel_size[0] * len(policies), panel_size[1] * len(workloads)))
@@ -114,39 +116,64 @@ def plot_kv_occupancy(timelines: Mapping[tuple[str, str], pd.DataFrame], kv_budg
                 ax.set_xlabel("time (min)")
             if j == 0:
                 ax.set_ylabel("KV tokens (% of budget)")
+    from matplotlib.lines import Line2D
+
     handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, ["prefix tokens", "request tokens (colour: policy)"], loc="outside lower center", ncol=2)
+    handles.append(Line2D([], [], color="black", lw=0.8, ls="--"))
+    fig.legend(handles, ["prefix tokens", "request tokens (colour: policy)", "KV budget (100%)"],
+               loc="outside lower center", ncol=3)
     _hide_stale_ticklabels(fig)
     return fig
 
 
 def plot_stage_queueing(queueing: pd.DataFrame, panel_size: tuple[float, float] = (5.5, 3.2)):
-    """Bars of mean queueing time (s) per stage and policy, one panel per workload, stages in
-    depth order and labelled ``stage (depth)``; ``queueing`` from
-    :func:`topas.experiments.analysis.stage_queueing`."""
-    import seaborn as sns
+    """Mean queueing time (s) per stage and policy, one panel per workload (canonical order),
+    stages in depth order and labelled ``stage (depth)``; ``queueing`` from
+    :func:`topas.experiments.analysis.stage_queueing`. Zero-based bars when a panel's waits span
+    less than 100x; beyond that a bar's length on a log axis means nothing, so the panel shows
+    dots (the policy's colour and marker) on a log axis instead, and says so."""
+    from matplotlib.lines import Line2D
 
-    workloads = list(dict.fromkeys(queueing["workload"]))
+    from topas.plots.captions import add_caption, log_note
+    from topas.plots.style import LOG_SPAN, policy_style, workload_order
+
+    workloads = workload_order(queueing["workload"])
     fig, axes = plt.subplots(len(workloads), 1, squeeze=False,
-                             figsize=(panel_size[0] * 1.6, panel_size[1] * len(workloads)))
+                             figsize=(panel_size[0] * 1.6, panel_size[1] * len(workloads)), layout="constrained")
     order = policy_order(queueing["policy"])
+    width = 0.8 / max(len(order), 1)
+    any_log = False
     for ax, w in zip(axes[:, 0], workloads):
         d = queueing[queueing.workload == w].sort_values(["depth", "stage"])
         stages = list(dict.fromkeys(d["stage"]))
-        sns.barplot(d, x="stage", y="queue_s", hue="policy", order=stages, hue_order=order,
-                    palette=policy_palette(order), ax=ax)
+        positive = d.loc[d["queue_s"] > 0, "queue_s"]
+        log = needs_log_scale(positive, LOG_SPAN)
+        any_log |= log
+        for k, p in enumerate(order):
+            v = d[d["policy"] == p].set_index("stage")["queue_s"].reindex(stages)
+            x = np.arange(len(stages)) - 0.4 + width * (k + 0.5)
+            st = policy_style(p)
+            if log:
+                ax.plot(x, v.where(v > 0), lw=0, ms=6, **st)
+            else:
+                ax.bar(x, v.fillna(0.0), width=width, color=st["color"], edgecolor="#333333", linewidth=0.5)
         depth = dict(zip(d["stage"], d["depth"]))
         ax.set_xticks(range(len(stages)), [f"{s}\n(depth {depth[s]})" for s in stages])
+        ax.set_xlim(-0.5, len(stages) - 0.5)
         ax.set_xlabel(f"{workload_label(w)}: stage (depth in the DAG; 0 = root)")
-        positive = d.loc[d["queue_s"] > 0, "queue_s"]
-        if needs_log_scale(positive):  # one policy's waits would flatten the others' bars
+        if log:
             ax.set_yscale("log")
+            lo, hi = float(positive.min()), float(positive.max())
+            ax.set_ylim(lo / 2.0, hi * 2.0)
             ax.set_ylabel("mean queueing time (s), log scale")
+            ax.grid(axis="x", visible=False)
         else:
+            ax.set_ylim(0.0, max(float(d["queue_s"].max()), 1e-9) * 1.08)
             ax.set_ylabel("mean queueing time (s)")
-        handles, labels = ax.get_legend_handles_labels()
-        ax.get_legend().remove()
-    fig.legend(handles, [policy_label(l) for l in labels], loc="outside upper center", ncol=len(order))
+    handles = [Line2D([], [], lw=0, ms=6, **policy_style(p)) for p in order]
+    fig.legend(handles, [policy_label(p) for p in order], loc="outside upper center", ncol=len(order))
+    add_caption(fig, "One run per policy (the mean over its requests of each stage)",
+                (log_note() + "; there dots, not bars") if any_log else "")
     _hide_stale_ticklabels(fig)
     return fig
 
@@ -202,12 +229,14 @@ def plot_engine_model(table: pd.DataFrame, policy: str = "topas"):
     """Notebook 11: ``policy``'s mean and p99 JCT change against the best baseline, per workload,
     on each engine model of ``table`` (from :func:`topas.experiments.analysis.engine_model_table`):
     the figures' simulator (stock SGLang, filled) and the other readings (hollow)."""
-    workloads = list(dict.fromkeys(table["workload"]))
+    from topas.plots.style import workload_order
+
+    workloads = workload_order(table["workload"])
     models = list(dict.fromkeys(table["engine model"]))
     fig, axes = plt.subplots(1, 2, figsize=(8.0, 0.45 * len(workloads) + 1.6), sharey=True)
     ys = np.arange(len(workloads))[::-1]
     hollow = ["black", "grey", "tab:brown", "tab:olive"]
-    labels = {"stock": "stock SGLang (the figures)", "legacy": "legacy engine model (before issue 12)",
+    labels = {"stock": "stock SGLang (the figures)", "legacy": "legacy engine model",
               "host_tier=True": "+ host KV tier for every policy"}
     styles = {m: ({"color": policy_color(policy)} if m == "stock" else
                   {"facecolors": "none", "edgecolors": hollow[(i - 1) % len(hollow)]}) | {"label": labels.get(m, m)}

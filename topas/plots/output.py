@@ -59,9 +59,12 @@ def save_figure(fig: matplotlib.figure.Figure, name: str, out_dir: str | os.Path
     Metadata dates are dropped so that re-rendering unchanged data gives the same PDF. With
     ``$TOPAS_MEASURED_ON`` set the figure gets a footnote ``measured on SGLang (<server>)``.
     """
+    from topas.plots.captions import place_caption
+
     out = figures_dir(out_dir)
+    place_caption(fig)
     caption = measured_caption()
-    if caption and not any(t.get_text() == caption for t in fig.texts):
+    if caption and not any(caption.lower() in t.get_text().replace(chr(10), ' ').lower() for t in fig.texts):
         fig.text(0.99, 0.0, caption, ha="right", va="top", fontsize=7, color="0.35")
     paths = []
     for fmt, meta in (("png", {"Software": None}), ("pdf", {"CreationDate": None, "Producer": None})):
@@ -119,7 +122,11 @@ def save_table(
 
 def text_overlaps(fig: matplotlib.figure.Figure) -> list[tuple[str, str]]:
     """Pairs of visible, non-empty texts of ``fig`` whose rendered boxes overlap (for tests:
-    a readable figure returns ``[]``). Texts inside one legend are compared as well."""
+    a readable figure returns ``[]``). Texts inside one legend are compared as well; a caption
+    given by :func:`topas.plots.add_caption` is placed first, so it is checked too."""
+    from topas.plots.captions import place_caption
+
+    place_caption(fig)
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     # Tick labels of ticks outside an axis's view interval keep visible=True but are not drawn.

@@ -39,7 +39,8 @@ POLICY_LABELS: dict[str, str] = {
 }
 
 #: One fixed colour per policy. Baselines: Okabe-Ito (colour-blind safe); TOPAS: vermillion,
-#: its ablations lighter and darker shades of it.
+#: its ablations lighter and darker shades of it (told apart by their markers); TOPAS+ (ours):
+#: black, a hue of its own.
 POLICY_COLORS: dict[str, str] = {
     "fcfs": "#7F7F7F",  # grey
     "lpm": "#56B4E9",  # sky blue
@@ -47,12 +48,75 @@ POLICY_COLORS: dict[str, str] = {
     "parrot-fcfs": "#0072B2",  # blue
     "autellix-las": "#CC79A7",  # reddish purple
     "topas": "#D55E00",  # vermillion
-    "topas-plus": "#FF4A00",  # ours, not the paper's: a brighter red-orange
+    "topas-plus": "#000000",  # ours, not the paper's: black, so it never reads as TOPAS
     "topas-no-reuse": "#EE8A4F",
     "topas-no-aging": "#F5B48A",
     "topas-base": "#A04600",
     "topas-request-only": "#6B2F00",
 }
+
+#: One fixed marker per policy (distinct, so a policy is told apart without its colour too:
+#: the ablations share TOPAS's hue and differ by marker).
+POLICY_MARKERS: dict[str, str] = {
+    "fcfs": "s",
+    "lpm": "D",
+    "spf": "^",
+    "parrot-fcfs": "v",
+    "autellix-las": "P",
+    "topas": "o",
+    "topas-plus": "*",
+    "topas-no-reuse": "<",
+    "topas-no-aging": ">",
+    "topas-base": "X",
+    "topas-request-only": "h",
+}
+
+#: Markers for names not in POLICY_MARKERS / ROUTER_MARKERS (by the same stable hash as colours).
+FALLBACK_MARKERS: tuple[str, ...] = ("d", "p", "8", "H", "1", "2")
+
+#: Every router (:func:`topas.cluster.available_routers`) in the order the cluster figures list them.
+ROUTER_ORDER: tuple[str, ...] = (
+    "autellix-locality", "flowguard", "kairos", "least-load", "power-of-two", "prefixplace",
+    "round-robin", "sglang-cache-aware", "topas", "wasma",
+)
+
+#: One fixed colour per router (Paul Tol's colour-blind-safe "muted" set; our ``topas`` router
+#: takes the TOPAS policy's vermillion). Ten categories are more than colour alone separates:
+#: ROUTER_MARKERS carries the rest.
+ROUTER_COLORS: dict[str, str] = {
+    "autellix-locality": "#882255",  # wine
+    "flowguard": "#999933",  # olive
+    "kairos": "#117733",  # green
+    "least-load": "#88CCEE",  # cyan
+    "power-of-two": "#332288",  # indigo
+    "prefixplace": "#777777",  # grey
+    "round-robin": "#DDAA33",  # ochre
+    "sglang-cache-aware": "#44AA99",  # teal
+    "topas": "#D55E00",  # vermillion, as the TOPAS policy
+    "wasma": "#CC6677",  # rose
+}
+
+#: One fixed marker per router.
+ROUTER_MARKERS: dict[str, str] = {
+    "autellix-locality": "P",
+    "flowguard": "^",
+    "kairos": "v",
+    "least-load": "s",
+    "power-of-two": "D",
+    "prefixplace": "X",
+    "round-robin": "<",
+    "sglang-cache-aware": ">",
+    "topas": "o",
+    "wasma": "h",
+}
+
+#: The canonical order of the workloads in every multi-panel figure and table.
+WORKLOAD_ORDER: tuple[str, ...] = ("chain-3", "dag-4", "dag-10-wide", "metagpt-sop", "metagpt-tl")
+
+#: A y (or x) axis of a measured quantity is logarithmic only when the values it shows span at
+#: least this ratio (two orders of magnitude); below it a log axis magnifies small (seed-noise)
+#: differences, so the axis stays linear and starts at zero.
+LOG_SPAN = 100.0
 
 #: Colours for names not in POLICY_COLORS, chosen by a stable hash of the name (none of them is
 #: a TOPAS shade, so an unknown policy is never mistaken for TOPAS).
@@ -92,6 +156,43 @@ def policy_color(name: str) -> str:
     if name in POLICY_COLORS:
         return POLICY_COLORS[name]
     return _fallback_color(name)
+
+
+def _fallback_marker(name: str) -> str:
+    return FALLBACK_MARKERS[zlib.crc32(str(name).encode()) % len(FALLBACK_MARKERS)]
+
+
+def policy_marker(name: str) -> str:
+    """The policy's marker; an unknown name gets a stable fallback marker."""
+    return POLICY_MARKERS.get(name) or _fallback_marker(name)
+
+
+def policy_style(name: str) -> dict[str, str]:
+    """``{"color": ..., "marker": ...}`` of a policy, for ``ax.plot(..., **policy_style(p))``."""
+    return {"color": policy_color(name), "marker": policy_marker(name)}
+
+
+def router_color(name: str) -> str:
+    """A router's colour (an unknown name: a stable fallback colour)."""
+    return ROUTER_COLORS.get(name) or _fallback_color(name)
+
+
+def router_marker(name: str) -> str:
+    """A router's marker (an unknown name: a stable fallback marker)."""
+    return ROUTER_MARKERS.get(name) or _fallback_marker(name)
+
+
+def router_order(names: Iterable[str]) -> list[str]:
+    """The distinct router ``names`` in ROUTER_ORDER; unknown names after them, alphabetically."""
+    present = list(dict.fromkeys(names))
+    return [r for r in ROUTER_ORDER if r in present] + sorted(r for r in present if r not in ROUTER_ORDER)
+
+
+def workload_order(names: Iterable[str]) -> list[str]:
+    """The distinct workload ``names`` in WORKLOAD_ORDER (Chain-3, DAG-4, DAG-10-Wide,
+    MetaGPT-SOP, MetaGPT-TL); unknown names after them, alphabetically."""
+    present = list(dict.fromkeys(names))
+    return [w for w in WORKLOAD_ORDER if w in present] + sorted(w for w in present if w not in WORKLOAD_ORDER)
 
 
 def policy_order(names: Iterable[str]) -> list[str]:
