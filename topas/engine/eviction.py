@@ -246,15 +246,6 @@ class TLRU(EvictionStrategy):
         return (-1 if e.depth - e.tokens >= budget else 0, e.last_access)
 
 
-def describe_evictions() -> list[str]:
-    """One line per strategy (``topas evictions``): name, parameters, description."""
-    out = []
-    for name, (desc, params) in available_evictions().items():
-        ps = ",".join(f"{k}={v}" for k, v in params.items())
-        out.append(f"{name + (':' + ps if ps else ''):<40} {desc}")
-    return out
-
-
 def check_eviction(spec: Any) -> str:
     """The canonical form of ``spec`` (:meth:`EvictionStrategy.spec`) if it names a valid
     strategy (``EngineConfig``'s check), else ``ValueError``."""
