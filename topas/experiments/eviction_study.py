@@ -74,7 +74,7 @@ class EvictionSize:
 
 #: measured to fit ``make reproduce``'s budget for this notebook (docs/usage.md); see the notebook
 FULL = EvictionSize(n_tasks=100, n_seeds=3, host_n_tasks=100, host_n_seeds=3, host_admissions=("lpm", "topas-plus"))
-QUICK = EvictionSize(n_tasks=20, n_seeds=2, host_n_tasks=20, host_n_seeds=2, host_admissions=("lpm",))
+QUICK = EvictionSize(n_tasks=40, n_seeds=2, host_n_tasks=40, host_n_seeds=2, host_admissions=("lpm",))
 
 RUN_COLUMNS = ("workload", "host_tier", "admission", "eviction", "bound", "load", "seeds", "tasks", "cached_pct",
                "uncached_tokens", "jct_mean", "jct_p99", "stable", "growing_seeds")

@@ -63,6 +63,9 @@ def plot_belady_gap(gap: pd.DataFrame, host_tier: str = "none", panel_size: tupl
                 ax.bar(xs, vals, width, color=EVICTION_COLORS.get(e, "#999999"), edgecolor="#333333", lw=0.4,
                        yerr=yerr, error_kw={"elinewidth": 0.8, "capsize": 1.5, "ecolor": "#333333"})
             ax.axhline(0.0, color="#333333", lw=0.8)
+            if sub[col].isna().all():
+                ax.text(0.5, 0.5, "not compared:\nno stable pair", transform=ax.transAxes, ha="center", va="center",
+                        fontsize=8, color="0.35")
             ax.set_xticks(x0, [policy_label(a) for a in admissions], rotation=30, ha="right", fontsize=7)
             if i == 0:
                 ax.set_title(workload_label(w))
