@@ -120,6 +120,20 @@ def test_the_default_policy_priority_is_zero_and_never_asks_for_a_view():
     assert {r.priority for r in sim.requests.values()} == {0}
 
 
+def test_topas_gives_the_requests_of_its_pinned_agents_priority_one():
+    """TOPAS's reading: a request whose agent is in the pinned set when it arrives carries 1."""
+    from topas.policies import make_policy
+
+    p = prepare(Experiment("dag-4", "topas", load=2.0, n_tasks=20))
+    sim = Simulator(p.trace, make_policy("topas"), p.cost, dataclasses.replace(p.config, eviction="priority"))
+    sim.run()
+    prios = sorted({r.priority for r in sim.requests.values()})
+    assert prios == [0, 1]
+    lru = Simulator(p.trace, make_policy("topas"), p.cost, p.config)
+    lru.run()
+    assert {r.priority for r in lru.requests.values()} == {0}  # (asked only when priorities are read)
+
+
 # ---------------------------------------------------------------- strategy keys
 def entry(kind=SEGMENT, tokens=10, last=1.0, hits=1, prio=0, depth=14, history=16, serial=1) -> Evictable:
     return Evictable(kind, "a", tokens, last, hits, prio, serial, (0, serial), str(serial), depth, history)

@@ -27,8 +27,10 @@ class StrategyEviction:
 
     def _init_eviction(self) -> None:
         self._eviction = eviction_strategy(self.config.eviction)
-        #: the policy sets request priorities (it overrides ``Policy.request_priority``)
-        self._sets_priority = type(self.policy).request_priority is not Policy.request_priority
+        #: the policy sets request priorities (it overrides ``Policy.request_priority``) and the
+        #: strategy reads them
+        self._sets_priority = (self._eviction.reads_priority
+                               and type(self.policy).request_priority is not Policy.request_priority)
 
     def _new_tree(self) -> SegmentCache:
         """The segment tree for this engine's strategy (LRU heap or scanned candidates)."""

@@ -114,6 +114,9 @@ class EvictionStrategy:
     heap_fast_path: ClassVar[bool] = False
     #: the engine keeps ``depth``/``history`` for this strategy (SGLang's ``tlru_bookkeeping``)
     needs_history: ClassVar[bool] = False
+    #: the strategy reads :attr:`Evictable.priority`: only then does the engine ask the policy's
+    #: ``request_priority`` (otherwise every request's priority is 0, unread)
+    reads_priority: ClassVar[bool] = False
 
     def __init__(self, **kw: int) -> None:
         for k in kw:
@@ -215,6 +218,7 @@ class Priority(EvictionStrategy):
 
     name = "priority"
     description = "lowest request priority first (Policy.request_priority), then least recently used"
+    reads_priority = True
 
     def priority(self, e: Evictable) -> tuple:
         return (e.priority, e.last_access)
