@@ -14,6 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from topas.engine import belady as _belady  # noqa: F401  (registers the offline bound "belady" before a name is checked)
 from topas.engine.eviction import check_eviction
 
 

@@ -256,7 +256,3 @@ def check_eviction(spec: Any) -> str:
     if not isinstance(spec, str):
         raise ValueError(f"EngineConfig.eviction must be a string, got {spec!r}")
     return eviction_strategy(spec).spec()
-
-
-# Strategies in their own modules register on import (after everything above is defined).
-from topas.engine import belady as _belady  # noqa: E402, F401  (the offline bound "belady")
