@@ -54,20 +54,29 @@ class Belady(EvictionStrategy):
         super().__init__(**kw)
         self._future: NextUse | None = None
         self._trace_id: int | None = None
-        self._done: set[str] = set()
+        self._arrived = 0  # requests of the reference order seen in ``states`` so far
+        self._open: list[str] = []  # of those, the ones not finished yet
 
     def prepare(self, view: "EngineView", future: OfflineFuture | None = None) -> None:
-        """Mark the requests finished since the last pass (``future.states``)."""
+        """Mark the requests finished since the last pass (``future.states``). Tasks reach the
+        engine in arrival order, the reference order's, so only the requests seen unfinished so
+        far, and those arrived since, are looked at."""
         if future is None:
             raise ValueError("eviction 'belady' is an offline bound: the engine must give it the run's "
                              "OfflineFuture (EvictionStrategy.bound)")
         if self._future is None or self._trace_id != id(future.trace):
-            self._future, self._trace_id, self._done = NextUse(future.trace), id(future.trace), set()
-        nu, done = self._future, self._done
-        for rid, state in future.states.items():
-            if state == _DONE and rid not in done:
-                done.add(rid)
+            self._future, self._trace_id, self._arrived, self._open = NextUse(future.trace), id(future.trace), 0, []
+        nu, states, rids = self._future, future.states, self._future.rids
+        while self._arrived < len(rids) and rids[self._arrived] in states:
+            self._open.append(rids[self._arrived])
+            self._arrived += 1
+        still = []
+        for rid in self._open:
+            if states[rid] == _DONE:
                 nu.finish(rid)
+            else:
+                still.append(rid)
+        self._open = still
 
     def next_use(self, e: Evictable) -> float:
         """The reference position of the next request that holds ``e`` (:data:`NEVER`: none)."""

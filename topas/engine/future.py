@@ -71,7 +71,9 @@ class NextUse:
 
     def __init__(self, trace: Trace) -> None:
         order = reference_order(trace.tasks)
-        self.position: dict[str, int] = {rid: i for i, (_, _, _, rid) in enumerate(order)}
+        #: the request ids in reference order (tasks by arrival: the order they reach the engine)
+        self.rids: tuple[str, ...] = tuple(rid for *_, rid in order)
+        self.position: dict[str, int] = {rid: i for i, rid in enumerate(self.rids)}
         stages = {f"{t.id}/{s.id}": s for t in trace.tasks for s in t.stages}
         uses: dict[tuple[str, ...], list[int]] = {}
         for i, (_, _, _, rid) in enumerate(order):
