@@ -144,3 +144,17 @@ def test_belady_is_labelled_an_offline_bound():
         assert "prepare" in str(err)
     else:  # pragma: no cover
         raise AssertionError("belady ranked an entry without the run's future")
+
+
+def test_belady_refuses_a_request_outside_the_future_it_was_given():
+    from topas.engine.belady import Belady
+    from topas.engine.eviction import OfflineFuture
+
+    tr = _keep_or_lose_a()
+    Belady().prepare(None, OfflineFuture(tr, 0.0, {"t0/S1": "waiting", "t0/S2": "pending"}))  # type: ignore[arg-type]
+    try:  # a cluster's engine: its trace holds no tasks, its requests arrive from the router
+        Belady().prepare(None, OfflineFuture(tr.head(0), 0.0, {"t0/S1": "done"}))  # type: ignore[arg-type]
+    except ValueError as e:
+        assert "t0/S1" in str(e) and "cluster" in str(e)
+    else:  # pragma: no cover
+        raise AssertionError("belady ran on a future that lacks the engine's requests")

@@ -70,6 +70,11 @@ class Belady(EvictionStrategy):
         while self._arrived < len(rids) and rids[self._arrived] in states:
             self._open.append(rids[self._arrived])
             self._arrived += 1
+        if len(states) > self._arrived:  # a request the trace's future does not hold (a cluster's engine)
+            stray = next(rid for rid in states if rid not in nu.position or nu.position[rid] >= self._arrived)
+            raise ValueError(f"eviction 'belady': request {stray!r} reached the engine out of its trace's future "
+                             "(an engine of a cluster sees only the tasks routed to it: the bound needs the whole "
+                             "future of one engine)")
         still = []
         for rid in self._open:
             if states[rid] == _DONE:
