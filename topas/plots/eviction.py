@@ -15,6 +15,9 @@ EVICTION_LABELS: dict[str, str] = {"lru": "LRU (SGLang)", "lfu": "LFU", "priorit
 EVICTION_COLORS: dict[str, str] = {"lru": "#56B4E9", "lfu": "#E69F00", "priority": "#009E73", "kvflow": "#CC79A7",
                                    "belady": "#000000"}
 
+#: short admission labels for the ticks (TOPAS+ is ours, as the caption and policy_label say)
+_SHORT = {"topas-plus": "TOPAS+"}
+
 __all__ = ["EVICTION_COLORS", "EVICTION_LABELS", "EVICTION_ORDER", "eviction_caption", "plot_belady_gap"]
 
 
@@ -30,7 +33,7 @@ def eviction_caption(runs: pd.DataFrame, host_tier: str = "none") -> str:
             "its 95% t interval; a missing bar: a compared cell is not stable (not compared).")
 
 
-def plot_belady_gap(gap: pd.DataFrame, host_tier: str = "none", panel_size: tuple[float, float] = (3.2, 2.4)):
+def plot_belady_gap(gap: pd.DataFrame, host_tier: str = "none", panel_size: tuple[float, float] = (3.3, 2.4)):
     """Notebook 15: one column per workload; top row the uncached-token gap to Belady (percent),
     bottom row the mean-JCT gap (percent, with its paired 95% interval); groups of bars per
     admission policy, one bar per eviction order. Returns the figure."""
@@ -66,7 +69,8 @@ def plot_belady_gap(gap: pd.DataFrame, host_tier: str = "none", panel_size: tupl
             if sub[col].isna().all():
                 ax.text(0.5, 0.5, "not compared:\nno stable pair", transform=ax.transAxes, ha="center", va="center",
                         fontsize=8, color="0.35")
-            ax.set_xticks(x0, [policy_label(a) for a in admissions], rotation=30, ha="right", fontsize=7)
+            ax.set_xticks(x0, [_SHORT.get(a, policy_label(a)) for a in admissions], rotation=45, ha="right",
+                          fontsize=7)
             if i == 0:
                 ax.set_title(workload_label(w))
             if j == 0:
