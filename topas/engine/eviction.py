@@ -19,6 +19,10 @@ keeps, per entry, what SGLang's ``UnifiedTreeNode`` keeps (``unified_tree_core.p
   two nodes never tie there; the simulated clock ties often (a batch of nodes touched in one
   iteration), so ties go on to :attr:`Evictable.tie` (finished leaves and segment nodes before
   prefixes, then creation order, prefixes by agent name): today's LRU order, kept bit-identical.
+  Two differences kept from the LRU engine: a release touches the nodes here (SGLang's
+  ``dec_lock_ref`` does not; a finished request's insertion touches its prompt path anyway), and
+  SGLang's periodic touch of waiting requests' prefixes (``_touch_waiting_prefixes``, LRU only)
+  is not modelled.
 * ``hit_count``: raised by one each time a request's insertion walks through the entry
   (``_finish_insert_walk_node`` / ``_should_backup_after_insert`` -> ``_inc_hit_count_and_check``,
   once per request: ``node_end > inserted_len``); a new leaf starts at one; matching does not
@@ -27,7 +31,9 @@ keeps, per entry, what SGLang's ``UnifiedTreeNode`` keeps (``unified_tree_core.p
   (``_insert_walk_step``: ``node.priority = max(node.priority, state.priority)``), a new node
   the inserting request's; a finished request's prompt path is inserted once more with
   ``priority + 1`` (``checkpoint_into_tree``: the prompt-boundary split), so its output leaf
-  (priority ``p``) goes before its prompt (``p + 1``).
+  (priority ``p``) goes before its prompt (``p + 1``). A request's priority is SGLang's
+  ``req.priority or 0`` on a server without ``--enable-priority-scheduling`` (the scheduling
+  order is left alone; with it, a request without a priority would get ``-sys.maxsize - 1``).
 * ``depth`` and ``history`` (``tlru`` only): tokens from the root through the entry
   (``_tlru_cached_prefix_len``) and the deepest such count its branch ever reached
   (``_tlru_history_len``, raised at node creation, never lowered).
@@ -256,3 +262,7 @@ def check_eviction(spec: Any) -> str:
     if not isinstance(spec, str):
         raise ValueError(f"EngineConfig.eviction must be a string, got {spec!r}")
     return eviction_strategy(spec).spec()
+
+
+# KVFlow's workflow-aware eviction (registers "kvflow"; its own module: it reads the engine's view)
+from topas.engine import eviction_kvflow  # noqa: E402,F401  (registration)
