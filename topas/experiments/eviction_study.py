@@ -20,7 +20,8 @@ The protocol (docs/protocol.md): every cell of one seed sees the same arrivals (
 numbers), so cells are compared seed by seed with a paired 95% t interval
 (:func:`topas.experiments.protocol.paired.compare_latency`); latency is compared only where both
 compared cells are stable by the steady-state test over the seeds; "win" / "loss" only where the
-interval excludes zero. The verdict per workload and host tier: the best TOPAS or TOPAS+ cell
+interval of the per-seed differences (in seconds; the relative difference's interval is shown beside it
+and may differ at its edge) excludes zero. The verdict per workload and host tier: the best TOPAS or TOPAS+ cell
 (any non-bound eviction) against the best baseline cell (FCFS, LPM or SPF with any non-bound
 eviction, LPM+KVFlow included), each "best" by the seeds' mean JCT among the stable cells. Picking
 the best of several cells by the same seeds' means favours it a little (selection on the data
@@ -81,8 +82,8 @@ RUN_COLUMNS = ("workload", "host_tier", "admission", "eviction", "bound", "load"
 GAP_COLUMNS = ("workload", "host_tier", "admission", "eviction", "seeds", "uncached_tokens", "bound_uncached_tokens",
                "uncached_gap_pct", "jct_mean", "bound_jct_mean", "jct_gap_pct", "jct_gap_low_pct", "jct_gap_high_pct",
                "note")
-MATTERS_COLUMNS = ("workload", "host_tier", "admission", "best_eviction", "seeds", "relative_pct", "relative_low_pct",
-                   "relative_high_pct", "verdict", "spread_pct")
+MATTERS_COLUMNS = ("workload", "host_tier", "admission", "best_eviction", "seeds", "difference_s", "low_s", "high_s",
+                   "relative_pct", "relative_low_pct", "relative_high_pct", "verdict", "spread_pct")
 VERDICT_COLUMNS = ("workload", "host_tier", "candidate", "baseline", "seeds", "difference_s", "low_s", "high_s",
                    "relative_pct", "relative_low_pct", "relative_high_pct", "verdict")
 
@@ -165,8 +166,9 @@ def build_tables(summaries: Mapping[tuple[str, str, str, str], Mapping[int, Mapp
       uncached tokens and mean JCT against the bound's (percent), the JCT gap's paired 95% interval
       where both are stable;
     * ``matters``: per (workload, host tier, admission), the best non-bound eviction against
-      ``lru`` (paired interval of the relative mean-JCT difference; a win only where it excludes
-      zero) and the spread of the non-bound evictions' mean JCT (max / min - 1, percent);
+      ``lru``: the paired difference in mean JCT (seconds) with its 95% interval, on which the
+      verdict is (a win only where it excludes zero), the relative difference with its own
+      interval beside it, and the spread of the non-bound evictions' mean JCT (max / min - 1, percent);
     * ``verdict``: per (workload, host tier), the best TOPAS / TOPAS+ cell against the best
       baseline cell (module docstring).
     """
@@ -225,7 +227,8 @@ def build_tables(summaries: Mapping[tuple[str, str, str, str], Mapping[int, Mapp
         else:
             best = min(cand, key=lambda k: means[k])
             c = paired(best, lru)
-            row.update(best_eviction=best[3], relative_pct=100 * c.relative, relative_low_pct=100 * c.relative_low,
+            row.update(best_eviction=best[3], difference_s=c.difference, low_s=c.low, high_s=c.high,
+                       relative_pct=100 * c.relative, relative_low_pct=100 * c.relative_low,
                        relative_high_pct=100 * c.relative_high, verdict=c.verdict)
         matters.append(row)
     for w, host in dict.fromkeys(k[:2] for k in summaries):
