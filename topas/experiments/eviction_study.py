@@ -73,7 +73,8 @@ class EvictionSize:
     host_admissions: tuple[str, ...]
 
 
-#: measured to fit ``make reproduce``'s budget for this notebook (docs/usage.md); see the notebook
+#: sized to fit ``make reproduce``'s budget: 525 runs, 551 CPU-s measured (about 4.6 min on 2 free cores);
+#: the host-tier half leaves out FCFS, SPF and TOPAS
 FULL = EvictionSize(n_tasks=100, n_seeds=3, host_n_tasks=100, host_n_seeds=3, host_admissions=("lpm", "topas-plus"))
 QUICK = EvictionSize(n_tasks=40, n_seeds=2, host_n_tasks=40, host_n_seeds=2, host_admissions=("lpm",))
 
