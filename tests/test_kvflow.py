@@ -166,3 +166,15 @@ def test_kvflow_parameters_are_checked() -> None:
         eviction_strategy("kvflow:prefetch=2")
     with pytest.raises(ValueError, match="no parameter 'h'"):
         eviction_strategy("kvflow:h=2")
+
+
+def test_the_step_cache_agrees_with_the_function_as_tasks_move() -> None:
+    from topas.engine.view import EngineView
+    from topas.policies.kvflow_steps import AgentStepCache, view_agent_steps
+
+    cache = AgentStepCache()
+    t1, t2 = task("t1", DIAMOND), task("t2", [("x", "A", ()), ("y", "E", ("x",))])
+    for tasks in ({"t1": t1, "t2": t2}, {"t1": t1, "t2": t2}, {"t1": task("t1", DIAMOND, done=("a", "b"))},
+                  {"t1": task("t1", DIAMOND, done=("a", "b", "c")), "t2": t2}):
+        v = EngineView(0.0, 100, 0, 0, {}, (), (), tasks, None)  # type: ignore[arg-type]
+        assert cache.agent_steps(v) == view_agent_steps(v)

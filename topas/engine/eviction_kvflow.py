@@ -28,8 +28,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from topas.engine.eviction import PREFIX, Evictable, EvictionStrategy, OfflineFuture, register_eviction
-from topas.policies.kvflow_steps import (DEFAULT_HORIZON, DEFAULT_LOOKAHEAD, eviction_pass, node_value,
-    prefetch_order, view_agent_steps)
+from topas.policies.kvflow_steps import (DEFAULT_HORIZON, DEFAULT_LOOKAHEAD, AgentStepCache, eviction_pass,
+    node_value, prefetch_order)
 
 if TYPE_CHECKING:
     from topas.engine.view import EngineView
@@ -52,6 +52,7 @@ class KVFlowEviction(EvictionStrategy):
             raise ValueError(f"eviction 'kvflow' needs horizon >= 1, lookahead >= 0 and prefetch 0 or 1, "
                              f"got horizon={h}, lookahead={la}, prefetch={pf}")
         self._steps: dict[str, int] = {}
+        self._cache = AgentStepCache()
 
     @property
     def prefetches(self) -> bool:
@@ -59,11 +60,12 @@ class KVFlowEviction(EvictionStrategy):
         return bool(self.values["prefetch"])
 
     def prepare(self, view: "EngineView", future: OfflineFuture | None = None) -> None:
-        self._steps = view_agent_steps(view)
+        self._steps = self._cache.agent_steps(view)
 
-    def prefetch_agents(self, view: "EngineView") -> tuple[str, ...]:
-        """The agents whose host-resident prefixes to load now, nearest first."""
-        return prefetch_order(view_agent_steps(view), self.values["lookahead"])
+    def prefetch_agents(self, view: "EngineView") -> tuple[tuple[str, int], ...]:
+        """The agents whose host-resident prefixes to load now, with their steps, nearest first."""
+        steps = self._cache.agent_steps(view)
+        return tuple((a, steps[a]) for a in prefetch_order(steps, self.values["lookahead"]))
 
     def priority(self, e: Evictable) -> tuple:
         h = self.values["horizon"]
