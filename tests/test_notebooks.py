@@ -81,6 +81,8 @@ EXPECTED: dict[str, list[str]] = {
         *(f"robustness_{n}.{ext}" for n in ("noise", "bias", "dag", "arrivals", "estimator") for ext in ("png", "pdf")),
         *(f"robustness_{n}.{ext}" for n in ("table", "verdict", "stability", "estimator_table") for ext in ("csv", "md")),
     ],
+    "15_eviction.ipynb": ["eviction_belady_gap.png", "eviction_belady_gap.pdf",
+                          *(f"eviction_{n}.{ext}" for n in ("runs", "gap", "matters", "verdict") for ext in ("csv", "md"))],
 }
 
 KERNEL = "python3"

@@ -14,6 +14,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+# strategies in their own modules register on import, before any name is checked
+from topas.engine import belady as _belady  # noqa: F401  (the offline bound "belady")
+from topas.engine import eviction_kvflow as _kvflow  # noqa: F401  (KVFlow's "kvflow")
 from topas.engine.eviction import check_eviction
 
 

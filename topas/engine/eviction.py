@@ -262,7 +262,3 @@ def check_eviction(spec: Any) -> str:
     if not isinstance(spec, str):
         raise ValueError(f"EngineConfig.eviction must be a string, got {spec!r}")
     return eviction_strategy(spec).spec()
-
-
-# KVFlow's workflow-aware eviction (registers "kvflow"; its own module: it reads the engine's view)
-from topas.engine import eviction_kvflow  # noqa: E402,F401  (registration)

@@ -350,14 +350,15 @@ def one_run_per_policy(workloads: Sequence[str], policies: Sequence[str], load: 
 
 
 def notebook_grid(quick: bool = False, engine: str | None = None) -> list[Experiment]:
-    """The experiments the notebooks sweep on ``engine`` (02-08 and 14: JCT vs load on every
+    """The experiments the notebooks sweep on ``engine`` (02-08, 14 and 15: JCT vs load on every
     workload, the ablations, the sensitivity grids, the mechanism runs, the robustness grid, the
-    MetaGPT cache study), without duplicates: what ``make
+    MetaGPT cache study, and on the simulator the eviction study), without duplicates: what ``make
     reproduce`` runs after its table, for the plan it prints. Notebook 11 compares the two
     *simulated* engines only and runs nothing on a server."""
     import os
 
     from topas.experiments.cache_study import cache_study_grid
+    from topas.experiments.eviction_study import eviction_study_grid
 
     engine = engine or default_engine()
     old = os.environ.get(ENGINE_ENV)
@@ -369,6 +370,8 @@ def notebook_grid(quick: bool = False, engine: str | None = None) -> list[Experi
                 *sensitivity("dag-4", {"rho": (0.0, 0.5, 1.0, 2.0), "H_age": (15.0, 30.0, 60.0, 120.0)},
                              quick=quick),
                 *robustness(quick=quick), *cache_study_grid(quick=quick)]
+        if engine == "sim":  # the eviction orders are the simulator's (notebook 15 is not run on a server)
+            exps += eviction_study_grid(quick=quick)
         exps += [e for e in one_run_per_policy(("dag-4", "dag-10-wide"), ("lpm", "spf", "parrot-fcfs", "topas"),
                                                1.2, 0, size(quick).n_tasks, {})]
     finally:

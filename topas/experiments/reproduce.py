@@ -44,7 +44,7 @@ time (:mod:`topas.sglang.pool`); the notebooks then find them stored. Past ``--m
 (:func:`topas.experiments.grid.gpu_afternoon`, about 3 h of arrivals on one server) runs only that
 grid and writes ``results_gpu_afternoon.{csv,md}`` to ``figures/sglang/gpu-afternoon/``; ``--tasks``
 then caps every workload's task count (a smoke run). Every replay is stored as it finishes; a
-restart resumes. Notebooks with nothing measured to show (01, 09-11) are not executed for
+restart resumes. Notebooks with nothing measured to show (01, 09-13, 15) are not executed for
 ``--engine sglang``: ``figures/sglang/NOT_MEASURED.md`` says why.
 
 On the simulator the plan (:mod:`topas.experiments.sim_plan`) gives the runs still to do, their
@@ -92,6 +92,7 @@ NOT_MEASURED = {
     "11_engine_model": "compares two simulated engines; nothing runs on the server",
     "12_when_claims_hold": "a simulator study (capacity search, ~1,000 runs over the space of readings): days of arrivals on a server",
     "13_several_engines": "simulated clusters of 2-64 engines; real servers behind the real router are `make test-cluster`",
+    "15_eviction": "the simulator's eviction orders and its offline bound (Belady, which reads the true future)",
 }
 #: Exit status of a refused or unreachable server (one line on stderr).
 EXIT_SERVER = 3
@@ -372,7 +373,7 @@ def reproduce(args: argparse.Namespace, ident) -> int:
         table_exps = table_experiments(args, policies, profile)
     stages = [("gpu-afternoon grid" if args.grid == "gpu-afternoon" else "results table", table_exps)]
     if args.grid != "gpu-afternoon" and not args.no_notebooks:
-        stages.append(("notebooks 02-08, 14 (their grids)", grid.notebook_grid(quick=args.quick, engine=args.engine)))
+        stages.append(("notebooks 02-08, 14, 15 (their grids)", grid.notebook_grid(quick=args.quick, engine=args.engine)))
     pool, planned = [], None
     if measured:
         from topas.sglang.urls import SGLANG_URL_ENV

@@ -32,6 +32,17 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("metagpt_cache_verdict.md", "MetaGPT workloads: the verdict under each cache model",
      "TOPAS and TOPAS+ vs LPM: paired difference in mean JCT over the 5 seeds, 95% t interval; "
      "win / tie / loss only where the interval excludes zero; not compared where a policy is unstable."),
+    ("eviction_verdict.md", "Eviction: does any combination beat the best baseline",
+     "Per workload and host tier at nominal load: the best TOPAS / TOPAS+ cell (admission + eviction order) "
+     "against the best baseline cell (FCFS, LPM or SPF with any eviction order, LPM+KVFlow included), paired "
+     "difference in mean JCT over the evaluation seeds, 95% t interval; win / loss only where it excludes zero. "
+     "Belady, an offline bound, is never a candidate."),
+    ("eviction_matters.md", "Eviction: where does it matter",
+     "Per admission policy and host tier: the best eviction order against LRU (paired relative difference in mean "
+     "JCT, 95% interval) and the spread of the orders' mean JCT."),
+    ("eviction_gap.md", "Eviction: the Belady gap",
+     "Each eviction order against Belady (an offline bound that reads the true future; not a policy) under the "
+     "same admission policy: uncached prompt tokens and mean JCT in percent of the bound's."),
     ("ablations_table.md", "Ablations", "TOPAS with one component removed at a time."),
     ("claims_ablations_table.md", "Ablation claims", "The paper's ablation claims next to ours."),
     ("topas_plus_table.md", "TOPAS+ (ours, not the paper's)", "Our extension against TOPAS and the baselines."),

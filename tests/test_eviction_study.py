@@ -1,0 +1,93 @@
+"""The eviction study's tables (topas.experiments.eviction_study.build_tables) on a tiny hand-made grid,
+and the shape of its grid."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from topas.experiments import eviction_study as es
+
+
+def _summary(jct: float, uncached: int, prompt: int = 1000, n_tasks: int = 10) -> dict:
+    return {"jct_mean": jct, "jct_p99": 2 * jct, "prompt_tokens": prompt, "cached_tokens": prompt - uncached,
+            "n_tasks": n_tasks}
+
+
+#: (admission, eviction) -> per-seed mean JCT; uncached tokens = 10 * JCT
+JCT = {
+    ("lpm", "lru"): (10.0, 11.0, 12.0),
+    ("lpm", "lfu"): (9.0, 10.1, 10.9),     # better than lru on every seed, by about 1 s
+    ("lpm", "belady"): (5.0, 5.0, 5.0),    # the bound: best, never a candidate
+    ("topas", "lru"): (20.0, 21.0, 22.0),
+    ("topas", "lfu"): (8.0, 9.2, 9.9),     # the best non-bound cell, beats lpm+lfu
+    ("topas", "belady"): (4.0, 4.0, 4.0),
+    ("spf", "lru"): (1.0, 1.0, 1.0),       # fastest of all, but not stable: never the best baseline
+    ("spf", "belady"): (1.0, 1.0, 1.0),
+}
+UNSTABLE = {("spf", "lru"), ("spf", "belady")}
+
+
+def _tables():
+    summaries = {("w", "none", a, e): {s: _summary(j, int(10 * j)) for s, j in enumerate(v)}
+                 for (a, e), v in JCT.items()}
+    stable = {k: ((k[2], k[3]) not in UNSTABLE, 1 if (k[2], k[3]) in UNSTABLE else 0) for k in summaries}
+    return es.build_tables(summaries, stable)
+
+
+def test_runs_table_one_row_per_cell_with_seed_means():
+    runs = _tables()["runs"]
+    assert list(runs.columns) == list(es.RUN_COLUMNS)
+    assert len(runs) == len(JCT)
+    row = runs[(runs.admission == "lpm") & (runs.eviction == "lru")].iloc[0]
+    assert row.jct_mean == pytest.approx(11.0)
+    assert row.uncached_tokens == pytest.approx(110.0)
+    assert row.cached_pct == pytest.approx(100 * (1 - 110 / 1000))
+    assert runs[runs.eviction == "belady"]["bound"].all() and not runs[runs.eviction == "lru"]["bound"].any()
+
+
+def test_belady_gap_against_the_same_admission():
+    gap = _tables()["gap"]
+    assert set(gap.eviction) == {"lru", "lfu"}  # the bound has no gap row
+    row = gap[(gap.admission == "lpm") & (gap.eviction == "lru")].iloc[0]
+    assert row.uncached_gap_pct == pytest.approx(100 * (110 / 50 - 1))
+    assert row.jct_gap_pct == pytest.approx(100 * (11.0 / 5.0 - 1))
+    assert row.jct_gap_low_pct < row.jct_gap_pct < row.jct_gap_high_pct
+    spf = gap[gap.admission == "spf"].iloc[0]
+    assert math.isnan(spf.jct_gap_pct) and "not stable" in spf.note
+
+
+def test_where_eviction_matters_is_paired_and_excludes_the_bound():
+    m = _tables()["matters"].set_index("admission")
+    assert m.loc["lpm", "best_eviction"] == "lfu" and m.loc["lpm", "verdict"] == "win"
+    assert m.loc["topas", "verdict"] == "win" and m.loc["topas", "relative_high_pct"] < 0
+    assert m.loc["lpm", "spread_pct"] == pytest.approx(100 * (11.0 / 10.0 - 1))
+    assert m.loc["spf", "verdict"].startswith("not compared")
+
+
+def test_verdict_best_candidate_against_best_stable_baseline():
+    v = _tables()["verdict"].iloc[0]
+    assert v.candidate == "topas+lfu"  # not a belady cell, though those are faster
+    assert v.baseline == "lpm+lfu"     # not spf: it is not stable
+    assert v.difference_s == pytest.approx(((8 - 9) + (9.2 - 10.1) + (9.9 - 10.9)) / 3)
+    assert v.verdict == "win"
+
+
+def test_a_tie_when_the_interval_holds_zero():
+    summaries = {("w", "none", "lpm", e): {s: _summary(j, 10) for s, j in enumerate(v)}
+                 for e, v in (("lru", (10.0, 11.0, 12.0)), ("lfu", (9.0, 12.0, 11.5)))}
+    t = es.build_tables(summaries, {k: (True, 0) for k in summaries})
+    assert t["matters"].iloc[0]["verdict"] == "tie"
+    assert t["gap"].empty  # no bound cell ran
+
+
+def test_grid_sizes_and_keys():
+    quick = es.eviction_study_grid(("dag-4",), quick=True)
+    q = es.QUICK
+    n_none = len(es.ADMISSIONS) * len(es.EVICTIONS) * q.n_seeds
+    n_host = len(q.host_admissions) * len(es.EVICTIONS) * q.host_n_seeds
+    assert len(quick) == n_none + n_host == len(set(quick))
+    lru = [e for e in quick if not e.engine_options]
+    assert len(lru) == len(es.ADMISSIONS) * q.n_seeds  # lru without a host tier is the default engine
+    assert all(e.seed in range(q.n_seeds) for e in quick) and all(e.load == es.LOAD for e in quick)

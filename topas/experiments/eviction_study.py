@@ -1,0 +1,253 @@
+"""Which KV entries the engine evicts, and what that does to JCT (notebook 15).
+
+The grid: admission (the scheduler: FCFS, LPM, SPF, TOPAS, TOPAS+) x eviction (the engine's
+order of evicting cached KV: ``lru``, SGLang's; ``lfu``; ``priority``, the admission policy's own
+request priorities; ``kvflow``, KVFlow's steps-to-execution; ``belady``, the offline bound) x host
+tier (``none``, stock SGLang; ``hicache``, an evicted entry kept in host memory) on the five
+workloads at nominal load, over the protocol's first evaluation seeds.
+
+**The bound.** ``belady`` reads the run's true future (every task's arrival and DAG before it
+arrives; :mod:`topas.engine.future`): it is an offline bound that no scheduler can reach, not a
+policy, and it is never a candidate for a win. It is Belady's optimum for one reference order of
+requests (tasks by arrival, stages by depth), so under another admission order it is an estimate
+of the best eviction, and since Belady minimises misses of equal-sized entries, not JCT, another
+eviction order can beat it on JCT (a negative gap says so). The *Belady gap* of an eviction order
+is its difference from ``belady`` under the same admission and host tier: in uncached prompt
+tokens (the prompt tokens prefilled rather than found cached: what eviction can save) and in mean
+JCT.
+
+The protocol (docs/protocol.md): every cell of one seed sees the same arrivals (common random
+numbers), so cells are compared seed by seed with a paired 95% t interval
+(:func:`topas.experiments.protocol.paired.compare_latency`); latency is compared only where both
+compared cells are stable by the steady-state test over the seeds; "win" / "loss" only where the
+interval of the per-seed differences (in seconds; the relative difference's interval is shown beside it
+and may differ at its edge) excludes zero. The verdict per workload and host tier: the best TOPAS or TOPAS+ cell
+(any non-bound eviction) against the best baseline cell (FCFS, LPM or SPF with any non-bound
+eviction, LPM+KVFlow included), each "best" by the seeds' mean JCT among the stable cells. Picking
+the best of several cells by the same seeds' means favours it a little (selection on the data
+compared); the interval does not correct for that.
+
+Size (it must fit ``make reproduce``'s budget): :data:`FULL` and :data:`QUICK`; the host-tier half
+runs fewer admissions (:attr:`EvictionSize.host_admissions`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+import pandas as pd
+
+from topas.experiments.protocol.paired import compare_latency
+from topas.experiments.protocol.seeds import EVALUATION_SEEDS, first
+from topas.experiments.protocol.steady import steady_state
+from topas.experiments.spec import Experiment
+
+__all__ = ["ADMISSIONS", "BASELINE_ADMISSIONS", "BOUND", "EVICTIONS", "EvictionSize", "FULL", "GAP_COLUMNS",
+           "HOST_TIERS", "LOAD", "MATTERS_COLUMNS", "QUICK", "RUN_COLUMNS", "VERDICT_COLUMNS", "WORKLOADS",
+           "build_tables", "eviction_size", "eviction_study_grid", "eviction_study_tables"]
+
+WORKLOADS = ("chain-3", "dag-4", "dag-10-wide", "metagpt-sop", "metagpt-tl")
+BASELINE_ADMISSIONS = ("fcfs", "lpm", "spf")
+ADMISSIONS = BASELINE_ADMISSIONS + ("topas", "topas-plus")
+#: the offline bound (never a candidate)
+BOUND = "belady"
+#: the engine's eviction orders (``EngineConfig.eviction``); ``lru`` is the default engine
+EVICTIONS = ("lru", "lfu", "priority", "kvflow", BOUND)
+#: host tier name -> the engine options that give it (``none``: the default engine)
+HOST_TIERS: dict[str, dict[str, Any]] = {"none": {}, "hicache": {"host_tier": True}}
+#: the load, as a multiple of each trace's nominal rate
+LOAD = 1.0
+
+
+@dataclass(frozen=True)
+class EvictionSize:
+    """How much of the grid runs: tasks and seeds of the no-host-tier half, and of the host-tier
+    half (with only ``host_admissions``)."""
+
+    n_tasks: int
+    n_seeds: int
+    host_n_tasks: int
+    host_n_seeds: int
+    host_admissions: tuple[str, ...]
+
+
+#: sized to fit ``make reproduce``'s budget: 525 runs, 551 CPU-s measured (about 4.6 min on 2 free cores);
+#: the host-tier half leaves out FCFS, SPF and TOPAS
+FULL = EvictionSize(n_tasks=100, n_seeds=3, host_n_tasks=100, host_n_seeds=3, host_admissions=("lpm", "topas-plus"))
+QUICK = EvictionSize(n_tasks=40, n_seeds=2, host_n_tasks=40, host_n_seeds=2, host_admissions=("lpm",))
+
+RUN_COLUMNS = ("workload", "host_tier", "admission", "eviction", "bound", "load", "seeds", "tasks", "cached_pct",
+               "uncached_tokens", "jct_mean", "jct_p99", "stable", "growing_seeds")
+GAP_COLUMNS = ("workload", "host_tier", "admission", "eviction", "seeds", "uncached_tokens", "bound_uncached_tokens",
+               "uncached_gap_pct", "jct_mean", "bound_jct_mean", "jct_gap_pct", "jct_gap_low_pct", "jct_gap_high_pct",
+               "note")
+MATTERS_COLUMNS = ("workload", "host_tier", "admission", "best_eviction", "seeds", "difference_s", "low_s", "high_s",
+                   "relative_pct", "relative_low_pct", "relative_high_pct", "verdict", "spread_pct")
+VERDICT_COLUMNS = ("workload", "host_tier", "candidate", "baseline", "seeds", "difference_s", "low_s", "high_s",
+                   "relative_pct", "relative_low_pct", "relative_high_pct", "verdict")
+
+
+def eviction_size(quick: bool) -> EvictionSize:
+    return QUICK if quick else FULL
+
+
+def _admissions(host: str, size: EvictionSize) -> tuple[str, ...]:
+    return ADMISSIONS if host == "none" else size.host_admissions
+
+
+def _seeds(host: str, size: EvictionSize) -> list[int]:
+    n = size.n_seeds if host == "none" else size.host_n_seeds
+    return first(EVALUATION_SEEDS, n, "eviction study")
+
+
+def _cell(workload: str, admission: str, eviction: str, host: str, seed: int, size: EvictionSize) -> Experiment:
+    opts = dict(HOST_TIERS[host])
+    if eviction != "lru":  # the default engine's key as it is
+        opts["eviction"] = eviction
+    return Experiment(workload, admission, {}, load=LOAD, seed=seed,
+                      n_tasks=size.n_tasks if host == "none" else size.host_n_tasks, engine_options=opts)
+
+
+def _cells(workloads: Iterable[str], size: EvictionSize, evictions: tuple[str, ...]):
+    for w in workloads:
+        for host in HOST_TIERS:
+            for a in _admissions(host, size):
+                for e in evictions:
+                    yield (w, host, a, e), {s: _cell(w, a, e, host, s, size) for s in _seeds(host, size)}
+
+
+def eviction_study_grid(workloads: tuple[str, ...] = WORKLOADS, quick: bool = False,
+                        evictions: tuple[str, ...] = EVICTIONS) -> list[Experiment]:
+    """Every run of the study: workload x host tier x admission x eviction x evaluation seed."""
+    return [e for _, by_seed in _cells(workloads, eviction_size(quick), evictions) for e in by_seed.values()]
+
+
+def eviction_study_tables(workloads: tuple[str, ...] = WORKLOADS, quick: bool = False, store: Any = None,
+                          progress: bool = False, evictions: tuple[str, ...] = EVICTIONS
+                          ) -> dict[str, pd.DataFrame]:
+    """Run (or read) the study; the tables of :func:`build_tables`."""
+    from topas.experiments.store import ResultStore, run_sweep
+
+    store = store if isinstance(store, ResultStore) else ResultStore(store)
+    size = eviction_size(quick)
+    cells = dict(_cells(workloads, size, evictions))
+    run_sweep([e for by_seed in cells.values() for e in by_seed.values()], store, progress=progress,
+              desc="eviction study")
+    summaries, stable = {}, {}
+    for key, by_seed in cells.items():
+        summaries[key] = {s: store.meta(e)["summary"] for s, e in by_seed.items()}
+        st = steady_state({s: store.load_table(e, "tasks") for s, e in by_seed.items()}, what="/".join(key))
+        stable[key] = (st.stable, len(st.growing_seeds))
+    return build_tables(summaries, stable)
+
+
+def _uncached(summary: Mapping[str, Any]) -> float:
+    """Prompt tokens prefilled rather than found cached (what eviction can save)."""
+    return float(summary["prompt_tokens"]) - float(summary["cached_tokens"])
+
+
+def _mean(values: Iterable[float]) -> float:
+    v = list(values)
+    return sum(v) / len(v) if v else math.nan
+
+
+def build_tables(summaries: Mapping[tuple[str, str, str, str], Mapping[int, Mapping[str, Any]]],
+                 stable: Mapping[tuple[str, str, str, str], tuple[bool, int]]) -> dict[str, pd.DataFrame]:
+    """The study's tables from each cell's per-seed summaries and its stability.
+
+    ``summaries[(workload, host tier, admission, eviction)][seed]``: a run's summary (``jct_mean``,
+    ``jct_p99``, ``prompt_tokens``, ``cached_tokens``, ``n_tasks``); ``stable[cell]``: (stable by the
+    steady-state test, number of growing seeds). Returns
+
+    * ``runs``: one row per cell: seeds' means of the cached share, uncached prompt tokens, mean
+      and p99 JCT, and stability;
+    * ``gap``: the Belady gap, one row per cell with a non-bound eviction whose bound cell ran:
+      uncached tokens and mean JCT against the bound's (percent), the JCT gap's paired 95% interval
+      where both are stable;
+    * ``matters``: per (workload, host tier, admission), the best non-bound eviction against
+      ``lru``: the paired difference in mean JCT (seconds) with its 95% interval, on which the
+      verdict is (a win only where it excludes zero), the relative difference with its own
+      interval beside it, and the spread of the non-bound evictions' mean JCT (max / min - 1, percent);
+    * ``verdict``: per (workload, host tier), the best TOPAS / TOPAS+ cell against the best
+      baseline cell (module docstring).
+    """
+    runs, gap, matters, verdict = [], [], [], []
+    jct = {k: {s: float(m["jct_mean"]) for s, m in v.items()} for k, v in summaries.items()}
+    for key, by_seed in summaries.items():
+        w, host, a, e = key
+        ms = list(by_seed.values())
+        share = [m["cached_tokens"] / m["prompt_tokens"] for m in ms if m.get("prompt_tokens")]
+        runs.append({"workload": w, "host_tier": host, "admission": a, "eviction": e, "bound": e == BOUND,
+                     "load": LOAD, "seeds": len(ms), "tasks": int(ms[0]["n_tasks"]),
+                     "cached_pct": 100 * _mean(share), "uncached_tokens": _mean(_uncached(m) for m in ms),
+                     "jct_mean": _mean(jct[key].values()), "jct_p99": _mean(float(m["jct_p99"]) for m in ms),
+                     "stable": bool(stable[key][0]), "growing_seeds": int(stable[key][1])})
+
+    def is_stable(k: tuple) -> bool:
+        return bool(stable[k][0])
+
+    def paired(p: tuple, b: tuple):
+        names = {"/".join(p): jct[p], "/".join(b): jct[b]}
+        st = {"/".join(p): True, "/".join(b): True}
+        return compare_latency(names, "/".join(p), "/".join(b), st, LOAD, p[0])
+
+    groups = list(dict.fromkeys(k[:3] for k in summaries))  # in the grid's order
+    for w, host, a in groups:
+        bound = (w, host, a, BOUND)
+        own = [k for k in summaries if k[:3] == (w, host, a) and k[3] != BOUND]
+        for k in own:
+            if bound not in summaries:
+                continue
+            u, ub = _mean(_uncached(m) for m in summaries[k].values()), \
+                _mean(_uncached(m) for m in summaries[bound].values())
+            row = {"workload": w, "host_tier": host, "admission": a, "eviction": k[3], "seeds": len(summaries[k]),
+                   "uncached_tokens": u, "bound_uncached_tokens": ub,
+                   "uncached_gap_pct": 100 * (u / ub - 1) if ub else math.nan,
+                   "jct_mean": _mean(jct[k].values()), "bound_jct_mean": _mean(jct[bound].values())}
+            unstable = [x[3] for x in (k, bound) if not is_stable(x)]
+            if unstable:
+                row["note"] = f"JCT not compared: {', '.join(unstable)} not stable"
+            else:
+                c = paired(k, bound)
+                row.update(jct_gap_pct=100 * c.relative, jct_gap_low_pct=100 * c.relative_low,
+                           jct_gap_high_pct=100 * c.relative_high, note="")
+            gap.append(row)
+        lru = (w, host, a, "lru")
+        rest = [k for k in own if k != lru]
+        row = {"workload": w, "host_tier": host, "admission": a, "seeds": len(summaries[own[0]]) if own else 0}
+        means = {k: _mean(jct[k].values()) for k in own}
+        if len(means) > 1:
+            row["spread_pct"] = 100 * (max(means.values()) / min(means.values()) - 1)
+        cand = [k for k in rest if is_stable(k)]
+        if lru not in summaries or not rest:
+            row["verdict"] = "not compared: no lru or no other eviction"
+        elif not is_stable(lru) or not cand:
+            row["verdict"] = "not compared: " + ("lru not stable" if not is_stable(lru) else "no other stable eviction")
+        else:
+            best = min(cand, key=lambda k: means[k])
+            c = paired(best, lru)
+            row.update(best_eviction=best[3], difference_s=c.difference, low_s=c.low, high_s=c.high,
+                       relative_pct=100 * c.relative, relative_low_pct=100 * c.relative_low,
+                       relative_high_pct=100 * c.relative_high, verdict=c.verdict)
+        matters.append(row)
+    for w, host in dict.fromkeys(k[:2] for k in summaries):
+        cells = [k for k in summaries if k[:2] == (w, host) and k[3] != BOUND]
+        base = [k for k in cells if k[2] in BASELINE_ADMISSIONS and is_stable(k)]
+        cand = [k for k in cells if k[2] not in BASELINE_ADMISSIONS and is_stable(k)]
+        row = {"workload": w, "host_tier": host, "seeds": len(summaries[cells[0]]) if cells else 0}
+        if not base or not cand:
+            row["verdict"] = "not compared: no stable " + ("baseline" if not base else "TOPAS / TOPAS+") + " cell"
+        else:
+            b = min(base, key=lambda k: _mean(jct[k].values()))
+            p = min(cand, key=lambda k: _mean(jct[k].values()))
+            c = paired(p, b)
+            row.update(candidate=f"{p[2]}+{p[3]}", baseline=f"{b[2]}+{b[3]}", difference_s=c.difference, low_s=c.low,
+                       high_s=c.high, relative_pct=100 * c.relative, relative_low_pct=100 * c.relative_low,
+                       relative_high_pct=100 * c.relative_high, verdict=c.verdict)
+        verdict.append(row)
+    return {"runs": pd.DataFrame(runs).reindex(columns=list(RUN_COLUMNS)),
+            "gap": pd.DataFrame(gap).reindex(columns=list(GAP_COLUMNS)),
+            "matters": pd.DataFrame(matters).reindex(columns=list(MATTERS_COLUMNS)),
+            "verdict": pd.DataFrame(verdict).reindex(columns=list(VERDICT_COLUMNS))}
