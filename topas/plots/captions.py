@@ -4,6 +4,7 @@ spans) written under it, so a PNG read on its own says what it shows."""
 from __future__ import annotations
 
 import math
+import os
 import textwrap
 from typing import Iterable
 
@@ -11,8 +12,18 @@ import matplotlib
 import matplotlib.transforms
 import pandas as pd
 
-from topas.plots.output import measured_caption
 from topas.plots.style import LOG_SPAN
+
+#: Set (by ``scripts/reproduce.py --engine sglang``) to the SGLang server's short identity: the
+#: figures and tables then say they were measured there (:func:`measured_caption`).
+MEASURED_ON_ENV = "TOPAS_MEASURED_ON"
+
+
+def measured_caption() -> str | None:
+    """``measured on SGLang (<server>)`` when ``$TOPAS_MEASURED_ON`` names a server, else ``None``."""
+    label = os.environ.get(MEASURED_ON_ENV, "").strip()
+    return f"measured on SGLang ({label})" if label else None
+
 
 #: What the bands of the figures against load and the whiskers of the bar charts span.
 SEED_RANGE = "min to max over the seeds"

@@ -13,6 +13,7 @@ import matplotlib
 import pandas as pd
 
 from topas.paths import REPO_ROOT
+from topas.plots.captions import MEASURED_ON_ENV, measured_caption, place_caption  # noqa: F401 (re-exported)
 
 
 # --- output ---------------------------------------------------------------------------------
@@ -42,15 +43,6 @@ def _atomic_write(path: Path, write: Callable[[str], None]) -> Path:
     return path
 
 
-#: Set (by ``scripts/reproduce.py --engine sglang``) to the SGLang server's short identity: the
-#: figures and tables then say they were measured there (:func:`measured_caption`).
-MEASURED_ON_ENV = "TOPAS_MEASURED_ON"
-
-
-def measured_caption() -> str | None:
-    """``measured on SGLang (<server>)`` when ``$TOPAS_MEASURED_ON`` names a server, else ``None``."""
-    label = os.environ.get(MEASURED_ON_ENV, "").strip()
-    return f"measured on SGLang ({label})" if label else None
 
 
 def save_figure(fig: matplotlib.figure.Figure, name: str, out_dir: str | os.PathLike | None = None) -> list[Path]:
@@ -59,8 +51,6 @@ def save_figure(fig: matplotlib.figure.Figure, name: str, out_dir: str | os.Path
     Metadata dates are dropped so that re-rendering unchanged data gives the same PDF. With
     ``$TOPAS_MEASURED_ON`` set the figure gets a footnote ``measured on SGLang (<server>)``.
     """
-    from topas.plots.captions import place_caption
-
     out = figures_dir(out_dir)
     place_caption(fig)
     caption = measured_caption()
@@ -124,8 +114,6 @@ def text_overlaps(fig: matplotlib.figure.Figure) -> list[tuple[str, str]]:
     """Pairs of visible, non-empty texts of ``fig`` whose rendered boxes overlap (for tests:
     a readable figure returns ``[]``). Texts inside one legend are compared as well; a caption
     given by :func:`topas.plots.add_caption` is placed first, so it is checked too."""
-    from topas.plots.captions import place_caption
-
     place_caption(fig)
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
