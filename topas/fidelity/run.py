@@ -99,9 +99,11 @@ def stored_sim_engine(meta: Mapping[str, Any], profile: "str | Path | CostModel 
     """The simulator as a stored comparison was simulated (its ``meta.json``): its profile
     (:func:`recorded_profile`, unless ``profile`` overrides it), its KV budget and host tier."""
     ec = meta.get("engine_config", {})
-    return sim_engine(profile or recorded_profile(meta), meta.get("kv_budget_tokens"),
-                      {"host_tier": ec.get("host_tier", False), "radix_eviction_policy": ec.get("eviction"),
-                       "radix_eviction_policy_config": ec.get("eviction_config")})
+    out = sim_engine(profile or recorded_profile(meta), meta.get("kv_budget_tokens"),
+                     {"host_tier": ec.get("host_tier", False)})
+    if ec.get("eviction") not in (None, "lru"):  # as simulated then (EngineConfig.eviction's own spelling)
+        out = (out[0], dataclasses.replace(out[1], eviction=ec["eviction"]))
+    return out
 
 
 def sim_engine(profile: "str | Path | CostModel", kv_budget: int | None = None,
@@ -132,9 +134,10 @@ def sim_engine(profile: "str | Path | CostModel", kv_budget: int | None = None,
 
 def eviction_config_kw(policy: str | None, config: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The :class:`topas.engine.config.EngineConfig` fields for a server's
-    ``--radix-eviction-policy`` (and its ``--radix-eviction-policy-config``): nothing for SGLang's
-    default (lru, or unknown), so a default config stays the default; ValueError when the simulator
-    has no such option (an engine without ``EngineConfig.eviction``)."""
+    ``--radix-eviction-policy`` (and its ``--radix-eviction-policy-config``, a JSON object, which
+    ``EngineConfig.eviction`` spells ``NAME:key=value,...``): nothing for SGLang's default (lru,
+    or None), so a default config stays the default; ValueError when the simulator has no such
+    option (an engine without ``EngineConfig.eviction``)."""
     import dataclasses as dc
 
     from topas.engine.config import EngineConfig
@@ -147,12 +150,10 @@ def eviction_config_kw(policy: str | None, config: Mapping[str, Any] | None = No
     if "eviction" not in fields:
         raise ValueError(f"the server evicts with --radix-eviction-policy {policy}, which this simulator cannot "
                          f"model (EngineConfig has no 'eviction' field)")
-    kw: dict[str, Any] = {"eviction": str(policy).lower()}
-    if config:
-        if "eviction_config" not in fields:
-            raise ValueError(f"the server's --radix-eviction-policy-config {dict(config)} has no simulator "
-                             f"counterpart (EngineConfig has no 'eviction_config' field)")
-        kw["eviction_config"] = tuple(sorted(dict(config).items()))
+    name = str(policy).lower()
+    if config:  # EngineConfig.eviction spells SGLang's JSON config as NAME:key=value,...
+        name += ":" + ",".join(f"{k}={v}" for k, v in sorted(dict(config).items()))
+    kw: dict[str, Any] = {"eviction": name}
     return kw
 
 

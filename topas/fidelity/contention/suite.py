@@ -38,7 +38,7 @@ def compare_runs(run_dir: str | Path, case: Case, mode: "str | Mode", engine_mod
     mode = mode_obj.name
 
     from topas.fidelity.compare import read_comparison
-    from topas.fidelity.run import Point, prefix_tokens, scale_cost, simulate_point, stored_sim_engine
+    from topas.fidelity.run import Point, prefix_tokens, scale_cost, simulate_point
     from topas.workload.trace_io import write_trace
 
     if arrivals not in ARRIVALS:
@@ -48,7 +48,7 @@ def compare_runs(run_dir: str | Path, case: Case, mode: "str | Mode", engine_mod
     d = Path(run_dir)
     comp = read_comparison(d)
     meta = comp.meta
-    cost, config = stored_sim_engine(meta)
+    cost, config = _mode_engine(meta, mode_obj)
     trace_file = Path(traces_dir or OUT_DIR / "traces") / f"{case.name}.json.gz"
     runs = comp.runs
     req_rows, run_rows = [], []
@@ -154,7 +154,7 @@ def measure_cases(cases: Sequence[Case], modes: Sequence[Mode], profile: str | P
 
     from topas.fidelity import compare as fc
     from topas.fidelity.cpu_server import cpu_server
-    from topas.fidelity.run import Point, replay_measure, run_fidelity, server_kv_settings
+    from topas.fidelity.run import Point, eviction_config_kw, replay_measure, run_fidelity, server_kv_settings
 
     out = Path(out_dir)
     traces = {c.name: write_case_trace(c, out / "traces") for c in cases}
@@ -173,6 +173,13 @@ def measure_cases(cases: Sequence[Case], modes: Sequence[Mode], profile: str | P
                 got = str(settings.get("radix_eviction_policy") or "lru")
                 if got != (mode.eviction or "lru"):
                     raise RuntimeError(f"the server evicts with {got}, asked for {mode.eviction}")
+                try:
+                    eviction_config_kw(settings.get("radix_eviction_policy"), settings.get("radix_eviction_policy_config"))
+                except ValueError as e:  # record the server now; compare_runs simulates the mode's eviction later
+                    if log:
+                        log(f"note: {e}: the runs' calibration simulates lru; compare with --compare-only once "
+                            f"the simulator models it")
+                    settings = {**settings, "radix_eviction_policy": None, "radix_eviction_policy_config": None}
                 for c in pcases:
                     pts = [Point(str(traces[c.name]), pol, rate=_rate(c), seed=c.seed, load=c.rate if c.kind == "poisson" else 0.0,
                                  eviction_priority=mode.priority)
@@ -233,10 +240,12 @@ def _resimulated_runs(runs: pd.DataFrame, d: Path, case: Case, engine_model: str
     """The runs table with its ``sim-calibrated`` rows recomputed with ``engine_model`` (the
     measured rows as stored), so the JCT comparison follows the engine model being judged."""
     from topas.fidelity.compare import read_comparison, run_metrics
-    from topas.fidelity.run import Point, prefix_tokens, scale_cost, simulate_point, stored_sim_engine
+    from topas.fidelity.run import Point, prefix_tokens, scale_cost, simulate_point
+
+    from topas.fidelity.contention.cases import find_mode
 
     meta = read_comparison(d).meta
-    cost, config = stored_sim_engine(meta)
+    cost, config = _mode_engine(meta, find_mode(str(meta.get("mode") or "sglang-fcfs")))
     trace_file = traces_dir / f"{case.name}.json.gz"
     keep = runs[runs["engine"] != "sim-calibrated"]
     new = []
@@ -247,6 +256,19 @@ def _resimulated_runs(runs: pd.DataFrame, d: Path, case: Case, engine_model: str
         sim, trace = simulate_point(p, scale_cost(cost, f), config, engine_model)
         new.append({**r, **run_metrics(sim, prefix_tokens(trace))})
     return pd.concat([keep, pd.DataFrame(new)], ignore_index=True)
+
+
+def _mode_engine(meta: dict, mode: Mode) -> tuple:
+    """The stored run's simulator (:func:`topas.fidelity.run.stored_sim_engine`) with the mode's
+    eviction policy (the mode is what the server ran, also for runs recorded before the simulator
+    modelled it)."""
+    import dataclasses
+
+    from topas.fidelity.run import eviction_config_kw, stored_sim_engine
+
+    cost, config = stored_sim_engine(meta)
+    kw = eviction_config_kw(mode.eviction, dict(mode.eviction_config) or None)
+    return cost, dataclasses.replace(config, **kw) if kw else config
 
 
 def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
