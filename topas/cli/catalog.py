@@ -1,4 +1,5 @@
-"""``topas policies`` and ``topas routers``: what can be named, with each one's parameters."""
+"""``topas policies``, ``topas routers`` and ``topas evictions``: what can be named, with each
+one's parameters."""
 
 from __future__ import annotations
 
@@ -76,3 +77,22 @@ def routers_cmd() -> None:
     """List the routers of a cluster with their parameters (name: type = default); use them with
     `topas simulate --engines N --router NAME --router-param K=V`."""
     click.echo("\n".join(routers_lines()))
+
+
+def evictions_lines() -> list[str]:
+    """The ``topas evictions`` listing: each eviction strategy, its one-line description and its
+    parameters (``topas.engine.eviction``)."""
+    from topas.engine.eviction import available_evictions
+
+    lines: list[str] = []
+    for name, (desc, params) in available_evictions().items():
+        lines.append(f"{name}  {desc}")
+        lines += [f"    {k}: int = {v!r}" for k, v in params.items()] or ["    (no parameters)"]
+    return lines
+
+
+@main.command("evictions")
+def evictions_cmd() -> None:
+    """List the radix cache's eviction strategies with their parameters (name: type = default);
+    use them with `topas simulate --eviction NAME[:key=value,...]`."""
+    click.echo("\n".join(evictions_lines()))

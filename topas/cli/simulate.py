@@ -194,6 +194,9 @@ def _head_note(n_tasks: int | None, prepared) -> str:
 @click.option("--host-tier", is_flag=True, default=False,
               help="Model a host (CPU) KV tier for every policy (SGLang HiCache): an evicted prefix is "
                    "swapped out and back at the profile's bandwidth instead of recomputed. Off in stock SGLang.")
+@click.option("--eviction", default=None, metavar="NAME",
+              help="The radix cache's eviction order, NAME or NAME:key=value,... (SGLang's "
+                   "--radix-eviction-policy; `topas evictions` lists them) [default: lru].")
 @click.option("--engine-option", "engine_opts", multiple=True, metavar="K=V",
               help="An engine behaviour switch, e.g. --engine-option admission_gate=false (repeatable; "
                    "see topas.engine.config.EngineConfig).")
@@ -211,7 +214,8 @@ def _head_note(n_tasks: int | None, prepared) -> str:
               help="Show a progress bar on stderr [default: only when stderr is a terminal].")
 def simulate_cmd(trace_name: str, policy: str, params: tuple[str, ...], rate: float | None,
                  load: float | None, seed: int, n_tasks: int | None, profile: str | None,
-                 kv_budget: int | None, host_tier: bool, engine_opts: tuple[str, ...], n_engines: int,
+                 kv_budget: int | None, host_tier: bool, eviction: str | None, engine_opts: tuple[str, ...],
+                 n_engines: int,
                  router: str | None, router_params: tuple[str, ...], out: Path | None,
                  progress: bool | None, **knowledge) -> None:
     """Simulate one trace under one policy and print a summary.
@@ -231,6 +235,8 @@ def simulate_cmd(trace_name: str, policy: str, params: tuple[str, ...], rate: fl
         options = dict(parse_param_strings(engine_opts))
         if host_tier:
             options["host_tier"] = True
+        if eviction is not None:
+            options["eviction"] = eviction
         exp = Experiment(
             workload=trace_name, policy=policy, params=parse_param_strings(params),
             profile=profile or DEFAULT_PROFILE, rate=rate, load=load, seed=seed, n_tasks=n_tasks,

@@ -23,7 +23,6 @@ from topas.engine.cost import CostModel
 from topas.engine.config import EngineConfig
 from topas.engine.entities import Request
 from topas.engine.knowledge import Knowledge
-from topas.engine.radix_cache import SegmentCache
 from topas.engine.simulator import Simulator
 from topas.engine.view import EngineView
 from topas.policies.base import Policy
@@ -52,7 +51,7 @@ class ClusterEngine(Simulator):
         # (the cluster validates the whole trace once, against the smallest engine)
         super().__init__(trace.head(0), policy, cost, config, knowledge)
         if self.config.radix_cache and self.config.segment_cache and trace.has_segments:
-            self._tree = SegmentCache(self.prefixes)  # (the empty trace above has no segments to tell)
+            self._tree = self._new_tree()  # (the empty trace above has no segments to tell)
         self.index = index
         self.cluster = cluster
         self._local: dict[str, int] = {}  # task id -> its requests routed here and not finished

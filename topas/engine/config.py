@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from topas.engine.eviction import check_eviction
+
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -96,6 +98,10 @@ class EngineConfig:
     #: (a real scheduler knows its hardware), so TOPAS, whose J_move and V_reuse are priced with
     #: ``B_swap``, decides differently even without a host tier.
     swap_bandwidth_scale: float = 1.0
+    #: The radix cache's eviction order (SGLang ``--radix-eviction-policy``, with
+    #: ``--radix-eviction-policy-config`` as ``NAME:key=value,...``): ``lru`` (stock), ``lfu``,
+    #: ``slru``, ``priority``, ``tlru`` (``topas.engine.eviction``; ``topas evictions`` lists them).
+    eviction: str = "lru"
 
     def __post_init__(self) -> None:
         for name in ("max_running_requests", "new_token_ratio_decay_steps", "retract_decode_steps",
@@ -115,6 +121,8 @@ class EngineConfig:
         s = self.swap_bandwidth_scale
         if isinstance(s, bool) or not isinstance(s, (int, float)) or not (math.isfinite(s) and s > 0):
             raise ValueError(f"EngineConfig.swap_bandwidth_scale must be a finite number > 0, got {s!r}")
+        # the canonical form (an experiment's key): lower case, parameters at their default left out
+        object.__setattr__(self, "eviction", check_eviction(self.eviction))
 
 
 #: The engine model of the figures before issue 12 (host tier for every policy, prefixes shared

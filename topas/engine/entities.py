@@ -57,6 +57,9 @@ class Request:
     seg_ctx: int = 0
     seg_matched: int = 0
     seg_pending: bool = False
+    #: SGLang's ``Req.priority`` (the ``/generate`` request's ``priority``): fixed when it first
+    #: reaches the scheduler, by ``Policy.request_priority`` (read by the ``priority`` eviction)
+    priority: int = 0
     _waiting_view: RequestView | None = None  # a waiting request's view does not change
 
     @property
@@ -153,6 +156,12 @@ class Prefix:
     refcount: int = 0
     last_used: float = -1.0
     prefill_left: int = 0  # > 0 while a first-ever load is being prefilled
+    #: what the eviction strategies read (``topas.engine.eviction``): insertions through the
+    #: prefix since it was last computed, the highest priority among them, and (traces without
+    #: segments) the deepest leaf below it ever (prefix + the leaf's KV)
+    hit_count: int = 0
+    priority: int = 0
+    history: int = 0
 
     @property
     def tokens(self) -> int:

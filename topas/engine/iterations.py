@@ -85,6 +85,8 @@ class Iterations:
                 self._insert_after_next.remove(r)
                 self._seg_insert(r)
             below = r.seg_nodes[-1] if r.seg_nodes else None
+        self._count_finish(r)
+        if self._tree is not None:
             self._seg_release(r)
         view = r.view(self.now)
         kv = r.kv
@@ -102,7 +104,9 @@ class Iterations:
         elif self.config.radix_cache and kv > 0 and p.resident:
             # SGLang's cache_finished_req: its KV stays cached, a leaf under the prefix
             self._seq += 1
-            heapq.heappush(self._leaves, (self.now, self._seq, r.agent, kv, self._generation[r.agent], r.rid))
+            heapq.heappush(self._leaves, (self.now, self._seq, r.agent, kv, self._generation[r.agent], r.rid,
+                                          r.priority))
+            p.history = max(p.history, p.tokens + kv)
             self._cached_by_agent[r.agent] += kv
             self.evictable_tokens += kv
         ts = r.task
@@ -191,6 +195,8 @@ class Iterations:
                         self._insert_after_next.append(r)
                     else:
                         self._seg_insert(r)
+                else:
+                    self._count_insert(r)  # (its prompt enters the radix tree)
                 r.generated += 1  # the prefill produces the first (next) output token (KV held since _start)
                 r.enter(DECODE, self.now)
                 self.decoding[r.rid] = r

@@ -1,5 +1,5 @@
 """The simulator's KV memory (docs/design.md "Engine model"): what a request reserves, making room
-by evicting the radix cache's LRU leaves, loading and evicting agent prefixes, and settling the
+by evicting the radix cache's LRU leaves (other orders: ``topas.engine.evict_pass``), loading and evicting agent prefixes, and settling the
 cache after a change.
 
 :class:`KVMemory` is a part of :class:`topas.engine.simulator.Simulator` (a mixin over its state:
@@ -38,14 +38,17 @@ class KVMemory:
         return sum(self._reserve(r) for r in self._running())
 
     def _make_room(self, tokens: int, exclude: Prefix | None = None) -> bool:
-        """Evict unreferenced prefixes (LRU) until ``tokens`` fit; False if they cannot."""
+        """Evict unreferenced prefixes (LRU, or ``EngineConfig.eviction``'s order) until
+        ``tokens`` fit; False if they cannot."""
         free = self.budget - self.prefix_tokens - self.request_tokens
         if free >= tokens:
             return True
-        victims = sorted(
-            (p for p in self.prefixes.values() if p.resident and p.refcount == 0 and p is not exclude),
-            key=lambda p: (p.last_used, p.agent.name),
-        )
+        victims = [p for p in self.prefixes.values() if p.resident and p.refcount == 0 and p is not exclude]
+        if self._eviction.heap_fast_path:
+            victims.sort(key=lambda p: (p.last_used, p.agent.name))
+        else:
+            self._prepare_eviction()
+            victims.sort(key=self._prefix_order)
         if free + sum(p.tokens for p in victims) < tokens:
             return False
         for p in victims:
@@ -100,6 +103,7 @@ class KVMemory:
             self._record_prefix("load_swap", p, p.tokens * self.cost.kv_bytes_per_token)
         else:
             p.prefill_left = p.tokens
+            self._reset_prefix_counts(p)
             self._record_prefix("load_prefill", p, 0.0)
             if self.config.radix_cache and not self.manages:
                 self._merged[a] = _PENDING  # the request that computes it holds it in its own node
@@ -111,49 +115,67 @@ class KVMemory:
         self.prefix_events.append((self.now, p.agent.name, kind, p.tokens, nbytes))
 
     def _settle(self) -> None:
-        """The radix cache's allocation: evict least-recently-used leaves (finished requests' KV;
-        prefixes nobody uses and whose children are gone) until everything fits the pool."""
+        """The radix cache's allocation: evict leaves (finished requests' KV; prefixes nobody uses
+        and whose children are gone) until everything fits the pool, least recently used first
+        or in the order of ``EngineConfig.eviction`` (``topas.engine.evict_pass``)."""
         if not self.config.radix_cache:
             return
         self._settling = True
         try:
             deficit = self.prefix_tokens + self.request_tokens + self.evictable_tokens - self.budget
+            if deficit > 0 and not self._eviction.heap_fast_path:
+                self._settle_by_strategy(deficit)
+                return
             while deficit > 0:
                 while self._leaves and self._leaves[0][4] != self._generation[self._leaves[0][2]]:
                     heapq.heappop(self._leaves)  # dropped with its prefix
                 leaf = self._leaves[0] if self._leaves else None
                 node = self._tree.peek_lru() if self._tree is not None else None
                 leaf_time = leaf[0] if leaf is not None else (node.last_access if node is not None else None)
-                if self.manages:  # pinned prefixes stay; unpinned ones are leaves
-                    cands = (p for p in self.prefixes.values() if self._ghost.get(p.agent.name))
-                else:
-                    cands = (p for p in self.prefixes.values()
-                             if p.resident and p.refcount == 0 and p.prefill_left == 0
-                             and p.agent.name not in self._computing)
-                prefix = min((p for p in cands if not self._cached_by_agent[p.agent.name]),
+                prefix = min((p for p in self.prefixes.values() if self._prefix_evictable(p)),
                              key=lambda p: (p.last_used, p.agent.name), default=None)
                 if prefix is not None and (leaf_time is None or prefix.last_used < leaf_time):
-                    deficit -= prefix.tokens
-                    if self.manages:
-                        self._drop_ghost(prefix)
-                    else:
-                        self._evict(prefix)
+                    deficit -= self._evict_cached_prefix(prefix)
                 elif leaf is not None:
                     heapq.heappop(self._leaves)
-                    _, _, a, kv, _, rid = leaf
-                    self._cached_by_agent[a] -= kv
-                    self.evictable_tokens -= kv
-                    deficit -= kv
-                    p = self.prefixes[a]
-                    if self._merged.get(a) == rid and p.resident and p.refcount == 0 and p.prefill_left == 0:
-                        deficit -= p.tokens  # the prefix was part of this node
-                        self._evict(p)
+                    deficit -= self._evict_leaf(leaf)
                 elif node is not None:
                     deficit -= self._seg_evict(node)
                 else:
                     break
         finally:
             self._settling = False
+
+    def _prefix_evictable(self, p: Prefix) -> bool:
+        """A cached prefix the radix cache may evict: a leaf (no cached children), unpinned (a
+        managing policy's ghost) or, for other policies, unused, computed and not being computed."""
+        a = p.agent.name
+        if self._cached_by_agent[a]:
+            return False
+        if self.manages:  # pinned prefixes stay; unpinned ones are leaves
+            return bool(self._ghost.get(a))
+        return p.resident and p.refcount == 0 and p.prefill_left == 0 and a not in self._computing
+
+    def _evict_cached_prefix(self, p: Prefix) -> int:
+        """Evict the cached prefix ``p`` (:meth:`_prefix_evictable`); returns its tokens."""
+        if self.manages:
+            self._drop_ghost(p)
+        else:
+            self._evict(p)
+        return p.tokens
+
+    def _evict_leaf(self, leaf: tuple) -> int:
+        """Evict a finished request's KV leaf (popped from ``_leaves``), and its prefix if the
+        prefix was part of the leaf's radix node; returns the tokens freed."""
+        _, _, a, kv, _, rid, _ = leaf
+        self._cached_by_agent[a] -= kv
+        self.evictable_tokens -= kv
+        freed = kv
+        p = self.prefixes[a]
+        if self._merged.get(a) == rid and p.resident and p.refcount == 0 and p.prefill_left == 0:
+            freed += p.tokens  # the prefix was part of this node
+            self._evict(p)
+        return freed
 
     def _drop_ghost(self, p: Prefix) -> None:
         a = p.agent.name

@@ -15,6 +15,11 @@ prefix's KV is accounted by the prefix). Partial matches follow from leaf-only e
 in the tree only with all its ancestors, so a request whose deeper node was evicted matches the
 nodes above it.
 
+Eviction order: LRU through the heap here (:meth:`SegmentCache.peek_lru`); any other
+``topas.engine.eviction`` strategy scans :meth:`SegmentCache.evictable_leaves`. Nodes keep what
+the strategies read (``hit_count``, ``priority``, ``depth``, ``history``: the engine updates the
+first two, ``topas.engine.eviction`` cites the rules).
+
 Ties: SGLang's clock is wall time, so equal ``last_access_time`` hardly occur there and it leaves
 them to heap order; the simulated clock ties often (nodes inserted in one iteration), so ties go
 to the node created first (SGLang's ``TreeNode.id`` counter order).
@@ -23,14 +28,15 @@ to the node created first (SGLang's ``TreeNode.id`` counter order).
 from __future__ import annotations
 
 import heapq
-from typing import Iterable, Sequence
+import sys
+from typing import Iterable, Mapping, Sequence
 
 
 class SegmentNode:
     """One cached segment: ``tokens`` of KV under ``parent``; ``lock_ref`` running requests use it."""
 
     __slots__ = ("id", "tokens", "parent", "children", "lock_ref", "last_access", "serial", "agent", "owner",
-                 "alive")
+                 "alive", "hit_count", "priority", "depth", "history")
 
     def __init__(self, id: str, tokens: int, parent: "SegmentNode | None", agent: str, owner: str,
                  serial: int, now: float) -> None:
@@ -44,6 +50,16 @@ class SegmentNode:
         self.agent = agent
         self.owner = owner  # the request whose KV it was (the prefix may share its radix node)
         self.alive = True
+        #: insertions through it and the highest priority among them (``topas.engine.eviction``)
+        self.hit_count = 0
+        self.priority = NO_PRIORITY
+        #: tokens from the root through it (agent prefix included) and its branch's deepest ever
+        self.depth = (parent.depth if parent is not None else 0) + tokens
+        self.history = self.depth
+
+
+#: a node's priority before any request inserted through it (SGLang's root: ``-sys.maxsize``)
+NO_PRIORITY = -sys.maxsize
 
 
 #: a segment of a prompt beyond its agent prefix: (id, tokens)
@@ -57,16 +73,31 @@ class SegmentCache:
     pool's totals: :attr:`locked_tokens` (nodes some running request uses) and the evictable rest.
     """
 
-    def __init__(self, agents: Iterable[str]) -> None:
+    def __init__(self, agents: Iterable[str], heap: bool = True, history: bool = False,
+                 prefix_tokens: Mapping[str, int] | None = None) -> None:
+        """``heap``: keep the LRU heap (else the candidates :meth:`evictable_leaves` scans);
+        ``history``: raise the ancestors' ``history`` at each new node (``tlru``); a root's
+        ``depth`` is its agent's ``prefix_tokens`` (0 if not given)."""
         self._serial = 0
+        self._heap = heap
+        self._history = history
         self.roots: dict[str, SegmentNode] = {a: self._node(a, 0, None, a, "", 0.0) for a in agents}
+        for a, n in self.roots.items():
+            n.depth = n.history = (prefix_tokens or {}).get(a, 0)
         self._lru: list[tuple[float, int, SegmentNode]] = []  # evictable leaves, lazily invalidated
+        self._cands: dict[int, SegmentNode] = {}  # (no heap) evictable leaves by serial, lazily invalidated
         self.locked_tokens = 0
 
     def _node(self, id: str, tokens: int, parent: SegmentNode | None, agent: str, owner: str,
               now: float) -> SegmentNode:
         self._serial += 1
-        return SegmentNode(id, tokens, parent, agent, owner, self._serial, now)
+        n = SegmentNode(id, tokens, parent, agent, owner, self._serial, now)
+        if self._history:  # _set_tlru_lens_and_raise_history
+            a = parent
+            while a is not None and a.history < n.depth:
+                a.history = n.depth
+                a = a.parent
+        return n
 
     # ---------------------------------------------------------------- matching and locks
     def match(self, agent: str, segs: Sequence[Seg]) -> list[SegmentNode]:
@@ -129,10 +160,13 @@ class SegmentCache:
         return out, dup, dup_unlocked
 
     def add_leaf(self, agent: str, below: SegmentNode | None, id: str, tokens: int, owner: str,
-                 now: float) -> SegmentNode:
-        """An unlocked, evictable leaf (a finished request's output: ``cache_finished_req``)."""
+                 now: float, priority: int = 0) -> SegmentNode:
+        """An unlocked, evictable leaf (a finished request's output: ``cache_finished_req``), one
+        hit, of its request's ``priority`` (a new node: ``_add_new_node``)."""
         parent = below if below is not None else self.roots[agent]
         leaf = self._node(id, tokens, parent, agent, owner, now)
+        leaf.hit_count = 1
+        leaf.priority = priority
         parent.children[id] = leaf
         self._offer(leaf)
         return leaf
@@ -140,7 +174,21 @@ class SegmentCache:
     # ---------------------------------------------------------------- eviction
     def _offer(self, n: SegmentNode) -> None:
         if n.alive and n.lock_ref == 0 and not n.children and n.parent is not None:
-            heapq.heappush(self._lru, (n.last_access, n.serial, n))
+            if self._heap:
+                heapq.heappush(self._lru, (n.last_access, n.serial, n))
+            else:
+                self._cands[n.serial] = n
+
+    @staticmethod
+    def evictable(n: SegmentNode) -> bool:
+        return n.alive and n.lock_ref == 0 and not n.children and n.parent is not None
+
+    def evictable_leaves(self) -> list[SegmentNode]:
+        """Every evictable leaf now (a tree built with ``heap=False``), in creation order."""
+        cands = self._cands
+        for k in [k for k, n in cands.items() if not self.evictable(n)]:
+            del cands[k]
+        return [cands[k] for k in sorted(cands)]
 
     def peek_lru(self) -> SegmentNode | None:
         """The least recently used evictable leaf (ties: created first), or None."""
@@ -175,7 +223,9 @@ class SegmentCache:
             n.alive = False
             dropped += n.tokens
             stack.extend(n.children.values())
-        self.roots[agent].children = {}
+        root = self.roots[agent]
+        root.children = {}
+        root.history = root.depth
         return dropped
 
 

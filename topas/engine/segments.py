@@ -67,6 +67,7 @@ class SegmentMemory:
         r.seg_nodes += tuple(new)
         r.seg_ctx = r.x
         r.seg_matched = r.x
+        self._count_insert(r)
 
     def _seg_release(self, r: Request) -> None:
         """r leaves the running batch: its locks go (the nodes stay cached, evictable once no
@@ -84,7 +85,7 @@ class SegmentMemory:
     def _seg_leave_output(self, r: Request, below: SegmentNode | None, kv: int) -> None:
         """``cache_finished_req``: a finished request's remaining own KV (its output) stays
         cached as an evictable leaf below its prompt."""
-        self._tree.add_leaf(r.agent, below, f"\0out/{r.rid}", kv, r.rid, self.now)
+        self._tree.add_leaf(r.agent, below, f"\0out/{r.rid}", kv, r.rid, self.now, r.priority)
         self._cached_by_agent[r.agent] += kv
         self.evictable_tokens += kv
 

@@ -40,13 +40,13 @@ from tqdm.auto import tqdm
 
 from topas.engine.config import EngineConfig
 from topas.engine.cost import CostModel
+from topas.engine.evict_pass import StrategyEviction
 from topas.engine.entities import (DECODE, PREFILL, WAITING, Prefix, Request, TaskState, add_reply_latency, roots,
     start_task)
 from topas.engine.iterations import Iterations
 from topas.engine.knowledge import Knowledge
 from topas.engine.memory import KVMemory
 from topas.engine.metrics import SimResult, build_result
-from topas.engine.radix_cache import SegmentCache
 from topas.engine.segments import SegmentMemory
 from topas.engine.view import Decision, EngineView, InfeasibleDecision, PrefixView
 from topas.policies.base import Policy
@@ -58,7 +58,7 @@ class SimulationStuck(RuntimeError):
     """The engine is idle with requests waiting and the policy admits none of them."""
 
 
-class Simulator(KVMemory, Iterations, SegmentMemory):
+class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction):
     def __init__(
         self,
         trace: Trace,
@@ -82,6 +82,7 @@ class Simulator(KVMemory, Iterations, SegmentMemory):
         self.policy = policy
         self.manages = policy.manages_prefixes
         policy.reset()
+        self._init_eviction()
 
         self.now = 0.0
         self.prefixes: dict[str, Prefix] = {name: Prefix(agent=a) for name, a in trace.agents.items()}
@@ -127,7 +128,7 @@ class Simulator(KVMemory, Iterations, SegmentMemory):
         self._free_after_next: list[Request] = []
         self._settling = False
         # the segment radix tree below the agent prefixes (topas.trace/2 traces only)
-        self._tree = (SegmentCache(self.prefixes) if cfg.radix_cache and cfg.segment_cache and trace.has_segments
+        self._tree = (self._new_tree() if cfg.radix_cache and cfg.segment_cache and trace.has_segments
                       else None)
         self._tails: dict[str, tuple] = {}
         self._insert_after_next: list[Request] = []
@@ -229,6 +230,7 @@ class Simulator(KVMemory, Iterations, SegmentMemory):
         r.state = WAITING
         self.waiting[r.rid] = r
         self._dirty = True
+        self._set_request_priority(r)
 
     # ------------------------------------------------------------------ decisions
     def view(self) -> EngineView:

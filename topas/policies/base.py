@@ -52,6 +52,14 @@ class Policy(ABC):
     def on_finish(self, request: RequestView, time: float, output_tokens: int) -> None:
         """A request finished at ``time`` having produced ``output_tokens`` (observed now)."""
 
+    def request_priority(self, request: RequestView, view: EngineView) -> int:
+        """The priority a request carries, fixed once when it reaches the scheduler (SGLang: the
+        ``/generate`` request's top-level ``priority``; higher is kept longer by the ``priority``
+        eviction, ``topas.engine.eviction``). Default 0: every request alike, so the radix
+        cache's nodes differ only by SGLang's prompt-over-output rule. The engine asks only when
+        its eviction strategy reads priorities (``EvictionStrategy.reads_priority``)."""
+        return 0
+
     def on_preempt(self, request: RequestView, time: float, by_engine: bool) -> None:
         """A running request was preempted (by this policy) or retracted (by the engine)."""
 

@@ -113,6 +113,13 @@ class Topas(Policy):
         self.estimator.observe(request.agent, output_tokens)
         self.credits.pop(request.rid, None)
 
+    def request_priority(self, request: RequestView, view: EngineView) -> int:
+        """1 for a request of an agent TOPAS keeps pinned when the request arrives (``R_t``:
+        the prefixes it expects to reuse), else 0: under the ``priority`` eviction the radix
+        cache keeps the finished KV of pinned agents over that of the others. Our reading (the
+        paper has no request priority); an ablation without prefix management returns 0."""
+        return int(self.manages_prefixes and request.agent in view.resident)
+
     def on_preempt(self, request: RequestView, time: float, by_engine: bool) -> None:
         self.credits.pop(request.rid, None)
 
