@@ -96,8 +96,12 @@ def test_apply_rule_gives_the_simulated_policy_the_same_hook():
     pol = make_policy("fcfs", {})
     assert pr.apply_rule(pol, "none") is pol
     out = pr.apply_rule(pol, "reuse")
-    assert out is not pol and out.request_priority is pr.reuse_priority
-    assert getattr(pol, "request_priority", None) is not pr.reuse_priority  # the original is untouched
+    assert out is not pol and isinstance(out, type(pol)) and out.name == pol.name
+    assert type(out).request_priority is not type(pol).request_priority  # what the engine checks
+    trace = case_trace(CASES["evict-freq"])
+    ctx = _ctx(trace, "t000", "s0", {"t000": set()})
+    assert out.request_priority(pr.request_view(ctx), pr.client_view(ctx)) == 2
+    assert pol.request_priority(pr.request_view(ctx), pr.client_view(ctx)) == 0  # the original is untouched
 
 
 class _Generate:
@@ -188,6 +192,9 @@ def test_the_simulator_refuses_an_eviction_it_does_not_model_or_takes_it():
     assert eviction_config_kw(None) == {} and eviction_config_kw("lru") == {}
     if "eviction" in {f.name for f in dataclasses.fields(EngineConfig)}:
         assert eviction_config_kw("lfu") == {"eviction": "lfu"}
+        kw = eviction_config_kw("slru", {"protected_threshold": 3})
+        assert kw == {"eviction": "slru:protected_threshold=3"}
+        assert EngineConfig(**kw).eviction.startswith("slru")
     else:
         with pytest.raises(ValueError, match="cannot model"):
             eviction_config_kw("lfu")

@@ -180,14 +180,20 @@ def reuse_priority(request: "RequestView", view: "EngineView") -> int:
 def apply_rule(policy: Any, name: str | None) -> Any:
     """``policy`` whose ``request_priority`` hook is the rule ``name`` (so the simulator gives each
     request the priority the replay sends): ``policy`` itself for ``none``/None and ``policy``
-    (its own hook), else a shallow copy with the hook replaced."""
+    (its own hook), else a copy whose class is a subclass overriding the hook (the engine asks a
+    policy for priorities only when its class overrides ``Policy.request_priority``,
+    ``topas.engine.evict_pass``)."""
     import copy
 
     rule = make_rule(name, policy)
     if rule is None or name == "policy":
         return policy
+    cls = type(policy)
+    sub = type(f"{cls.__name__}With{name.title().replace('-', '').replace('_', '')}Priority", (cls,), {
+        "__slots__": (), "__module__": cls.__module__, "__doc__": f"{cls.__name__} with the {name!r} request priorities",
+        "request_priority": lambda self, request, view: rule(request, view)})
     out = copy.copy(policy)
-    object.__setattr__(out, "request_priority", rule)
+    out.__class__ = sub
     return out
 
 
