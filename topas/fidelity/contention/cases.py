@@ -124,8 +124,9 @@ CASES: dict[str, Case] = {c.name: c for c in (
          pool_tokens=POOL, chain=("a", "a", "b", "c", "b"), n_tasks=2, gap_s=2.0),
 )}
 
-#: The cases the eviction modes are recorded on.
-EVICTION_CASES = ("evict-freq", "evict-reuse")
+#: The cases the eviction modes are recorded on (the two eviction cases; a burst and shared
+#: contexts, where concurrent calls and partial matches meet the strategies, under some modes).
+EVICTION_CASES = ("evict-freq", "evict-reuse", "burst-3x3", "ctx-pool2")
 
 
 def comparable_cases() -> list[Case]:
@@ -141,7 +142,7 @@ MODES: dict[str, Mode] = {m.name: m for m in (
 #: Stock SGLang (fcfs) with each ``--radix-eviction-policy`` (SGLang 0.5.23,
 #: ``mem_cache/evict_policy.py``), for :data:`EVICTION_CASES`: lru named explicitly (the default),
 #: lfu, slru (protected after 2 hits, its default), priority with no priority sent (every request
-#: 0: only the prompt/output split's +1 orders the leaves) and with the ``reuse`` rule.
+#: 0: only the prompt/output split's +1 orders the leaves), with the ``reuse`` rule, and tlru.
 EVICTION_MODES: dict[str, Mode] = {m.name: m for m in (
     Mode("evict-lru", plugin=False, schedule_policy="fcfs", policies=("fcfs",), eviction="lru"),
     Mode("evict-lfu", plugin=False, schedule_policy="fcfs", policies=("fcfs",), eviction="lfu"),
@@ -149,6 +150,11 @@ EVICTION_MODES: dict[str, Mode] = {m.name: m for m in (
     Mode("evict-priority-none", plugin=False, schedule_policy="fcfs", policies=("fcfs",), eviction="priority"),
     Mode("evict-priority", plugin=False, schedule_policy="fcfs", policies=("fcfs",), eviction="priority",
          priority="reuse"),
+    # T-LRU needs threshold > next_prompt_estimate (else SGLang refuses to start): a branch keeps
+    # history + 64 - 1100 tokens, so a request's own prompt tail and output (past its 1,024-token
+    # agent prefix) go first, then LRU
+    Mode("evict-tlru", plugin=False, schedule_policy="fcfs", policies=("fcfs",), eviction="tlru",
+         eviction_config=(("next_prompt_estimate", 64), ("threshold", 1100))),
 )}
 
 
