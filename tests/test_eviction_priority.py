@@ -72,6 +72,22 @@ def test_reuse_counts_the_agents_future_stages_in_view():
     assert pr.client_priority(rule, _ctx(trace, "t000", "s0", both)) == 2 + 2
 
 
+def test_steps_is_kvflows_steps_to_execution_or_names_its_module():
+    import importlib.util
+
+    trace = case_trace(CASES["evict-freq"])  # chain a a b c a
+    if importlib.util.find_spec("topas.policies.kvflow_steps") is None:
+        with pytest.raises(ValueError, match="needs topas.policies.kvflow_steps"):
+            pr.make_rule("steps")
+        return
+    rule = pr.make_rule("steps")
+    got = [pr.client_priority(rule, _ctx(trace, "t000", f"s{k}", {"t000": {f"s{j}" for j in range(k)}}))
+           for k in range(5)]
+    # a's next call right after s0 (0 steps: 5); after s1, two steps on (s2 ready, s3 one step,
+    # s4 two: 5 - 2); b, c and the last a are not used again (0)
+    assert got == [5, 3, 0, 0, 0]
+
+
 def test_priorities_are_signed_64_bit_ints():
     assert pr.check_priority(None, "x") is None
     assert pr.check_priority(-3, "x") == -3

@@ -19,8 +19,9 @@ finished stages; no server state), built from a :class:`PriorityContext`. Rules 
 * ``policy``: the run's policy's own ``request_priority(request, view)`` hook.
 * ``reuse``: :func:`reuse_priority`, the number of future stages on the request's agent in the
   tasks in view (a workflow-aware rule that needs no policy).
-* more by :func:`register_rule`; ``steps`` (KVFlow's steps-to-execution) is looked up in
-  :data:`PROVIDERS` (the module that registers it on import) when it is not registered yet.
+* ``steps``: :func:`steps_priority`, KVFlow's steps-to-execution of the request's agent after
+  this call (``topas.policies.kvflow_steps``; the rule says so when that module is missing).
+* more by :func:`register_rule`, or lazily by a module named in :data:`PROVIDERS`.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from topas.workload.model import Stage, Task, Trace
 
 __all__ = ["PriorityContext", "PriorityRule", "RULES", "PROVIDERS", "register_rule", "make_rule", "rule_names",
-           "client_view", "request_view", "client_priority", "check_priority", "reuse_priority", "apply_rule"]
+           "client_view", "request_view", "client_priority", "check_priority", "reuse_priority", "steps_priority", "apply_rule"]
 
 
 @dataclass(frozen=True)
@@ -62,8 +63,8 @@ RuleFactory = Callable[[Any], "PriorityRule | None"]
 
 RULES: dict[str, RuleFactory] = {}
 
-#: Rules registered by another module on import: name -> module.
-PROVIDERS: dict[str, str] = {"steps": "topas.policies.kvflow"}
+#: Rules registered by another module on import: name -> module (none today).
+PROVIDERS: dict[str, str] = {}
 
 
 def register_rule(name: str, factory: RuleFactory) -> None:
@@ -197,6 +198,37 @@ def apply_rule(policy: Any, name: str | None) -> Any:
     return out
 
 
+def steps_priority(request: "RequestView", view: "EngineView") -> int:
+    """The ``steps`` rule: KVFlow's steps-to-execution (``topas.policies.kvflow_steps.agent_steps``,
+    Pan et al. 2025) of the request's agent once this call is done, as SGLang's priority (higher
+    kept longer): ``H + 1 - min(steps, H + 1)`` with KVFlow's horizon ``H`` (its
+    ``evict_pri_level``, 4): an agent due right after this call gets ``H + 1``, one no known stage
+    waits for 0."""
+    import dataclasses
+
+    from topas.policies.kvflow_steps import DEFAULT_HORIZON, agent_steps
+
+    tasks = []
+    for tid in sorted(view.tasks):
+        t = view.tasks[tid]
+        if tid == request.task_id:  # this call is running now: its agent's next use comes after it
+            t = dataclasses.replace(t, done=t.done | {request.stage_id})
+        tasks.append(t)
+    steps = agent_steps(tasks).get(request.agent)
+    h = DEFAULT_HORIZON
+    return h + 1 - min(h + 1 if steps is None else steps, h + 1)
+
+
+def _steps(policy: Any) -> PriorityRule:
+    try:
+        import topas.policies.kvflow_steps  # noqa: F401
+    except ImportError as e:
+        raise ValueError(f"eviction-priority rule 'steps' needs topas.policies.kvflow_steps (KVFlow's "
+                         f"steps-to-execution), which this install lacks ({e})") from None
+    return steps_priority
+
+
 register_rule("none", _none)
 register_rule("policy", _policy)
 register_rule("reuse", lambda policy: reuse_priority)
+register_rule("steps", _steps)
