@@ -203,7 +203,7 @@ def test_the_simulator_refuses_an_eviction_it_does_not_model_or_takes_it():
     import dataclasses
 
     from topas.engine.config import EngineConfig
-    from topas.fidelity.run import eviction_config_kw
+    from topas.fidelity.server_eviction import eviction_config_kw
 
     assert eviction_config_kw(None) == {} and eviction_config_kw("lru") == {}
     if "eviction" in {f.name for f in dataclasses.fields(EngineConfig)}:

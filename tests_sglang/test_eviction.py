@@ -21,7 +21,8 @@ from topas.engine.config import EngineConfig  # noqa: E402
 from topas.experiments.spec import Prepared  # noqa: E402
 from topas.fidelity.contention.cases import CASES, case_trace  # noqa: E402
 from topas.fidelity.cpu_server import cpu_server  # noqa: E402
-from topas.fidelity.run import eviction_config_kw, server_kv_settings, sim_engine  # noqa: E402
+from topas.fidelity.run import server_kv_settings, sim_engine  # noqa: E402
+from topas.fidelity.server_eviction import eviction_config_kw  # noqa: E402
 from topas.paths import REPO_ROOT  # noqa: E402
 from topas.policies.base import make_policy  # noqa: E402
 from topas.sglang.priority import apply_rule  # noqa: E402

@@ -128,33 +128,10 @@ def sim_engine(profile: "str | Path | CostModel", kv_budget: int | None = None,
         kw["max_running_requests"] = mrr
     if settings.get("disable_overlap_schedule") is True:  # SGLang overlaps by default
         kw["overlap_schedule"] = False
+    from topas.fidelity.server_eviction import eviction_config_kw
+
     kw.update(eviction_config_kw(settings.get("radix_eviction_policy"), settings.get("radix_eviction_policy_config")))
     return cost, EngineConfig(**kw)
-
-
-def eviction_config_kw(policy: str | None, config: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The :class:`topas.engine.config.EngineConfig` fields for a server's
-    ``--radix-eviction-policy`` (and its ``--radix-eviction-policy-config``, a JSON object, which
-    ``EngineConfig.eviction`` spells ``NAME:key=value,...``): nothing for SGLang's default (lru,
-    or None), so a default config stays the default; ValueError when the simulator has no such
-    option (an engine without ``EngineConfig.eviction``)."""
-    import dataclasses as dc
-
-    from topas.engine.config import EngineConfig
-
-    if not policy or str(policy).lower() == "lru":
-        if config:
-            raise ValueError(f"an lru server has no eviction policy config, got {config!r}")
-        return {}
-    fields = {f.name for f in dc.fields(EngineConfig)}
-    if "eviction" not in fields:
-        raise ValueError(f"the server evicts with --radix-eviction-policy {policy}, which this simulator cannot "
-                         f"model (EngineConfig has no 'eviction' field)")
-    name = str(policy).lower()
-    if config:  # EngineConfig.eviction spells SGLang's JSON config as NAME:key=value,...
-        name += ":" + ",".join(f"{k}={v}" for k, v in sorted(dict(config).items()))
-    kw: dict[str, Any] = {"eviction": name}
-    return kw
 
 
 def point_trace(p: Point, kv_budget: int | None = None) -> "Trace":

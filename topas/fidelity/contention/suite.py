@@ -154,7 +154,8 @@ def measure_cases(cases: Sequence[Case], modes: Sequence[Mode], profile: str | P
 
     from topas.fidelity import compare as fc
     from topas.fidelity.cpu_server import cpu_server
-    from topas.fidelity.run import Point, eviction_config_kw, replay_measure, run_fidelity, server_kv_settings
+    from topas.fidelity.run import Point, replay_measure, run_fidelity, server_kv_settings
+    from topas.fidelity.server_eviction import eviction_config_kw
 
     out = Path(out_dir)
     traces = {c.name: write_case_trace(c, out / "traces") for c in cases}
@@ -264,7 +265,8 @@ def _mode_engine(meta: dict, mode: Mode) -> tuple:
     modelled it)."""
     import dataclasses
 
-    from topas.fidelity.run import eviction_config_kw, stored_sim_engine
+    from topas.fidelity.run import stored_sim_engine
+    from topas.fidelity.server_eviction import eviction_config_kw
 
     cost, config = stored_sim_engine(meta)
     kw = eviction_config_kw(mode.eviction, dict(mode.eviction_config) or None)
