@@ -254,3 +254,33 @@ def test_the_cli_lists_the_evictions_and_simulates_with_one():
     r = CliRunner().invoke(main, ["simulate", "--trace", "chain-3", "--policy", "lpm", "--tasks", "3",
                                   "--eviction", "fifo"])
     assert r.exit_code == 1 and "unknown eviction 'fifo'" in r.output
+
+
+def test_check_results_treats_the_default_eviction_as_a_new_engine_field_only():
+    """A result stored before the axis existed re-runs with ``eviction="lru"`` added to its engine
+    config: ``scripts/check_results.py --new-engine-fields`` compares it (the default is unchanged)."""
+    import importlib.util
+
+    from topas.paths import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("check_results", REPO_ROOT / "scripts" / "check_results.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    fresh = Experiment("chain-3", "lpm", load=1.0).canonical()["engine_config"]
+    stored = {k: v for k, v in fresh.items() if k != "eviction"}
+    assert fresh["eviction"] == "lru" and mod._only_new_fields(stored, fresh)
+
+
+def test_hit_counts_rise_at_insertion_and_priorities_take_the_max_with_prompts_one_above():
+    """After t1, t2 (X) and t3 (Y), no eviction: X was inserted through twice (t2 matched it and
+    its insertion walked through it), Y and each output once; the prefix three times. Priorities
+    (5 for all three requests): each output leaf 5, each prompt node 6 (SGLang's prompt-boundary
+    insertion at priority + 1)."""
+    sim = Simulator(pool_trace().head(3), Z0(), load_profile(), EngineConfig(kv_budget=56, eviction="priority"))
+    sim.run()
+    root = sim._tree.roots["a"]
+    x, y = root.children["X"], root.children["Y"]
+    assert (x.hit_count, y.hit_count, sim.prefixes["a"].hit_count) == (2, 1, 3)
+    outs = [n for n in (*x.children.values(), *y.children.values())]
+    assert [n.hit_count for n in outs] == [1, 1, 1] and [n.priority for n in outs] == [5, 5, 5]
+    assert (x.priority, y.priority, sim.prefixes["a"].priority) == (6, 6, 6)
