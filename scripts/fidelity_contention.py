@@ -7,6 +7,7 @@ CPU SGLang server, request by request (topas.fidelity.contention).
     python scripts/fidelity_contention.py --compare-only       # re-compare the stored runs (no server)
     python scripts/fidelity_contention.py --compare-only --engine-model base
     python scripts/fidelity_contention.py --compare-only --arrivals scheduler --tag sim-scheduler
+    python scripts/fidelity_contention.py --cases evict-freq,evict-reuse --modes evict-lru,evict-lfu,evict-priority
 
 Measuring starts the CPU test server once per mode (the topas plugin; stock SGLang with
 --schedule-policy fcfs / lpm), on 127.0.0.1, and stops it. Must run in the SGLang environment
@@ -36,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", default=",".join(c.name for c in ct.comparable_cases()),
                     help="comma-separated (default: the cases today's engine is compared with, %(default)s; "
                          "the needs='radix' ones, e.g. ctx-evict, only when named)")
-    ap.add_argument("--modes", default=",".join(ct.MODES), help="comma-separated (default: all: %(default)s)")
+    ap.add_argument("--modes", default=",".join(ct.MODES),
+                    help="comma-separated (default: %(default)s; the eviction modes: "
+                         + ",".join(ct.EVICTION_MODES) + ", recorded on " + ",".join(ct.EVICTION_CASES) + ")")
     ap.add_argument("--policies", default=None,
                     help="comma-separated: measure only these of each mode's policies (default: all)")
     ap.add_argument("--repeats", type=int, default=3)
@@ -52,9 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         cases = [ct.CASES[c] for c in args.cases.split(",") if c]
-        modes = [ct.MODES[m] for m in args.modes.split(",") if m]
+        modes = [ct.find_mode(m) for m in args.modes.split(",") if m]
     except KeyError as e:
-        ap.error(f"unknown case or mode {e}; cases: {', '.join(ct.CASES)}; modes: {', '.join(ct.MODES)}")
+        ap.error(f"unknown case or mode {e}; cases: {', '.join(ct.CASES)}; modes: {', '.join([*ct.MODES, *ct.EVICTION_MODES])}")
     if args.policies:
         keep = [p for p in args.policies.split(",") if p]
         modes = [dataclasses.replace(m, policies=tuple(p for p in m.policies if p in keep)) for m in modes]

@@ -118,8 +118,12 @@ def serve_cmd(policy, params, profile, decision_log, python, dummy, cpu_test, dr
               help="Give up (exit 1, nothing written) after this many seconds.")
 @click.option("--server-policy", is_flag=True,
               help="Do not send the policy; the server's `topas serve --policy` decides.")
+@click.option("--eviction-priority", "eviction_priority", default="none", show_default=True, metavar="RULE",
+              help="Send each request a top-level `priority` from RULE (topas.sglang.priority: none = send "
+                   "nothing; policy = the policy's request_priority hook; steps = KVFlow's steps-to-execution "
+                   "when installed), for a server with --radix-eviction-policy priority.")
 def replay_cmd(trace_name, policy, params, rate, load, seed, n_tasks, server, out, decision_logs, send_text,
-               timeout_s, server_policy, **knowledge):
+               timeout_s, server_policy, eviction_priority, **knowledge):
     """Replay a trace against a running SGLang server (with the topas plugin) and write the results.
 
     Exit status 3 within seconds if the server is unreachable, its URL has no http://, it (or a
@@ -142,17 +146,20 @@ def replay_cmd(trace_name, policy, params, rate, load, seed, n_tasks, server, ou
     from topas.policies.base import PolicyError, parse_param_strings
     from topas.sglang.replay import ReplayError, run_replay
     from topas.workload.validate import TraceError
+    from topas.sglang.priority import make_rule
 
     try:
         exp = Experiment(workload=trace_name, policy=policy, params=parse_param_strings(params), rate=rate,
                          load=load, seed=seed, n_tasks=n_tasks, **knowledge)
         prepared = prepare(exp)
-    except (ExperimentError, PolicyError, ProfileError, TraceError, FileNotFoundError) as e:
+        make_rule(eviction_priority, prepared.policy)  # an unknown rule fails before the replay
+    except (ExperimentError, PolicyError, ProfileError, TraceError, FileNotFoundError, ValueError) as e:
         _fail(f"error: {e}")
     try:
         decision_log = None if not decision_logs else decision_logs[0] if len(decision_logs) == 1 else list(decision_logs)
         result = run_replay(prepared, server, decision_log=decision_log, out=out, timeout_s=timeout_s,
-                            send_policy=not server_policy, wait_healthy_s=min(60.0, timeout_s), send_text=send_text)
+                            send_policy=not server_policy, wait_healthy_s=min(60.0, timeout_s), send_text=send_text,
+                            eviction_priority=eviction_priority)
     except ReplayError as e:
         _fail(f"error: replay failed, nothing written: {e}")
     except KeyboardInterrupt:

@@ -14,7 +14,7 @@ import contextlib
 import os
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator, Mapping, Sequence
 
 from topas.paths import REPO_ROOT
 
@@ -22,11 +22,16 @@ VENV = REPO_ROOT / ".venvs" / "sglang-cpu"
 MODEL = VENV / "tiny-llama"
 
 
-def cpu_server_args(port: int, max_total_tokens: int = 4096, schedule_policy: str | None = None) -> list[str]:
-    from topas.sglang.launcher import cpu_test_args
+def cpu_server_args(port: int, max_total_tokens: int = 4096, schedule_policy: str | None = None,
+                    eviction: str | None = None, eviction_config: Mapping[str, Any] | None = None) -> list[str]:
+    """The server's flags. ``eviction``: SGLang's ``--radix-eviction-policy`` (lru, lfu, slru, priority,
+    tlru, ...; None: SGLang's default, lru, no flag); ``eviction_config``: its
+    ``--radix-eviction-policy-config`` (a JSON object, e.g. slru's ``protected_threshold``)."""
+    from topas.sglang.launcher import cpu_test_args, eviction_args
 
     extra = ["--schedule-policy", schedule_policy] if schedule_policy else []
-    return cpu_test_args(MODEL, port, max_total_tokens) + ["--enable-metrics", "--sleep-on-idle", *extra]
+    return (cpu_test_args(MODEL, port, max_total_tokens) + ["--enable-metrics", "--sleep-on-idle", *extra]
+            + eviction_args(eviction, eviction_config))
 
 
 def raise_priority(niceness: int = -19) -> bool:
@@ -42,13 +47,17 @@ def raise_priority(niceness: int = -19) -> bool:
 def cpu_server(port: int | None = None, policy: str = "fcfs", log_path: str | Path | None = None,
                decision_log: str | Path | None = None, niceness: int | None = -19,
                startup_s: float = 180.0, max_total_tokens: int = 4096, plugin: bool = True,
-               schedule_policy: str | None = None, profile: str | Path | None = None) -> Iterator[str]:
+               schedule_policy: str | None = None, profile: str | Path | None = None,
+               eviction: str | None = None, eviction_config: Mapping[str, Any] | None = None,
+               extra_args: Sequence[str] = ()) -> Iterator[str]:
     """Start the CPU test server with the plugin; yields its URL; stops it on exit. With
     ``plugin=False`` it is stock SGLang (``SGLANG_PLUGINS=none``: no plugin loaded; the requests'
     topas metadata is ignored) scheduling with ``--schedule-policy schedule_policy`` (SGLang's
     default, ``fcfs``, when None). ``profile``: the cost profile the plugin's policy prices its
     decisions with (``TOPAS_PROFILE``; default: the plugin's, the A100 profile). A comparison with
-    the simulator must give the profile the simulation uses, or TOPAS decides on other costs."""
+    the simulator must give the profile the simulation uses, or TOPAS decides on other costs.
+    ``eviction`` / ``eviction_config``: the radix cache's eviction policy (:func:`cpu_server_args`);
+    ``extra_args``: more SGLang flags (e.g. ``--enable-hierarchical-cache``)."""
     import urllib.request
 
     from topas.sglang import launcher
@@ -61,7 +70,8 @@ def cpu_server(port: int | None = None, policy: str = "fcfs", log_path: str | Pa
     env["OMP_NUM_THREADS"] = "1"
     if niceness is not None:
         raise_priority(niceness)
-    proc = launcher.start(cpu_server_args(port, max_total_tokens, schedule_policy), env, log_path=log_path, python=str(VENV / "bin" / "python"))
+    proc = launcher.start([*cpu_server_args(port, max_total_tokens, schedule_policy, eviction, eviction_config),
+                           *extra_args], env, log_path=log_path, python=str(VENV / "bin" / "python"))
     url = f"http://127.0.0.1:{port}"
     try:
         t0 = time.time()

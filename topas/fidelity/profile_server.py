@@ -144,6 +144,8 @@ def server_settings(info: Mapping[str, Any]) -> dict[str, Any]:
         "enable_hierarchical_cache": find("enable_hierarchical_cache"),
         "schedule_conservativeness": find("schedule_conservativeness"),
         "disable_overlap_schedule": find("disable_overlap_schedule"),
+        "radix_eviction_policy": find("radix_eviction_policy"),
+        "radix_eviction_policy_config": find("radix_eviction_policy_config"),
     }
 
 

@@ -53,6 +53,9 @@ class Point:
     params: tuple[tuple[str, Any], ...] = ()
     #: the label of the load in the tables (the rate, or the multiple of the nominal rate)
     load: float | None = None
+    #: a rule of :mod:`topas.sglang.priority` giving each request its eviction priority: sent by the
+    #: replay (top-level ``priority``), and the simulated policy's ``request_priority`` (None: none)
+    eviction_priority: str | None = None
 
     @property
     def load_label(self) -> float:
@@ -95,8 +98,12 @@ def stored_sim_engine(meta: Mapping[str, Any], profile: "str | Path | CostModel 
                       ) -> tuple["CostModel", "EngineConfig"]:
     """The simulator as a stored comparison was simulated (its ``meta.json``): its profile
     (:func:`recorded_profile`, unless ``profile`` overrides it), its KV budget and host tier."""
-    return sim_engine(profile or recorded_profile(meta), meta.get("kv_budget_tokens"),
-                      {"host_tier": meta.get("engine_config", {}).get("host_tier", False)})
+    ec = meta.get("engine_config", {})
+    out = sim_engine(profile or recorded_profile(meta), meta.get("kv_budget_tokens"),
+                     {"host_tier": ec.get("host_tier", False)})
+    if ec.get("eviction") not in (None, "lru"):  # as simulated then (EngineConfig.eviction's own spelling)
+        out = (out[0], dataclasses.replace(out[1], eviction=ec["eviction"]))
+    return out
 
 
 def sim_engine(profile: "str | Path | CostModel", kv_budget: int | None = None,
@@ -121,6 +128,9 @@ def sim_engine(profile: "str | Path | CostModel", kv_budget: int | None = None,
         kw["max_running_requests"] = mrr
     if settings.get("disable_overlap_schedule") is True:  # SGLang overlaps by default
         kw["overlap_schedule"] = False
+    from topas.fidelity.server_eviction import eviction_config_kw
+
+    kw.update(eviction_config_kw(settings.get("radix_eviction_policy"), settings.get("radix_eviction_policy_config")))
     return cost, EngineConfig(**kw)
 
 
@@ -164,6 +174,10 @@ def simulate_point(p: Point, cost: "CostModel", config: "EngineConfig",
         raise ValueError(f"unknown engine model {engine_model!r}; valid: {', '.join(ENGINE_MODELS)}")
     trace = point_trace(p, cost.kv_budget_tokens)
     policy = make_policy(p.policy, dict(p.params))
+    if p.eviction_priority is not None:
+        from topas.sglang.priority import apply_rule
+
+        policy = apply_rule(policy, p.eviction_priority)
     if engine_model == "legacy":
         config = replace(config, **LEGACY_ENGINE)
     return simulate(trace, policy, cost, config), trace
@@ -387,14 +401,16 @@ def replay_measure(server: str, decision_log: str | Path | None = None, timeout_
             warm[0] = True
             run_replay(Prepared(experiment=None, trace=trace, trace_path=Path(p.workload), rate=p.rate,
                                 nominal_rate=None, policy=make_policy(p.policy, dict(p.params)), cost=None,
-                                config=EngineConfig()), server, timeout_s=timeout_s, handshake=handshake)
+                                config=EngineConfig()), server, timeout_s=timeout_s, handshake=handshake,
+                       eviction_priority=p.eviction_priority)
         prepared = Prepared(experiment=None, trace=trace, trace_path=Path(p.workload), rate=p.rate,
                             nominal_rate=None, policy=make_policy(p.policy, dict(p.params)), cost=None,
                             config=EngineConfig())
         if pause_s:
             time.sleep(pause_s)
         before = scheduler_seconds(server)
-        res = run_replay(prepared, server, decision_log=decision_log, timeout_s=timeout_s, handshake=handshake)
+        res = run_replay(prepared, server, decision_log=decision_log, timeout_s=timeout_s, handshake=handshake,
+                         eviction_priority=p.eviction_priority)
         if pause_s:
             time.sleep(pause_s)  # let the scheduler flush the run's last second into the counters
         after = scheduler_seconds(server)

@@ -4,7 +4,8 @@
 parents have finished, as ``/generate`` calls (``input_ids`` from :mod:`topas.sglang.tokens`, or
 their text for a text-matching router; ``max_new_tokens`` = the trace's output length with
 ``ignore_eos``; the workflow metadata in ``sampling_params.custom_params["topas"]``, or in the
-request id through a router) and returns what each request and task did, on the client's clock.
+request id through a router; with a priority rule (:mod:`topas.sglang.priority`), the request's
+eviction priority as the top-level ``"priority"`` integer) and returns what each request and task did, on the client's clock.
 Connection errors before a request reaches the server (refused, reset while connecting) and
 HTTP 503 are retried with backoff; anything else that fails raises :class:`ReplayError`.
 :func:`require_client` names the install command when the client's dependency is missing.
@@ -16,14 +17,17 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from topas.sglang.adapter import RequestMeta, rid_with_meta
 from topas.sglang.text import ids_to_text
 from topas.sglang.tokens import stage_ids
 from topas.workload.model import Trace
 
-__all__ = ["ReplayError", "CLIENT_INSTALL", "require_client", "wait_healthy", "replay_requests"]
+if TYPE_CHECKING:  # pragma: no cover
+    from topas.sglang.priority import PriorityRule
+
+__all__ = ["ReplayError", "CLIENT_INSTALL", "require_client", "wait_healthy", "replay_requests", "priority_body"]
 
 #: How to install the replay client's dependency (aiohttp), quoted when it is missing.
 CLIENT_INSTALL = "pip install -e '.[sglang]'"
@@ -43,6 +47,18 @@ class _Done:
     ready: float
     finish: float
     meta_info: dict = field(default_factory=dict)
+    priority: int | None = None  # the top-level "priority" sent (None: none sent)
+
+
+def priority_body(body: dict, priority: int | None) -> int | None:
+    """Put ``priority`` into a ``/generate`` body as SGLang takes it: a top-level ``"priority"``
+    integer (``GenerateReqInput.priority``, ``managers/io_struct.py``); nothing for None. Returns it."""
+    from topas.sglang.priority import check_priority
+
+    p = check_priority(priority, f"request {body.get('rid')}")
+    if p is not None:
+        body["priority"] = p
+    return p
 
 
 def require_client() -> None:
@@ -109,8 +125,12 @@ async def replay_requests(trace: Trace, server: str, policy: str | None, params:
                   timeout_s: float, request_timeout_s: float, retries: int, flush: bool,
                   on_progress: Callable[[int, int], None] | None,
                   knowledge: tuple[tuple[str, Any], ...] = (),
-                  send_text: bool = False, meta_in_rid: bool = False) -> tuple[list[_Done], dict[str, float], float]:
+                  send_text: bool = False, meta_in_rid: bool = False,
+                  priority_rule: "PriorityRule | None" = None, cost: Any = None,
+                  ) -> tuple[list[_Done], dict[str, float], float]:
     import aiohttp
+
+    from topas.sglang.priority import PriorityContext, client_priority
 
     agents = tuple((a.name, a.prefix_tokens, float(a.expected_output_tokens)) for a in trace.agents.values())
     index = {}
@@ -119,6 +139,8 @@ async def replay_requests(trace: Trace, server: str, policy: str | None, params:
             index[(task.id, s.id)] = len(index)
     done: list[_Done] = []
     task_finish: dict[str, float] = {}
+    in_flight: dict[str, set[str]] = {}  # task id -> its finished stages, while the task runs
+    by_id = {t.id: t for t in trace.tasks}
     timeout = aiohttp.ClientTimeout(total=request_timeout_s, sock_connect=10)
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=conn) as session:
@@ -148,6 +170,11 @@ async def replay_requests(trace: Trace, server: str, policy: str | None, params:
                 "sampling_params": {"max_new_tokens": int(s.output_tokens), "ignore_eos": True,
                                     "temperature": 0.0, "custom_params": {"topas": meta.to_json()}},
             }
+            prio = None
+            if priority_rule is not None:
+                ctx = PriorityContext(trace=trace, task=task, stage=s, now=ready, cost=cost,
+                                      done={t: frozenset(v) for t, v in in_flight.items()}, index=by_id)
+                prio = priority_body(body, client_priority(priority_rule, ctx))
             out = await _post(session, f"{server}/generate", body, retries, f"request {task.id}/{s.id}")
             mi = out.get("meta_info") or {}
             fr = mi.get("finish_reason") or {}
@@ -161,7 +188,8 @@ async def replay_requests(trace: Trace, server: str, policy: str | None, params:
                     f"request early when its prompt + output ({need} tokens) do not fit its KV pool or context "
                     f"length: give the server a larger pool (--max-total-tokens / --mem-fraction-static) or "
                     f"--context-length")
-            done.append(_Done(f"{task.id}/{s.id}", task.id, s.id, s.agent, s.input_tokens, ready, now(), mi))
+            done.append(_Done(f"{task.id}/{s.id}", task.id, s.id, s.agent, s.input_tokens, ready, now(), mi, prio))
+            in_flight[task.id].add(s.id)
             finished.set()
 
         async def run_task(task) -> None:
@@ -169,9 +197,11 @@ async def replay_requests(trace: Trace, server: str, policy: str | None, params:
             if delay > 0:
                 await asyncio.sleep(delay)
             events = {s.id: asyncio.Event() for s in task.stages}
+            in_flight[task.id] = set()
             await asyncio.gather(*(run_stage(task, s, [events[p] for p in s.parents], events[s.id])
                                    for s in task.stages))
             task_finish[task.id] = now()
+            del in_flight[task.id]
             if on_progress is not None:
                 on_progress(len(task_finish), len(trace.tasks))
 

@@ -103,6 +103,27 @@ def cpu_test_args(model_dir: str | os.PathLike, port: int, max_total_tokens: int
             "--host", "127.0.0.1", "--port", str(port)]
 
 
+#: SGLang 0.5.23's ``--radix-eviction-policy`` choices (``mem_cache/utils.py``
+#: ``_EVICTION_POLICY_FACTORIES``; the strategies in ``mem_cache/evict_policy.py``).
+RADIX_EVICTION_POLICIES = ("lru", "lfu", "fifo", "mru", "filo", "priority", "slru", "tlru")
+
+
+def eviction_args(policy: str | None, config: Mapping[str, Any] | None = None) -> list[str]:
+    """``--radix-eviction-policy POLICY`` (and ``--radix-eviction-policy-config JSON`` with
+    ``config``); nothing for ``policy`` None (SGLang's default, lru). ValueError naming the valid
+    policies for an unknown one (SGLang itself would refuse to start)."""
+    if policy is None:
+        if config:
+            raise ValueError("an eviction policy config needs an eviction policy")
+        return []
+    if policy not in RADIX_EVICTION_POLICIES:
+        raise ValueError(f"unknown radix eviction policy {policy!r}; SGLang 0.5.23 has: {', '.join(RADIX_EVICTION_POLICIES)}")
+    out = ["--radix-eviction-policy", policy]
+    if config:
+        out += ["--radix-eviction-policy-config", json.dumps(dict(config), sort_keys=True)]
+    return out
+
+
 #: The CPU stand-in for a GPU server (docs/gpu.md, ``topas serve --cpu-test``): the tiny model with
 #: a context of 16,384 positions (MetaGPT-TL's longest prompts; the model's config has 8,192, so
 #: SGLang needs ``SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1``) and a KV pool that holds them.

@@ -138,6 +138,7 @@ def run_replay(
     progress: bool | Callable[[int, int], None] | None = None,
     handshake: bool = True,
     send_text: bool = False,
+    eviction_priority: str | None = None,
 ) -> SimResult:
     """Replay an experiment's trace against the SGLang server at ``server_url``.
 
@@ -158,6 +159,10 @@ def run_replay(
     (``sglang-router``'s ``cache_aware``); the servers must load the matching tokenizer
     (``tools/sglang_cpu/make_tiny_model.py`` writes it for the tiny CPU model), not
     ``--skip-tokenizer-init``. The tokens the servers see are the same either way.
+    ``eviction_priority``: a rule of :mod:`topas.sglang.priority` (``none``, ``policy``, ...) giving
+    each request the top-level ``"priority"`` SGLang's ``--radix-eviction-policy priority`` orders
+    the radix tree's leaves by (the requests table then has an ``eviction_priority`` column and the
+    summary the rule's name); None or ``none``: no priority sent.
     ``server_url`` may be an SGLang router (``sglang-router``: it answers ``GET /workers``): the
     handshake then checks every worker (same identity, the plugin, the policy), the plugin's
     decisions after the run are summed over the workers (``summary["plugin_decisions_per_server"]``,
@@ -176,6 +181,12 @@ def run_replay(
     params = {k: v for k, v in dataclasses.asdict(policy.params).items() if k not in fixed}
     run_id = uuid.uuid4().hex[:12]
     from topas.sglang import server as srv
+    from topas.sglang.priority import make_rule
+
+    try:
+        rule = make_rule(eviction_priority, policy)
+    except ValueError as e:
+        raise ReplayError(str(e)) from None
 
     try:
         server = srv.check_url(server_url)
@@ -194,7 +205,8 @@ def run_replay(
             check_server(server, trace, policy.name if send_policy else None)
         return await _replay(trace, server, policy.name if send_policy else None, params if send_policy else {},
                              run_id, timeout_s, request_timeout_s, retries, flush_cache, progress, knowledge,
-                             send_text, meta_in_rid=bool(workers))
+                             send_text, meta_in_rid=bool(workers), priority_rule=rule,
+                             cost=getattr(prepared, "cost", None))
 
     bar = None
     if progress is True:
@@ -228,6 +240,8 @@ def run_replay(
     plugin_runs = check_decisions(server, run_id, name) if handshake else None
     result = build_replay_result(trace, name, done, task_finish, wall, log, run_id, t0)
     result.summary["run_id"] = run_id
+    if rule is not None:
+        result.summary["eviction_priority"] = eviction_priority
     if plugin_runs is not None:
         result.summary["plugin_decisions"] = plugin_runs["decisions"]
         result.summary["plugin_fallbacks"] = plugin_runs["fallbacks"]

@@ -168,6 +168,8 @@ def build_replay_result(trace: Trace, policy_name: str, done: list[_Done], task_
                 "server_queued": scheduler_arrival(mi, t0),
             })
     requests = pd.DataFrame(rows, columns=REQUEST_COLUMNS)
+    if any(getattr(d, "priority", None) is not None for d in done):  # --eviction-priority sent some
+        requests["eviction_priority"] = pd.array([by_rid[r].priority for r in requests["rid"]], dtype="Int64")
     prefix_events = pd.DataFrame(sorted(pins), columns=PREFIX_EVENT_COLUMNS)
     timeline = pd.DataFrame([], columns=TIMELINE_COLUMNS)
     drows = [[d["time"], d["wall_s"], d["n_waiting"], d["n_running"], len(d["admit"]),

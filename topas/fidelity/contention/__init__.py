@@ -30,7 +30,11 @@ cases with a task context shared between calls (``kind="context"``, ``topas.trac
 traces, compared on ``cached_tokens`` request by request like the rest; a case may name what the
 simulator must model first, ``needs``, and :func:`comparable_cases` leaves such cases out; none
 does today); modes (:data:`MODES`): the topas plugin running FCFS, LPM and TOPAS, and stock SGLang (no plugin)
-with ``--schedule-policy fcfs`` or ``lpm``, simulated with topas's FCFS and LPM.
+with ``--schedule-policy fcfs`` or ``lpm``, simulated with topas's FCFS and LPM; the eviction
+modes (:data:`EVICTION_MODES`, on :data:`EVICTION_CASES`): stock SGLang fcfs with each
+``--radix-eviction-policy`` (lru, lfu, slru, priority; priority also with the replay sending each
+request's ``priority`` from a rule of :mod:`topas.sglang.priority`), simulated with the same
+``EngineConfig.eviction`` and the rule as the policy's ``request_priority``.
 
 Run by ``scripts/fidelity_contention.py`` (``make fidelity-contention``); results under
 ``data/results/fidelity/contention/``.
@@ -39,12 +43,15 @@ Run by ``scripts/fidelity_contention.py`` (``make fidelity-contention``); result
 from topas.fidelity.contention.cases import (  # noqa: F401
     CASES,
     Case,
+    EVICTION_CASES,
+    EVICTION_MODES,
     MODES,
     Mode,
     OUT_DIR,
     POOL,
     case_trace,
     comparable_cases,
+    find_mode,
     write_case_trace,
 )
 from topas.fidelity.contention.agreement import (  # noqa: F401
@@ -73,6 +80,8 @@ __all__ = [
     "ARRIVAL_COLUMN",
     "CASES",
     "Case",
+    "EVICTION_CASES",
+    "EVICTION_MODES",
     "JCT_BAR",
     "MODES",
     "Mode",
@@ -83,6 +92,7 @@ __all__ = [
     "agreement",
     "case_trace",
     "comparable_cases",
+    "find_mode",
     "compare_runs",
     "evaluate",
     "ingest_window_mid",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from topas.paths import REPO_ROOT
 
@@ -53,8 +53,10 @@ class Case:
     def __post_init__(self) -> None:
         if self.kind not in ("burst", "poisson", "context"):
             raise ValueError(f"case {self.name!r}: kind must be 'burst', 'poisson' or 'context', got {self.kind!r}")
-        if self.kind == "context" and (self.n_tasks < 1 or not self.chain or self.context_tokens < 1):
-            raise ValueError(f"case {self.name!r}: a context case needs n_tasks >= 1, a chain and context_tokens >= 1")
+        holds = any(st.endswith("+") for st in self.chain)
+        if self.kind == "context" and (self.n_tasks < 1 or not self.chain or (holds and self.context_tokens < 1)):
+            raise ValueError(f"case {self.name!r}: a context case needs n_tasks >= 1, a chain and, with a '+' stage, "
+                             f"context_tokens >= 1")
         if self.kind == "burst" and self.per_agent < 1:
             raise ValueError(f"case {self.name!r}: a burst needs per_agent >= 1")
         if self.kind == "poisson" and (self.n_tasks < 1 or not self.rate > 0):
@@ -65,12 +67,19 @@ class Case:
 class Mode:
     """How the server schedules: the topas plugin running the run's policy (``plugin=True``), or
     stock SGLang with ``--schedule-policy schedule_policy`` (simulated with topas's policy of the
-    same name)."""
+    same name). ``eviction``: the radix cache's ``--radix-eviction-policy`` (None: SGLang's
+    default, lru, no flag), with ``eviction_config`` (``--radix-eviction-policy-config``, sorted
+    key/value pairs); the simulation runs with the same (``EngineConfig.eviction``).
+    ``priority``: the rule of :mod:`topas.sglang.priority` that gives every request its
+    top-level ``priority`` (sent by the replay; the simulated policy's ``request_priority``)."""
 
     name: str
     plugin: bool
     schedule_policy: str | None = None
     policies: tuple[str, ...] = ("fcfs", "lpm", "topas")
+    eviction: str | None = None
+    eviction_config: tuple[tuple[str, Any], ...] = ()
+    priority: str | None = None
 
 
 #: The pool of every case: two 1,024-token prefixes plus about four requests' KV and reservations.
@@ -102,7 +111,22 @@ CASES: dict[str, Case] = {c.name: c for c in (
     # two prefixes: one task alone fits (2,464 tokens), overlapping tasks' contexts compete
     Case("ctx-pool2", "context", agents=2, prefix_tokens=1024, input_tokens=64, output_tokens=16,
          pool_tokens=POOL, chain=("a+", "b", "a+"), context_tokens=256, n_tasks=10, gap_s=0.25),
+    # the eviction cases (EVICTION_MODES): one call at a time, so the tree holds only finished
+    # requests when c's call needs room (shortfall ~700 tokens). a is called twice early (its prefix
+    # node's hit_count 2), then b once: lru evicts a's prefix (the oldest), lfu b's (hit_count 1), and
+    # with the `reuse` priorities a's prefix (its first call foresees a's second: priority 2, b's 1)
+    # stays; the last call (a again) hits under lfu and priority only
+    Case("evict-freq", "context", agents=3, prefix_tokens=1024, input_tokens=64, output_tokens=16,
+         pool_tokens=POOL, chain=("a", "a", "b", "c", "a"), n_tasks=2, gap_s=2.0),
+    # the same with b called last: lru keeps b (the newer), lfu evicts it, and b's `reuse` priority
+    # (its call foresees b's second) outranks a's second call's, so priority keeps b too
+    Case("evict-reuse", "context", agents=3, prefix_tokens=1024, input_tokens=64, output_tokens=16,
+         pool_tokens=POOL, chain=("a", "a", "b", "c", "b"), n_tasks=2, gap_s=2.0),
 )}
+
+#: The cases the eviction modes are recorded on (the two eviction cases; a burst and shared
+#: contexts, where concurrent calls and partial matches meet the strategies, under some modes).
+EVICTION_CASES = ("evict-freq", "evict-reuse", "burst-3x3", "ctx-pool2")
 
 
 def comparable_cases() -> list[Case]:
@@ -114,6 +138,33 @@ MODES: dict[str, Mode] = {m.name: m for m in (
     Mode("sglang-fcfs", plugin=False, schedule_policy="fcfs", policies=("fcfs",)),
     Mode("sglang-lpm", plugin=False, schedule_policy="lpm", policies=("lpm",)),
 )}
+
+#: Stock SGLang (fcfs) with each ``--radix-eviction-policy`` (SGLang 0.5.23,
+#: ``mem_cache/evict_policy.py``), for :data:`EVICTION_CASES`: lru named explicitly (the default),
+#: lfu, slru (protected after 2 hits, its default), priority with no priority sent (every request
+#: 0: only the prompt/output split's +1 orders the leaves), with the ``reuse`` rule, and tlru.
+EVICTION_MODES: dict[str, Mode] = {m.name: m for m in (
+    Mode("evict-lru", plugin=False, schedule_policy="fcfs", policies=("fcfs",), eviction="lru"),
+    Mode("evict-lfu", plugin=False, schedule_policy="fcfs", policies=("fcfs",), eviction="lfu"),
+    Mode("evict-slru", plugin=False, schedule_policy="fcfs", policies=("fcfs",), eviction="slru"),
+    Mode("evict-priority-none", plugin=False, schedule_policy="fcfs", policies=("fcfs",), eviction="priority"),
+    Mode("evict-priority", plugin=False, schedule_policy="fcfs", policies=("fcfs",), eviction="priority",
+         priority="reuse"),
+    # T-LRU needs threshold > next_prompt_estimate (else SGLang refuses to start): a branch keeps
+    # history + 64 - 1100 tokens, so a request's own prompt tail and output (past its 1,024-token
+    # agent prefix) go first, then LRU
+    Mode("evict-tlru", plugin=False, schedule_policy="fcfs", policies=("fcfs",), eviction="tlru",
+         eviction_config=(("next_prompt_estimate", 64), ("threshold", 1100))),
+)}
+
+
+def find_mode(name: str) -> Mode:
+    """The mode ``name`` of :data:`MODES` or :data:`EVICTION_MODES` (KeyError naming both)."""
+    if name in MODES:
+        return MODES[name]
+    if name in EVICTION_MODES:
+        return EVICTION_MODES[name]
+    raise KeyError(f"unknown mode {name!r}; modes: {', '.join([*MODES, *EVICTION_MODES])}")
 
 
 # ----------------------------------------------------------------------------- traces

@@ -20,18 +20,25 @@ def _raw(d: Path, tag: str, rep: int) -> pd.DataFrame | None:
     return pd.read_parquet(f) if f.exists() else None
 
 
-def compare_runs(run_dir: str | Path, case: Case, mode: str, engine_model: str = "sglang",
+def compare_runs(run_dir: str | Path, case: Case, mode: "str | Mode", engine_model: str = "sglang",
                  traces_dir: str | Path | None = None, arrivals: str = "observed") -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per request and per run, for one case's runs on one server mode (``run_dir``: what
     :func:`topas.fidelity.run.run_fidelity` wrote): each measured repeat against the simulation
     calibrated to that repeat's speed (its ``speed_factor`` in ``runs.csv``), with
     ``engine_model``, timed by ``arrivals`` (:data:`ARRIVALS`). Returns (requests, runs): the
     request tables of every repeat, and one row per (policy, repeat) with :func:`agreement` and
-    the server's noise (:func:`run_noise`)."""
+    the server's noise (:func:`run_noise`). ``mode``: a :class:`Mode` or its name
+    (:func:`topas.fidelity.contention.cases.find_mode`); its ``priority`` rule is the simulated
+    policy's ``request_priority``, its eviction policy comes with the stored engine config."""
     import tempfile
 
+    from topas.fidelity.contention.cases import find_mode
+
+    mode_obj = find_mode(mode) if isinstance(mode, str) else mode
+    mode = mode_obj.name
+
     from topas.fidelity.compare import read_comparison
-    from topas.fidelity.run import Point, prefix_tokens, scale_cost, simulate_point, stored_sim_engine
+    from topas.fidelity.run import Point, prefix_tokens, scale_cost, simulate_point
     from topas.workload.trace_io import write_trace
 
     if arrivals not in ARRIVALS:
@@ -41,7 +48,7 @@ def compare_runs(run_dir: str | Path, case: Case, mode: str, engine_model: str =
     d = Path(run_dir)
     comp = read_comparison(d)
     meta = comp.meta
-    cost, config = stored_sim_engine(meta)
+    cost, config = _mode_engine(meta, mode_obj)
     trace_file = Path(traces_dir or OUT_DIR / "traces") / f"{case.name}.json.gz"
     runs = comp.runs
     req_rows, run_rows = [], []
@@ -49,7 +56,8 @@ def compare_runs(run_dir: str | Path, case: Case, mode: str, engine_model: str =
         cal = runs[(runs["engine"] == "sim-calibrated") & (runs["policy"] == pol)].set_index("repeat")
         first = g.iloc[0]
         tag = f"{first['workload']}_{pol}_{float(first['load']):g}_s{int(first['seed'])}"
-        p = Point(str(trace_file), pol, rate=_rate(case), seed=int(first["seed"]), load=float(first["load"]))
+        p = Point(str(trace_file), pol, rate=_rate(case), seed=int(first["seed"]), load=float(first["load"]),
+                  eviction_priority=mode_obj.priority)
         measured = {}
         for rep in sorted(int(r) for r in g["repeat"]):
             m = _raw(d, tag, rep)
@@ -65,7 +73,7 @@ def compare_runs(run_dir: str | Path, case: Case, mode: str, engine_model: str =
                 mm = m.assign(server_ingest_mid=ingest_window_mid(m)) if arrivals == "scheduler-mid" else m
                 obs, fell_back = observed_trace(case_trace(case), mm, lead, ARRIVAL_COLUMN[arrivals])
                 q = Point(str(write_trace(obs, tmp / f"{case.name}_{pol}_{rep}.json.gz")), pol, rate=None,
-                          seed=p.seed, load=p.load)
+                          seed=p.seed, load=p.load, eviction_priority=p.eviction_priority)
             sim, trace = simulate_point(q, scale_cost(cost, f) if f != 1.0 else cost, config, engine_model)
             pt = prefix_tokens(trace)
             tab = request_table(sim.requests, m, pt)
@@ -147,6 +155,7 @@ def measure_cases(cases: Sequence[Case], modes: Sequence[Mode], profile: str | P
     from topas.fidelity import compare as fc
     from topas.fidelity.cpu_server import cpu_server
     from topas.fidelity.run import Point, replay_measure, run_fidelity, server_kv_settings
+    from topas.fidelity.server_eviction import eviction_config_kw
 
     out = Path(out_dir)
     traces = {c.name: write_case_trace(c, out / "traces") for c in cases}
@@ -157,19 +166,33 @@ def measure_cases(cases: Sequence[Case], modes: Sequence[Mode], profile: str | P
             dlog = slog / f"topas_contention_{mode.name}_{int(time.time())}.jsonl" if mode.plugin else None
             with cpu_server(log_path=slog / f"topas_contention_{mode.name}.server.log", decision_log=dlog,
                             max_total_tokens=pool, plugin=mode.plugin, schedule_policy=mode.schedule_policy,
-                            profile=profile if plugin_profile and mode.plugin else None) as url:
+                            profile=profile if plugin_profile and mode.plugin else None,
+                            eviction=mode.eviction, eviction_config=dict(mode.eviction_config) or None) as url:
                 settings = server_kv_settings(url)
                 if int(settings["kv_budget_tokens"]) != pool:
                     raise RuntimeError(f"the server's pool is {settings['kv_budget_tokens']} tokens, asked for {pool}")
+                got = str(settings.get("radix_eviction_policy") or "lru")
+                if got != (mode.eviction or "lru"):
+                    raise RuntimeError(f"the server evicts with {got}, asked for {mode.eviction}")
+                try:
+                    eviction_config_kw(settings.get("radix_eviction_policy"), settings.get("radix_eviction_policy_config"))
+                except ValueError as e:  # record the server now; compare_runs simulates the mode's eviction later
+                    if log:
+                        log(f"note: {e}: the runs' calibration simulates lru; compare with --compare-only once "
+                            f"the simulator models it")
+                    settings = {**settings, "radix_eviction_policy": None, "radix_eviction_policy_config": None}
                 for c in pcases:
-                    pts = [Point(str(traces[c.name]), pol, rate=_rate(c), seed=c.seed, load=c.rate if c.kind == "poisson" else 0.0)
+                    pts = [Point(str(traces[c.name]), pol, rate=_rate(c), seed=c.seed, load=c.rate if c.kind == "poisson" else 0.0,
+                                 eviction_priority=mode.priority)
                            for pol in mode.policies]
                     if log:
                         log(f"== {c.name} on {mode.name} (pool {pool}): {', '.join(mode.policies)} x {repeats}")
                     run_fidelity(pts, replay_measure(url, decision_log=dlog, handshake=mode.plugin), profile, out / c.name / mode.name,
                                  repeats=repeats, settings=settings, bars=fc.BENCHMARK_BARS,
                                  meta={"case": c.name, "mode": mode.name, "schedule_policy": mode.schedule_policy,
-                                       "plugin": mode.plugin, "server": "CPU test server (topas.fidelity.contention)"},
+                                       "plugin": mode.plugin, "server": "CPU test server (topas.fidelity.contention)",
+                                       **({"radix_eviction_policy": mode.eviction, "eviction_priority": mode.priority}
+                                          if mode.eviction else {})},
                                  engine_model=engine_model, log=log)
 
 
@@ -193,11 +216,11 @@ def evaluate(cases: Sequence[Case], modes: Sequence[Mode], out_dir: str | Path =
             d = out / c.name / mode.name
             if not (d / "runs.csv").exists():
                 continue
-            r, g = compare_runs(d, c, mode.name, engine_model, out / "traces", arrivals)
+            r, g = compare_runs(d, c, mode, engine_model, out / "traces", arrivals)
             reqs.append(r)
             runs.append(g)
             comp = read_comparison(d)
-            rs = _resimulated_runs(comp.runs, d, c, engine_model, out / "traces")
+            rs = _resimulated_runs(comp.runs, d, c, engine_model, out / "traces", mode.priority)
             jcts.append(compare(rs, sim_engine="sim-calibrated").assign(case=c.name, mode=mode.name))
             if len(mode.policies) > 1:
                 ranks.append(rank_agreement(rs, sim_engine="sim-calibrated").assign(case=c.name, mode=mode.name))
@@ -213,23 +236,41 @@ def evaluate(cases: Sequence[Case], modes: Sequence[Mode], out_dir: str | Path =
     return summary
 
 
-def _resimulated_runs(runs: pd.DataFrame, d: Path, case: Case, engine_model: str, traces_dir: Path) -> pd.DataFrame:
+def _resimulated_runs(runs: pd.DataFrame, d: Path, case: Case, engine_model: str, traces_dir: Path,
+                      eviction_priority: str | None = None) -> pd.DataFrame:
     """The runs table with its ``sim-calibrated`` rows recomputed with ``engine_model`` (the
     measured rows as stored), so the JCT comparison follows the engine model being judged."""
     from topas.fidelity.compare import read_comparison, run_metrics
-    from topas.fidelity.run import Point, prefix_tokens, scale_cost, simulate_point, stored_sim_engine
+    from topas.fidelity.run import Point, prefix_tokens, scale_cost, simulate_point
+
+    from topas.fidelity.contention.cases import find_mode
 
     meta = read_comparison(d).meta
-    cost, config = stored_sim_engine(meta)
+    cost, config = _mode_engine(meta, find_mode(str(meta.get("mode") or "sglang-fcfs")))
     trace_file = traces_dir / f"{case.name}.json.gz"
     keep = runs[runs["engine"] != "sim-calibrated"]
     new = []
     for r in runs[runs["engine"] == "sim-calibrated"].to_dict("records"):
-        p = Point(str(trace_file), r["policy"], rate=_rate(case), seed=int(r["seed"]), load=float(r["load"]))
+        p = Point(str(trace_file), r["policy"], rate=_rate(case), seed=int(r["seed"]), load=float(r["load"]),
+                  eviction_priority=eviction_priority)
         f = float(r["speed_factor"])
         sim, trace = simulate_point(p, scale_cost(cost, f), config, engine_model)
         new.append({**r, **run_metrics(sim, prefix_tokens(trace))})
     return pd.concat([keep, pd.DataFrame(new)], ignore_index=True)
+
+
+def _mode_engine(meta: dict, mode: Mode) -> tuple:
+    """The stored run's simulator (:func:`topas.fidelity.run.stored_sim_engine`) with the mode's
+    eviction policy (the mode is what the server ran, also for runs recorded before the simulator
+    modelled it)."""
+    import dataclasses
+
+    from topas.fidelity.run import stored_sim_engine
+    from topas.fidelity.server_eviction import eviction_config_kw
+
+    cost, config = stored_sim_engine(meta)
+    kw = eviction_config_kw(mode.eviction, dict(mode.eviction_config) or None)
+    return cost, dataclasses.replace(config, **kw) if kw else config
 
 
 def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
