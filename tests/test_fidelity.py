@@ -330,7 +330,7 @@ def test_finished_kv_stays_cached_and_leaves_are_evicted_oldest_first():
     sim.now = 2.0
     # a finished request of C (time 2.0): C has a cached child, so C is not a leaf
     heapq_push = __import__("heapq").heappush
-    heapq_push(sim._leaves, (2.0, 0, "chain3.C", 1000, 0, "t9/C"))
+    heapq_push(sim._leaves, (2.0, 0, "chain3.C", 1000, 0, "t9/C", 0))  # ..., rid, priority
     sim._cached_by_agent["chain3.C"] = sim.evictable_tokens = 1000
     # pool: 3 x 4096 prefixes + 1000 cached = 13288; shrink the budget to need 1 token back
     sim.budget = 13287
