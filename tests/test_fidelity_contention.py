@@ -283,13 +283,6 @@ def test_the_default_engine_reproduces_the_servers_cached_tokens_on_shared_conte
         assert (cached == case.prefix_tokens + case.context_tokens).any()
 
 
-#: Known difference (docs/fidelity.md): SGLang's first call of an agent leaves one radix node for
-#: its prefix and its own input, which T-LRU ranks as a whole (not TEL-safe); the simulator ranks
-#: that merged node by its call's segment (TEL-safe), so it evicts b's prefix where the server
-#: evicts a's.
-TLRU_DIFFERS = {"evict-tlru"}
-
-
 @pytest.mark.parametrize("name", ["evict-freq", "evict-reuse"])
 def test_the_eviction_cases_agree_request_by_request_under_every_policy(name):
     """The recorded CPU-server runs of the eviction cases (stock fcfs, 3 repeats per
@@ -304,8 +297,6 @@ def test_the_eviction_cases_agree_request_by_request_under_every_policy(name):
             continue
         reqs, runs = ct.compare_runs(d, case, mode, "sglang", ct.OUT_DIR / "traces", "observed")
         assert len(runs) == 3 and (runs["noise_hit_agree"] == 1.0).all()  # the server repeats itself
-        if mode.name in TLRU_DIFFERS:
-            continue
         assert (runs["cached_agree"] == 1.0).all(), (mode.name, runs[["repeat", "cached_agree"]])
         last[mode.name] = tuple(reqs[reqs["rid"].str.endswith("/s4")]["cached_server"].astype(int))
     assert {"evict-lru", "evict-lfu", "evict-priority"} <= set(last)

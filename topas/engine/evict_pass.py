@@ -84,10 +84,25 @@ class StrategyEviction:
         p = self.prefixes[a]
         return Evictable(LEAF, a, kv, t, 1, prio, seq, (0, seq), rid, p.tokens + kv, p.history)
 
-    @staticmethod
-    def _node_entry(n: SegmentNode) -> Evictable:
-        return Evictable(SEGMENT, n.agent, n.tokens, n.last_access, n.hit_count, n.priority, n.serial,
+    def _node_entry(self, n: SegmentNode) -> Evictable:
+        tokens = n.depth if self._merged_with_prefix(n) else n.tokens
+        return Evictable(SEGMENT, n.agent, tokens, n.last_access, n.hit_count, n.priority, n.serial,
                          (0, n.serial), n.id, n.depth, n.history)
+
+    def _merged_with_prefix(self, n: SegmentNode) -> bool:
+        """Whether ``n`` is part of the one radix node SGLang keeps for an agent prefix and the
+        prompt of the request that computed it (``_merged``), until a later match splits it: the
+        nodes from the root to ``n`` all that request's, each its parent's only child. The
+        entry then has the whole node's length (``tlru`` reads where the node starts); a
+        finished output is a node of its own (inserted at finish)."""
+        if n.id.startswith("\0out/") or self._merged.get(n.agent) != n.owner:
+            return False
+        m = n
+        while m.parent is not None:
+            if len(m.parent.children) != 1 or (m.parent.parent is not None and m.parent.owner != n.owner):
+                return False
+            m = m.parent
+        return True
 
     def _prefix_order(self, p: Prefix) -> tuple:
         e = self._prefix_entry(p)
