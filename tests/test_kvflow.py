@@ -1,0 +1,119 @@
+"""KVFlow's Agent Step Graph (topas.policies.kvflow_steps), on hand-built DAGs, read like the spec."""
+
+from __future__ import annotations
+
+import pytest
+
+from topas.engine.view import StageView, TaskView
+from topas.policies.kvflow_steps import (agent_steps, eviction_pass, node_value, prefetch_order, sglang_priority,
+    stage_steps)
+
+
+def task(tid: str, stages: list[tuple[str, str, tuple[str, ...]]], done: tuple[str, ...] = ()) -> TaskView:
+    """A task from (stage, agent, parents) in topological order."""
+    kids: dict[str, list[str]] = {s: [] for s, _, _ in stages}
+    for s, _, ps in stages:
+        for p in ps:
+            kids[p].append(s)
+    sv = {s: StageView(s, a, 10, ps, tuple(kids[s])) for s, a, ps in stages}
+    return TaskView(tid, 0.0, "w", sv, tuple(s for s, _, _ in stages), frozenset(done), {})
+
+
+# a -> b -> d, a -> c -> d (a diamond), d -> e
+DIAMOND = [("a", "A", ()), ("b", "B", ("a",)), ("c", "C", ("a",)), ("d", "D", ("b", "c")), ("e", "E", ("d",))]
+
+
+def test_a_chain_counts_one_step_per_stage_after_the_ready_one() -> None:
+    t = task("t", [("s0", "X", ()), ("s1", "Y", ("s0",)), ("s2", "Z", ("s1",))])
+    assert stage_steps(t) == {"s0": 0, "s1": 1, "s2": 2}
+    t = task("t", [("s0", "X", ()), ("s1", "Y", ("s0",)), ("s2", "Z", ("s1",))], done=("s0",))
+    assert stage_steps(t) == {"s1": 0, "s2": 1}
+
+
+def test_an_and_join_waits_for_its_latest_parent() -> None:
+    # c is one step later than b: d (AND) is one step after c
+    t = task("t", [("a", "A", ()), ("b", "B", ("a",)), ("x", "X", ("a",)), ("c", "C", ("x",)),
+                   ("d", "D", ("b", "c"))])
+    assert stage_steps(t)["d"] == 3
+
+
+def test_an_or_join_runs_after_its_earliest_parent_and_is_ready_once_one_is_done() -> None:
+    t = task("t", [("a", "A", ()), ("b", "B", ("a",)), ("x", "X", ("a",)), ("c", "C", ("x",)),
+                   ("d", "D", ("b", "c"))])
+    assert stage_steps(t, or_joins={"d"})["d"] == 2
+    done_b = task("t", [("a", "A", ()), ("b", "B", ("a",)), ("x", "X", ("a",)), ("c", "C", ("x",)),
+                        ("d", "D", ("b", "c"))], done=("a", "b"))
+    assert stage_steps(done_b, or_joins={"d"})["d"] == 0
+    assert stage_steps(done_b)["d"] == 2  # AND: still waits for x then c
+
+
+def test_an_and_join_with_one_parent_done_waits_for_the_other() -> None:
+    t = task("t", DIAMOND, done=("a", "b"))
+    assert stage_steps(t) == {"c": 0, "d": 1, "e": 2}
+
+
+def test_an_agent_takes_its_nearest_stage_and_concurrent_workflows_the_minimum() -> None:
+    # agent A serves a (ready) in t1 and e (3 steps away) in t2: A is due now
+    t1 = task("t1", [("a", "A", ()), ("b", "B", ("a",))])
+    t2 = task("t2", [("x", "X", ()), ("y", "Y", ("x",)), ("z", "Z", ("y",)), ("e", "A", ("z",)), ("f", "B", ("e",))])
+    assert agent_steps([t1, t2]) == {"A": 0, "B": 1, "X": 0, "Y": 1, "Z": 2}
+    assert agent_steps([t2]) == {"X": 0, "Y": 1, "Z": 2, "A": 3, "B": 4}
+
+
+def test_finished_stages_do_not_count() -> None:
+    t = task("t", DIAMOND, done=("a", "b", "c", "d"))
+    assert agent_steps([t]) == {"E": 0}
+
+
+def test_online_visibility_shows_only_ready_stages_so_only_they_are_due() -> None:
+    # what an online view shows of the diamond after a: b and c (ready), a (done)
+    shown = task("t", [("a", "A", ()), ("b", "B", ("a",)), ("c", "C", ("a",))], done=("a",))
+    assert agent_steps([shown]) == {"B": 0, "C": 0}
+
+
+def test_a_node_value_is_the_minimum_over_its_agents_capped_at_h_plus_1() -> None:
+    steps = {"A": 0, "B": 3, "C": 9}
+    assert node_value(["B"], steps) == 3
+    assert node_value(["B", "A"], steps) == 0  # protected while any agent using it is due soon
+    assert node_value(["C"], steps) == 5  # min(9, H + 1), H = 4
+    assert node_value(["Q"], steps) == 5  # an agent no known stage waits for: H + 1
+    assert node_value([], steps) == 6  # no known agent: H + 2
+    assert node_value([None], steps) == 6
+    assert node_value(["C"], steps, horizon=10) == 9
+
+
+def test_eviction_passes_take_the_furthest_first_and_the_due_last() -> None:
+    # H = 4: pass 0 takes values >= 3, pass 1 value 2, pass 2 value 1, pass 3 (plain order) value 0
+    assert [eviction_pass(v) for v in range(7)] == [3, 2, 1, 0, 0, 0, 0]
+    assert [eviction_pass(v, horizon=2) for v in range(5)] == [1, 0, 0, 0, 0]
+    with pytest.raises(ValueError, match="horizon"):
+        eviction_pass(0, horizon=0)
+    with pytest.raises(ValueError, match="value"):
+        eviction_pass(-1)
+
+
+def test_prefetch_takes_agents_due_within_l_steps_nearest_first() -> None:
+    assert prefetch_order({"C": 2, "A": 1, "B": 0, "D": 3}) == ("B", "A", "C")
+    assert prefetch_order({"C": 2, "A": 1, "B": 0, "D": 3}, lookahead=0) == ("B",)
+    with pytest.raises(ValueError, match="look-ahead"):
+        prefetch_order({}, lookahead=-1)
+
+
+def test_sglang_priority_keeps_the_due_longest() -> None:
+    assert [sglang_priority(v) for v in (0, 1, 5, 6)] == [6, 5, 1, 0]
+
+
+def test_a_request_priority_is_its_agents_next_use_after_it() -> None:
+    from topas.engine.cost import CostModel  # noqa: F401  (the view's type only)
+    from topas.engine.view import EngineView
+    from topas.policies.kvflow_steps import kvflow_request_priority
+
+    # chain X -> Y -> X: once the first X is done, X is due again in 1 step (value 1 -> priority 5)
+    chain = [("s0", "X", ()), ("s1", "Y", ("s0",)), ("s2", "X", ("s1",))]
+    view = EngineView(0.0, 100, 0, 0, {}, (), (), {"t": task("t", chain)}, None)  # type: ignore[arg-type]
+    assert kvflow_request_priority(view, "t", "s0") == 5
+    # after the last X no known stage needs X: value H + 1 -> priority 1
+    late = EngineView(0.0, 100, 0, 0, {}, (), (), {"t": task("t", chain, done=("s0", "s1"))}, None)  # type: ignore[arg-type]
+    assert kvflow_request_priority(late, "t", "s2") == 1
+    with pytest.raises(KeyError, match="stage 'nope'"):
+        kvflow_request_priority(view, "t", "nope")
