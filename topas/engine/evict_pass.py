@@ -31,6 +31,9 @@ class StrategyEviction:
         #: strategy reads them
         self._sets_priority = (self._eviction.reads_priority
                                and type(self.policy).request_priority is not Policy.request_priority)
+        if self._eviction.reads_policy and type(self.policy).eviction_values is Policy.eviction_values:
+            raise ValueError(f"eviction {self._eviction.name!r} orders by the policy's eviction values, and policy "
+                             f"{self.policy.name!r} has none (Policy.eviction_values); use a policy that does")
 
     def _new_tree(self) -> SegmentCache:
         """The segment tree for this engine's strategy (LRU heap or scanned candidates)."""
@@ -100,6 +103,11 @@ class StrategyEviction:
             future = (OfflineFuture(self.trace, self.now, {rid: r.state for rid, r in self.requests.items()})
                       if ev.bound else None)
             ev.prepare(self.view(), future)
+        if ev.reads_policy:
+            values = self.policy.eviction_values(self.view())
+            if values is None:
+                raise ValueError(f"policy {self.policy.name!r} returned no eviction values for eviction {ev.name!r}")
+            ev.take_values(values)
 
     # ------------------------------------------------------------------ the pass
     def _settle_by_strategy(self, deficit: int) -> None:
