@@ -17,6 +17,7 @@ POLICY_ORDER: tuple[str, ...] = (
     "autellix-las",
     "topas",
     "topas-plus",
+    "topas-both",
     "topas-no-reuse",
     "topas-no-aging",
     "topas-base",
@@ -32,6 +33,7 @@ POLICY_LABELS: dict[str, str] = {
     "autellix-las": "Autellix-LAS",
     "topas": "TOPAS",
     "topas-plus": "TOPAS+ (ours)",
+    "topas-both": "TOPAS-both (ours)",
     "topas-no-reuse": "TOPAS w/o reuse",
     "topas-no-aging": "TOPAS w/o aging",
     "topas-base": "TOPAS-base",
@@ -48,6 +50,7 @@ POLICY_COLORS: dict[str, str] = {
     "autellix-las": "#CC79A7",  # reddish purple
     "topas": "#D55E00",  # vermillion
     "topas-plus": "#FF4A00",  # ours, not the paper's: a brighter red-orange
+    "topas-both": "#C24100",  # ours too: TOPAS+ with its eviction order, a deeper red-orange
     "topas-no-reuse": "#EE8A4F",
     "topas-no-aging": "#F5B48A",
     "topas-base": "#A04600",
