@@ -117,3 +117,64 @@ def test_a_request_priority_is_its_agents_next_use_after_it() -> None:
     assert kvflow_request_priority(late, "t", "s2") == 1
     with pytest.raises(KeyError, match="stage 'nope'"):
         kvflow_request_priority(view, "t", "nope")
+
+
+# ---------------------------------------------------------------- the eviction strategy
+
+
+def entry(kind: str, agent: str, last_access: float, serial: int = 0):
+    from topas.engine.eviction import PREFIX, Evictable
+    tie = (1, agent) if kind == PREFIX else (0, serial)
+    return Evictable(kind, agent, 100, last_access, 1, 0, serial, tie, f"{agent}/{serial}")
+
+
+def kvflow_order(entries, tasks, spec: str = "kvflow") -> list[str]:
+    from topas.engine.eviction import eviction_strategy
+    from topas.engine.view import EngineView
+    ev = eviction_strategy(spec)
+    ev.prepare(EngineView(0.0, 100, 0, 0, {}, (), (), {t.id: t for t in tasks}, None))  # type: ignore[arg-type]
+    return [e.key for e in sorted(entries, key=lambda e: (ev.priority(e), e.tie))]
+
+
+def test_kvflow_evicts_agents_due_furthest_first_then_plain_lru() -> None:
+    from topas.engine.eviction import PREFIX, SEGMENT
+    # chain A (ready) -> B (1) -> C (2) -> D (3) -> E (4); F in no task
+    t = task("t", [("s0", "A", ()), ("s1", "B", ("s0",)), ("s2", "C", ("s1",)), ("s3", "D", ("s2",)),
+                   ("s4", "E", ("s3",))])
+    es = [entry(SEGMENT, a, 10.0 - i, i) for i, a in enumerate("ABCDEF")]  # A least recently used
+    # pass 0 (value >= 3): D, E, F by LRU (F oldest); then C (2), B (1), A (0, plain order)
+    assert kvflow_order(es, [t]) == ["F/5", "E/4", "D/3", "C/2", "B/1", "A/0"]
+    # LRU alone would take F, E, D, C, B, A too here: reverse the recency to tell them apart
+    es = [entry(SEGMENT, a, float(i), i) for i, a in enumerate("ABCDEF")]  # A least recently used
+    assert kvflow_order(es, [t]) == ["D/3", "E/4", "F/5", "C/2", "B/1", "A/0"]
+
+
+def test_kvflow_takes_request_specific_kv_before_agent_prefixes_within_a_pass() -> None:
+    from topas.engine.eviction import PREFIX, SEGMENT
+    t = task("t", [("s0", "A", ())])  # A due now; X, Y in no task (pass 0)
+    es = [entry(PREFIX, "X", 1.0), entry(SEGMENT, "Y", 5.0, 7), entry(PREFIX, "A", 0.0), entry(SEGMENT, "A", 2.0, 8)]
+    # pass 0: Y's segment before X's prefix (older); the last pass (A) is plain LRU: A's prefix first
+    assert kvflow_order(es, [t]) == ["Y/7", "X/0", "A/0", "A/8"]
+
+
+def test_kvflow_parameters_are_checked() -> None:
+    from topas.engine.eviction import eviction_strategy
+    assert eviction_strategy("kvflow:horizon=2").values["horizon"] == 2
+    with pytest.raises(ValueError, match="horizon >= 1"):
+        eviction_strategy("kvflow:horizon=0")
+    with pytest.raises(ValueError, match="prefetch 0 or 1"):
+        eviction_strategy("kvflow:prefetch=2")
+    with pytest.raises(ValueError, match="no parameter 'h'"):
+        eviction_strategy("kvflow:h=2")
+
+
+def test_the_step_cache_agrees_with_the_function_as_tasks_move() -> None:
+    from topas.engine.view import EngineView
+    from topas.policies.kvflow_steps import AgentStepCache, view_agent_steps
+
+    cache = AgentStepCache()
+    t1, t2 = task("t1", DIAMOND), task("t2", [("x", "A", ()), ("y", "E", ("x",))])
+    for tasks in ({"t1": t1, "t2": t2}, {"t1": t1, "t2": t2}, {"t1": task("t1", DIAMOND, done=("a", "b"))},
+                  {"t1": task("t1", DIAMOND, done=("a", "b", "c")), "t2": t2}):
+        v = EngineView(0.0, 100, 0, 0, {}, (), (), tasks, None)  # type: ignore[arg-type]
+        assert cache.agent_steps(v) == view_agent_steps(v)

@@ -190,9 +190,11 @@ def _head_note(n_tasks: int | None, prepared) -> str:
               help="Engine profile name under data/profiles/ or a profile file [default: a100-80gb_qwen2.5-32b].")
 @click.option("--kv-budget", type=click.IntRange(min=1), default=None, metavar="N",
               help="Override the profile's KV budget (tokens).")
-@click.option("--host-tier", is_flag=True, default=False,
-              help="Model a host (CPU) KV tier for every policy (SGLang HiCache): an evicted prefix is "
-                   "swapped out and back at the profile's bandwidth instead of recomputed. Off in stock SGLang.")
+@click.option("--host-tier", type=click.Choice(["none", "hicache"]), default="none", is_flag=False,
+              flag_value="hicache", show_default=True,
+              help="The host (CPU) KV tier, for every policy: 'hicache' (SGLang HiCache; a bare --host-tier "
+                   "means it): an evicted prefix is swapped out and back at the profile's bandwidth instead "
+                   "of recomputed (EngineConfig.host_tier). 'none' is stock SGLang.")
 @click.option("--eviction", default=None, metavar="NAME",
               help="The radix cache's eviction order, NAME or NAME:key=value,... (SGLang's "
                    "--radix-eviction-policy; `topas evictions` lists them) [default: lru].")
@@ -213,7 +215,7 @@ def _head_note(n_tasks: int | None, prepared) -> str:
               help="Show a progress bar on stderr [default: only when stderr is a terminal].")
 def simulate_cmd(trace_name: str, policy: str, params: tuple[str, ...], rate: float | None,
                  load: float | None, seed: int, n_tasks: int | None, profile: str | None,
-                 kv_budget: int | None, host_tier: bool, eviction: str | None, engine_opts: tuple[str, ...],
+                 kv_budget: int | None, host_tier: str, eviction: str | None, engine_opts: tuple[str, ...],
                  n_engines: int,
                  router: str | None, router_params: tuple[str, ...], out: Path | None,
                  progress: bool | None, **knowledge) -> None:
@@ -233,7 +235,7 @@ def simulate_cmd(trace_name: str, policy: str, params: tuple[str, ...], rate: fl
 
     try:
         options = dict(parse_param_strings(engine_opts))
-        if host_tier:
+        if host_tier == "hicache":
             options["host_tier"] = True
         if eviction is not None:
             options["eviction"] = eviction

@@ -272,4 +272,7 @@ def check_eviction(spec: Any) -> str:
     return eviction_strategy(spec).spec()
 
 
+# the policy's own next-use values (registers "policy"; Policy.eviction_values)
 from topas.engine import eviction_policy  # noqa: E402,F401  (registration)
+# KVFlow's workflow-aware eviction (registers "kvflow"; its own module: it reads the engine's view)
+from topas.engine import eviction_kvflow  # noqa: E402,F401  (registration)

@@ -43,7 +43,8 @@ class KVMemory:
         free = self.budget - self.prefix_tokens - self.request_tokens
         if free >= tokens:
             return True
-        victims = [p for p in self.prefixes.values() if p.resident and p.refcount == 0 and p is not exclude]
+        victims = [p for p in self.prefixes.values() if p.resident and p.refcount == 0 and p is not exclude
+                   and p.agent.name not in self._loading]
         if self._eviction.heap_fast_path:
             victims.sort(key=lambda p: (p.last_used, p.agent.name))
         else:
@@ -154,7 +155,8 @@ class KVMemory:
             return False
         if self.manages:  # pinned prefixes stay; unpinned ones are leaves
             return bool(self._ghost.get(a))
-        return p.resident and p.refcount == 0 and p.prefill_left == 0 and a not in self._computing
+        return (p.resident and p.refcount == 0 and p.prefill_left == 0 and a not in self._computing
+                and a not in self._loading)
 
     def _evict_cached_prefix(self, p: Prefix) -> int:
         """Evict the cached prefix ``p`` (:meth:`_prefix_evictable`); returns its tokens."""

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import heapq
 import time as _time
-from typing import Iterable
+from typing import Callable, Iterable
 
 from tqdm.auto import tqdm
 
@@ -47,6 +47,7 @@ from topas.engine.iterations import Iterations
 from topas.engine.knowledge import Knowledge
 from topas.engine.memory import KVMemory
 from topas.engine.metrics import SimResult, build_result
+from topas.engine.prefetch import Prefetch
 from topas.engine.segments import SegmentMemory
 from topas.engine.view import Decision, EngineView, InfeasibleDecision, PrefixView
 from topas.policies.base import Policy
@@ -58,7 +59,7 @@ class SimulationStuck(RuntimeError):
     """The engine is idle with requests waiting and the policy admits none of them."""
 
 
-class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction):
+class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch):
     def __init__(
         self,
         trace: Trace,
@@ -132,6 +133,16 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction):
                       else None)
         self._tails: dict[str, tuple] = {}
         self._insert_after_next: list[Request] = []
+        # background host -> GPU prefix loads (topas.engine.prefetch): the agents to prefetch at a
+        # decision point, read from the view (None: no prefetch, the default engine); agent ->
+        # when its load completes; when the host link is free again
+        self._prefetcher: Callable[[EngineView], tuple[str, ...]] | None = None
+        if (cfg.host_tier and cfg.radix_cache and not self.manages
+                and getattr(self._eviction, "prefetches", False)):  # the kvflow strategy
+            self._prefetcher = self._eviction.prefetch_agents  # type: ignore[attr-defined]
+        self._loading: dict[str, float] = {}
+        self._protected: tuple[str, ...] = ()  # the agents due within L steps, nearest first
+        self._link_free = 0.0
         # records
         self.prefix_events: list[tuple] = []
         self.timeline: list[tuple] = []
@@ -165,6 +176,7 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction):
         or wait for :meth:`_idle_until`. False when there is nothing left to do: idle, the
         policy asked again, and nothing more reaches the engine."""
         self._admit_arrivals()
+        self._loads_done()
         if self._dirty and self.waiting:
             self._decide()
         if self.prefill_queue or self._pending_prefix_prefill():
@@ -197,6 +209,8 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction):
         t = self._arrivals[self._next_arrival].arrival if self._next_arrival < len(self._arrivals) else None
         if self._delayed and (t is None or self._delayed[0][0] < t):
             t = self._delayed[0][0]
+        if self._loading and (t_load := self._next_load()) is not None and (t is None or t_load < t):
+            t = t_load
         return t
 
     # ------------------------------------------------------------------ arrivals and readiness
@@ -239,7 +253,8 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction):
         prefixes = {
             a: PrefixView(a, p.tokens, know.prior(a, p.agent.expected_output_tokens), p.resident, p.on_host,
                           p.refcount, p.last_used, self._ghost.get(a, False),
-                          p.resident and p.prefill_left == 0 and a not in self._computing)
+                          p.resident and p.prefill_left == 0 and a not in self._computing
+                          and a not in self._loading)
             for a, p in self.prefixes.items()
         }
         running = tuple(r.view(now) for r in self._running())
@@ -267,7 +282,11 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction):
     def _decide(self) -> None:
         self._dirty = False
         self._steps_since_check = 0
+        if self._prefetcher is not None:  # KVFlow's DispatchLoadTasks (after the walk), whatever the gate
+            self._protected = self._prefetcher(self.view())
         if self._gated():
+            if self._protected:
+                self._prefetch(self._protected)
             return  # SGLang skips get_new_batch_prefill while batch_is_full
         self._batch_full = False
         decode_empty = not self.decoding
@@ -276,6 +295,8 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction):
         decision = self.policy.decide(view)
         wall = _time.perf_counter() - t0
         admitted = self.apply(decision)
+        if self._protected:
+            self._prefetch(self._protected)
         running = len(self.prefill_queue) + len(self.decoding)
         if admitted < len(decision.admit) and 0 < running < self.config.max_running_requests:
             # add_one_req answered NO_TOKEN while something can run. Set on an empty running batch,
@@ -352,6 +373,8 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction):
             r = self.waiting[rid]
             if len(self.prefill_queue) + len(self.decoding) >= self.config.max_running_requests:
                 break
+            if self._prefetcher is not None and self._skip_loading(r.agent):
+                continue  # its prefix is loading from host: skipped, not blocking the walk
             p = self.prefixes[r.agent]
             own_reserve = self._reserve(r)
             if self.config.full_output_reserve and not admitted and not self.prefill_queue and not self.decoding:
@@ -413,7 +436,9 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction):
     def _locked(self, p: Prefix) -> bool:
         """A resident prefix that cannot be evicted: pinned by a managing policy, used by a running
         request, or being computed."""
-        return p.resident and (self.manages or bool(p.refcount or p.prefill_left) or p.agent.name in self._computing)
+        a = p.agent.name
+        return p.resident and (self.manages or bool(p.refcount or p.prefill_left) or a in self._computing
+                               or a in self._loading)
 
     def _prefix(self, agent: str, pname: str) -> Prefix:
         p = self.prefixes.get(agent)
