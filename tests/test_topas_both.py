@@ -140,3 +140,24 @@ def test_the_selection_reads_tuning_seeds_only():
     pairs = mod.experiments(8, 3)
     assert {e.seed for _, e in pairs} == {100, 101, 102}
     assert {e.workload for _, e in pairs} == {"chain-3", "dag-4", "dag-10-wide"}
+
+
+def test_in_the_engine_under_online_visibility_only_reached_stages_give_a_next_use(monkeypatch):
+    """With ``dag_visibility="online"`` an agent gets a value below the cap only if a stage the
+    engine's view shows (reached, unfinished) is its, and the view never shows a whole task early."""
+    from topas.policies.topas_both import TopasBoth
+
+    checked = []
+    orig = TopasBoth.eviction_values
+
+    def spy(self, view):
+        vals = orig(self, view)
+        shown = {tv.stages[s].agent for tv in view.tasks.values() for s in tv.stages if s not in tv.done}
+        assert {a for a, v in vals.items() if v < self.params.horizon + 1} <= shown
+        checked.append(any(not tv.complete for tv in view.tasks.values()))
+        return vals
+
+    monkeypatch.setattr(TopasBoth, "eviction_values", spy)
+    run_row(Experiment("dag-10-wide", "topas-both", load=1.2, seed=100, n_tasks=40, dag_visibility="online",
+                       engine_options={"eviction": "policy"}))
+    assert checked and any(checked)  # some pass saw a partial task
