@@ -12,7 +12,8 @@ from topas.policies.kvflow_steps import prefetch_order, view_agent_steps
 
 
 def kvflow_prefetcher(view):
-    return prefetch_order(view_agent_steps(view))
+    steps = view_agent_steps(view)
+    return tuple((a, steps[a]) for a in prefetch_order(steps))
 
 
 def run(tr, prefetch: bool, on_host: tuple[str, ...], policy: str = "lpm") -> Simulator:
@@ -94,3 +95,19 @@ def test_kvflow_with_a_host_tier_loads_every_host_prefix_in_the_background() -> 
 def test_kvflow_without_a_host_tier_or_under_a_prefix_managing_policy_does_not_prefetch() -> None:
     assert "prefetch_swap" not in _events("lpm", False)
     assert "prefetch_swap" not in _events("topas", True)
+
+
+def test_the_host_link_serves_a_waiting_requests_load_before_queued_prefetches() -> None:
+    tr = trace({"A": 100, "B": 1000, "C": 1000, "D": 1000}, [task("t", 0.0, stage("a", "A", 10, 5))])
+    sim = Simulator(tr, make_policy("lpm"), ROUND_COST, EngineConfig(host_tier=True))
+    for a in "BCD":
+        sim.prefixes[a].on_host = True
+    assert sim._prefetch((("B", 1), ("C", 2))) == 2  # B on the link (1.001 s), C queued
+    assert sim._prefetch((("D", 0),), demand=True) == 1  # queued ahead of C (priority 0 < 3)
+    assert sim._link_current == "B" and sim._loading == {"B": 1.001, "C": None, "D": None}
+    sim.now = 1.5  # past B's copy: D starts when B ended, C after D
+    sim._loads_done()
+    assert sim._link_current == "D" and sim._loading == {"C": None, "D": 1.001 + 1.001}
+    sim.now = 5.0
+    sim._loads_done()
+    assert sim._loading == {} and sim._link_current is None

@@ -113,8 +113,18 @@ class ClusterEngine(Simulator):
         return dataclasses.replace(v, tasks=tasks)
 
     # ------------------------------------------------------------------ time
-    def _next_event(self) -> float | None:
+    def _own_next(self) -> float | None:
+        """This engine's next delivery or, with KVFlow's prefetch, the end of its host copy in
+        progress (``topas.engine.prefetch``), whichever comes first (None: neither)."""
         own = self._delayed[0][0] if self._delayed else None
+        if self._link_current is not None:
+            t = self._next_load()
+            if own is None or t < own:
+                own = t
+        return own
+
+    def _next_event(self) -> float | None:
+        own = self._own_next()
         h = self.cluster.horizon(self)
         if h < INF and (own is None or h < own):
             return h
@@ -143,7 +153,8 @@ class ClusterEngine(Simulator):
     def _compute_times(self) -> tuple[float, float]:
         now = self.now
         prefilling = bool(self.prefill_queue) or self._pending_prefix_prefill()
-        delivery = self._delayed[0][0] if self._delayed else INF
+        own = self._own_next()
+        delivery = own if own is not None else INF
         if prefilling or self.decoding or delivery <= now or (self.waiting and (not self._idle_retry or self._dirty)):
             pending = now
         else:
@@ -177,7 +188,7 @@ class ClusterEngine(Simulator):
     def _idle_until(self) -> float | None:
         # an idle engine waits for its own next delivery only: the cluster's horizon (another
         # engine's possible finish) may deliver nothing, and the cluster steps that engine first
-        return self._delayed[0][0] if self._delayed else None
+        return self._own_next()
 
     def held_prefixes(self) -> frozenset[str]:
         """Agents whose prefix KV is on this GPU: resident (pinned, or in the radix cache) or

@@ -62,9 +62,10 @@ class KVFlowEviction(EvictionStrategy):
     def prepare(self, view: "EngineView", future: OfflineFuture | None = None) -> None:
         self._steps = self._cache.agent_steps(view)
 
-    def prefetch_agents(self, view: "EngineView") -> tuple[str, ...]:
-        """The agents whose host-resident prefixes to load now, nearest first."""
-        return prefetch_order(self._cache.agent_steps(view), self.values["lookahead"])
+    def prefetch_agents(self, view: "EngineView") -> tuple[tuple[str, int], ...]:
+        """The agents whose host-resident prefixes to load now, with their steps, nearest first."""
+        steps = self._cache.agent_steps(view)
+        return tuple((a, steps[a]) for a in prefetch_order(steps, self.values["lookahead"]))
 
     def priority(self, e: Evictable) -> tuple:
         h = self.values["horizon"]

@@ -133,16 +133,17 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch)
                       else None)
         self._tails: dict[str, tuple] = {}
         self._insert_after_next: list[Request] = []
-        # background host -> GPU prefix loads (topas.engine.prefetch): the agents to prefetch at a
-        # decision point, read from the view (None: no prefetch, the default engine); agent ->
-        # when its load completes; when the host link is free again
-        self._prefetcher: Callable[[EngineView], tuple[str, ...]] | None = None
+        # background host -> GPU prefix loads (topas.engine.prefetch): the (agent, steps) to
+        # prefetch at a decision point, read from the view (None: no prefetch, the default engine);
+        # agent -> when its copy completes; the link's queue and its copy in progress
+        self._prefetcher: Callable[[EngineView], tuple[tuple[str, int], ...]] | None = None
         if (cfg.host_tier and cfg.radix_cache and not self.manages
                 and getattr(self._eviction, "prefetches", False)):  # the kvflow strategy
             self._prefetcher = self._eviction.prefetch_agents  # type: ignore[attr-defined]
-        self._loading: dict[str, float] = {}
-        self._protected: tuple[str, ...] = ()  # the agents due within L steps, nearest first
-        self._link_free = 0.0
+        self._loading: dict[str, float | None] = {}  # None: queued, not yet on the link
+        self._link_queue: list[tuple[int, int, str]] = []  # (priority, seq, agent)
+        self._link_current: str | None = None
+        self._protected: tuple[tuple[str, int], ...] = ()  # (agent, steps) due within L steps, nearest first
         # records
         self.prefix_events: list[tuple] = []
         self.timeline: list[tuple] = []
