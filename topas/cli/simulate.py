@@ -229,6 +229,7 @@ def simulate_cmd(trace_name: str, policy: str, params: tuple[str, ...], rate: fl
         raise click.UsageError("give either --rate or --load, not both")
     from topas.engine.cost import DEFAULT_PROFILE, ProfileError
     from topas.experiments.spec import Experiment, ExperimentError, prepare, run_prepared
+    from topas.engine.evict_pass import check_policy_eviction
     from topas.policies.base import PolicyError, parse_param_strings
     from topas.workload.validate import TraceError
 
@@ -245,6 +246,7 @@ def simulate_cmd(trace_name: str, policy: str, params: tuple[str, ...], rate: fl
             router_params=parse_param_strings(router_params), **knowledge,
         )
         prepared = prepare(exp)
+        check_policy_eviction(prepared.policy, prepared.config.eviction)
     except (ExperimentError, PolicyError, ProfileError, TraceError, FileNotFoundError) as e:
         fail(f"error: {e}")
     except OSError as e:

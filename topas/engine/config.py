@@ -17,6 +17,7 @@ from typing import Any, Mapping
 # strategies in their own modules register on import, before any name is checked
 from topas.engine import belady as _belady  # noqa: F401  (the offline bound "belady")
 from topas.engine import eviction_kvflow as _kvflow  # noqa: F401  (KVFlow's "kvflow")
+from topas.engine import eviction_policy as _policy  # noqa: F401  (a policy's own next-use values: "policy")
 from topas.engine.eviction import check_eviction
 
 

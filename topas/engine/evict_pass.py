@@ -17,7 +17,17 @@ import heapq
 from topas.engine.entities import Prefix, Request
 from topas.engine.eviction import LEAF, PREFIX, SEGMENT, Evictable, EvictionStrategy, OfflineFuture, eviction_strategy
 from topas.engine.radix_cache import NO_PRIORITY, SegmentCache, SegmentNode
-from topas.policies.base import Policy
+from topas.policies.base import Policy, PolicyError
+
+
+def check_policy_eviction(policy: Policy, strategy: EvictionStrategy | str) -> None:
+    """``PolicyError`` if ``strategy`` (a strategy or its spec) orders by the policy's own values
+    (:attr:`EvictionStrategy.reads_policy`) and ``policy`` does not give any
+    (``Policy.eviction_values`` not overridden)."""
+    ev = eviction_strategy(strategy) if isinstance(strategy, str) else strategy
+    if ev.reads_policy and type(policy).eviction_values is Policy.eviction_values:
+        raise PolicyError(f"eviction {ev.name!r} orders by the policy's eviction values, and policy "
+                          f"{policy.name!r} has none (Policy.eviction_values); use a policy that does")
 
 
 class StrategyEviction:
@@ -31,6 +41,7 @@ class StrategyEviction:
         #: strategy reads them
         self._sets_priority = (self._eviction.reads_priority
                                and type(self.policy).request_priority is not Policy.request_priority)
+        check_policy_eviction(self.policy, self._eviction)
 
     def _new_tree(self) -> SegmentCache:
         """The segment tree for this engine's strategy (LRU heap or scanned candidates)."""
@@ -115,6 +126,11 @@ class StrategyEviction:
             future = (OfflineFuture(self.trace, self.now, {rid: r.state for rid, r in self.requests.items()})
                       if ev.bound else None)
             ev.prepare(self.view(), future)
+        if ev.reads_policy:
+            values = self.policy.eviction_values(self.view())
+            if values is None:
+                raise ValueError(f"policy {self.policy.name!r} returned no eviction values for eviction {ev.name!r}")
+            ev.take_values(values)
 
     # ------------------------------------------------------------------ the pass
     def _settle_by_strategy(self, deficit: int) -> None:

@@ -123,6 +123,10 @@ class EvictionStrategy:
     #: the strategy reads :attr:`Evictable.priority`: only then does the engine ask the policy's
     #: ``request_priority`` (otherwise every request's priority is 0, unread)
     reads_priority: ClassVar[bool] = False
+    #: the strategy orders by the policy's own next-use values: before every pass the engine
+    #: hands it ``Policy.eviction_values(view)`` (:meth:`take_values`); a policy without them is
+    #: refused when the engine starts
+    reads_policy: ClassVar[bool] = False
 
     def __init__(self, **kw: int) -> None:
         for k in kw:
@@ -137,6 +141,10 @@ class EvictionStrategy:
     def prepare(self, view: "EngineView", future: OfflineFuture | None = None) -> None:
         """Called before an eviction pass when :attr:`needs_view` is set; ``future`` only for a
         :attr:`bound`. Default: nothing."""
+
+    def take_values(self, values: Mapping[str, float]) -> None:
+        """Called before an eviction pass when :attr:`reads_policy` is set, with the policy's
+        ``eviction_values`` of the engine's view. Default: nothing."""
 
     def spec(self) -> str:
         """The canonical ``NAME[:key=value,...]`` form (parameters at their default left out)."""

@@ -17,6 +17,7 @@ POLICY_ORDER: tuple[str, ...] = (
     "autellix-las",
     "topas",
     "topas-plus",
+    "topas-both",
     "topas-no-reuse",
     "topas-no-aging",
     "topas-base",
@@ -32,6 +33,7 @@ POLICY_LABELS: dict[str, str] = {
     "autellix-las": "Autellix-LAS",
     "topas": "TOPAS",
     "topas-plus": "TOPAS+ (ours)",
+    "topas-both": "TOPAS-both (ours)",
     "topas-no-reuse": "TOPAS w/o reuse",
     "topas-no-aging": "TOPAS w/o aging",
     "topas-base": "TOPAS-base",
@@ -40,7 +42,7 @@ POLICY_LABELS: dict[str, str] = {
 
 #: One fixed colour per policy. Baselines: Okabe-Ito (colour-blind safe); TOPAS: vermillion,
 #: its ablations lighter and darker shades of it (told apart by their markers); TOPAS+ (ours):
-#: black, a hue of its own.
+#: black, a hue of its own; TOPAS-both (ours): orange.
 POLICY_COLORS: dict[str, str] = {
     "fcfs": "#7F7F7F",  # grey
     "lpm": "#56B4E9",  # sky blue
@@ -49,6 +51,7 @@ POLICY_COLORS: dict[str, str] = {
     "autellix-las": "#CC79A7",  # reddish purple
     "topas": "#D55E00",  # vermillion
     "topas-plus": "#000000",  # ours, not the paper's: black, so it never reads as TOPAS
+    "topas-both": "#E69F00",  # ours too (TOPAS+ with its eviction order): Okabe-Ito orange
     "topas-no-reuse": "#EE8A4F",
     "topas-no-aging": "#F5B48A",
     "topas-base": "#A04600",
@@ -65,6 +68,7 @@ POLICY_MARKERS: dict[str, str] = {
     "autellix-las": "P",
     "topas": "o",
     "topas-plus": "*",
+    "topas-both": "p",
     "topas-no-reuse": "<",
     "topas-no-aging": ">",
     "topas-base": "X",

@@ -60,6 +60,14 @@ class Policy(ABC):
         its eviction strategy reads priorities (``EvictionStrategy.reads_priority``)."""
         return 0
 
+    def eviction_values(self, view: EngineView) -> Mapping[str, float] | None:
+        """Each agent's *next-use* value for the eviction strategy ``policy``
+        (``topas.engine.eviction_policy``): the larger, the later the agent's KV is expected to be
+        needed, so the sooner it is evicted. Asked before every eviction pass, from the same
+        knowledge-limited view as :meth:`decide`. Default: none (``None``; that strategy then
+        refuses the policy)."""
+        return None
+
     def on_preempt(self, request: RequestView, time: float, by_engine: bool) -> None:
         """A running request was preempted (by this policy) or retracted (by the engine)."""
 
