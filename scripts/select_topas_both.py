@@ -9,7 +9,8 @@ candidates within 0.5% of it tie and a tie goes to the first in :data:`CANDIDATE
 simplest). TOPAS+ + LRU is run too, as a reference row, never a candidate. MetaGPT workloads and
 evaluation seeds are never run here.
 
-Writes ``data/results/selection/topas_both_selection.csv`` (one row per run) and prints the
+Writes ``data/results/selection/topas_both_selection.csv`` (one row per run) and
+``topas_both_ranking.csv`` (the ranking the rule reads; ``--from-runs`` rebuilds it from the runs) and prints the
 ranking and the chosen candidate.
 
     python scripts/select_topas_both.py                 # 200 tasks, seeds 100-102
@@ -42,6 +43,8 @@ CANDIDATES: dict[str, dict] = {
 REFERENCES = (("lpm+lru", "lpm", "lru"), ("topas-plus+lru", "topas-plus", "lru"))
 TIE = 0.005
 OUT = data_dir() / "results" / "selection" / "topas_both_selection.csv"
+#: the ranking the rule reads (``ranking``), mean JCT to 2 decimals, ratios and scores to 4
+RANK_OUT = OUT.with_name("topas_both_ranking.csv")
 
 
 def experiments(tasks: int, seeds: int, seed_range: range = SEEDS) -> list[tuple[str, Experiment]]:
@@ -79,22 +82,35 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", type=int, default=200)
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--from-runs", action="store_true",
+                    help=f"no runs: rank the stored runs ({OUT.name}) and write the ranking again")
     args = ap.parse_args(argv)
-    pairs = experiments(args.tasks, args.seeds)
-    rows = run_many([e for _, e in pairs], jobs=args.jobs, progress=False, store=False)
-    df = pd.DataFrame([{"label": lab, "workload": e.workload, "seed": e.seed, "n_tasks": args.tasks,
-                        "jct_mean": r["jct_mean"], "jct_p99": r.get("jct_p99")} for (lab, e), r in zip(pairs, rows)])
+    if args.from_runs:
+        df = pd.read_csv(OUT)
+    else:
+        pairs = experiments(args.tasks, args.seeds)
+        rows = run_many([e for _, e in pairs], jobs=args.jobs, progress=False, store=False)
+        df = pd.DataFrame([{"label": lab, "workload": e.workload, "seed": e.seed, "n_tasks": args.tasks,
+                            "jct_mean": r["jct_mean"], "jct_p99": r.get("jct_p99")}
+                           for (lab, e), r in zip(pairs, rows)])
     rank = ranking(df)
     pd.set_option("display.width", 200)
     print(rank.round(4).to_string())
     chosen = choose(rank)
     print(f"chosen: {chosen} {CANDIDATES[chosen]}")
-    if (args.tasks, args.seeds) == (200, 3):
+    if not args.from_runs and (args.tasks, args.seeds) == (200, 3):
         OUT.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(str(OUT) + ".tmp")
         df.to_csv(tmp, index=False)
         tmp.replace(OUT)
         print(f"wrote {OUT}")
+    if args.from_runs or (args.tasks, args.seeds) == (200, 3):
+        shown = rank.round({**{c: 2 for c in rank if c.startswith("jct_")},
+                            **{c: 4 for c in rank if not c.startswith("jct_")}})
+        tmp = Path(str(RANK_OUT) + ".tmp")
+        shown.to_csv(tmp, index_label="label")
+        tmp.replace(RANK_OUT)
+        print(f"wrote {RANK_OUT}")
     return 0
 
 

@@ -42,7 +42,7 @@ POLICY_LABELS: dict[str, str] = {
 
 #: One fixed colour per policy. Baselines: Okabe-Ito (colour-blind safe); TOPAS: vermillion,
 #: its ablations lighter and darker shades of it (told apart by their markers); TOPAS+ (ours):
-#: black, a hue of its own; TOPAS-both (ours): orange.
+#: black, a hue of its own; TOPAS-both (ours): purple.
 POLICY_COLORS: dict[str, str] = {
     "fcfs": "#7F7F7F",  # grey
     "lpm": "#56B4E9",  # sky blue
@@ -51,7 +51,7 @@ POLICY_COLORS: dict[str, str] = {
     "autellix-las": "#CC79A7",  # reddish purple
     "topas": "#D55E00",  # vermillion
     "topas-plus": "#000000",  # ours, not the paper's: black, so it never reads as TOPAS
-    "topas-both": "#E69F00",  # ours too (TOPAS+ with its eviction order): Okabe-Ito orange
+    "topas-both": "#6A3D9A",  # ours too (TOPAS+ with its eviction order): purple
     "topas-no-reuse": "#EE8A4F",
     "topas-no-aging": "#F5B48A",
     "topas-base": "#A04600",
