@@ -85,9 +85,27 @@ def test_a_tie_when_the_interval_holds_zero():
 def test_grid_sizes_and_keys():
     quick = es.eviction_study_grid(("dag-4",), quick=True)
     q = es.QUICK
-    n_none = len(es.ADMISSIONS) * len(es.EVICTIONS) * q.n_seeds
-    n_host = len(q.host_admissions) * len(es.EVICTIONS) * q.host_n_seeds
+    def orders(a):  # an admission that decides eviction runs with its own order only
+        return 1 if a in es.OWN_EVICTION else len(es.EVICTIONS)
+
+    n_none = sum(orders(a) for a in es.ADMISSIONS) * q.n_seeds
+    n_host = sum(orders(a) for a in q.host_admissions) * q.host_n_seeds
     assert len(quick) == n_none + n_host == len(set(quick))
     lru = [e for e in quick if not e.engine_options]
-    assert len(lru) == len(es.ADMISSIONS) * q.n_seeds  # lru without a host tier is the default engine
+    own = [a for a in es.ADMISSIONS if a in es.OWN_EVICTION]
+    assert len(lru) == (len(es.ADMISSIONS) - len(own)) * q.n_seeds  # lru without a host tier is the default engine
+    assert {e.engine_options for e in quick if e.policy in es.OWN_EVICTION} == {(("eviction", "policy"),)}
     assert all(e.seed in range(q.n_seeds) for e in quick) and all(e.load == es.LOAD for e in quick)
+
+
+def test_the_verdict_has_a_declared_and_an_in_sample_candidate():
+    """The declared candidate (selected on tuning seeds before the runs) and the best of our cells
+    (picked on the compared seeds: in-sample) are each compared with the best baseline."""
+    jcts = {("lpm", "lru"): (10.0, 11.0, 12.0), ("spf", "lru"): (10.5, 11.5, 12.5),
+            ("topas-plus", "lru"): (8.0, 9.0, 10.0), es.DECLARED: (9.0, 10.0, 11.1)}
+    summaries = {("w", "none", a, e): {s: _summary(j, 10) for s, j in enumerate(v)} for (a, e), v in jcts.items()}
+    v = es.build_tables(summaries, {k: (True, 0) for k in summaries})["verdict"]
+    assert list(v["selection"].str.split(":").str[0]) == ["declared", "in-sample"]
+    assert list(v["candidate"]) == ["+".join(es.DECLARED), "topas-plus+lru"]
+    assert set(v["baseline"]) == {"lpm+lru"} and list(v["verdict"]) == ["win", "win"]
+    assert "best of 2 cells" in v["selection"].iloc[1]
