@@ -111,3 +111,15 @@ def test_the_verdict_has_a_declared_and_an_in_sample_candidate():
     assert list(v["candidate"]) == ["+".join(es.DECLARED), "topas-plus+lru"]
     assert set(v["baseline"]) == {"lpm+lru"} and list(v["verdict"]) == ["win", "win"]
     assert "best of 2 cells" in v["selection"].iloc[1]
+
+
+def test_a_policy_that_decides_eviction_runs_in_the_eviction_study_only():
+    """TOPAS-both under the engine's default eviction is TOPAS+: the sweeps over every policy
+    (the results table) leave it out; the eviction study runs it with its own order."""
+    from topas.experiments import grid
+    from topas.policies import available_policies
+
+    assert "topas-both" in available_policies() and "topas-both" not in grid.swept_policies()
+    assert {e.policy for e in grid.results_table(quick=True)} == set(grid.swept_policies())
+    both = [e for e in es.eviction_study_grid(("dag-4",)) if e.policy == "topas-both"]
+    assert both and all(dict(e.engine_options)["eviction"] == "policy" for e in both)
