@@ -88,12 +88,14 @@ def test_grid_sizes_and_keys():
     def orders(a):  # an admission that decides eviction runs with its own order only
         return 1 if a in es.OWN_EVICTION else len(es.EVICTIONS)
 
-    n_none = sum(orders(a) for a in es.ADMISSIONS) * q.n_seeds
+    n_none = sum(orders(a) for a in (q.admissions or es.ADMISSIONS)) * q.n_seeds
     n_host = sum(orders(a) for a in q.host_admissions) * q.host_n_seeds
     assert len(quick) == n_none + n_host == len(set(quick))
     lru = [e for e in quick if not e.engine_options]
-    own = [a for a in es.ADMISSIONS if a in es.OWN_EVICTION]
-    assert len(lru) == (len(es.ADMISSIONS) - len(own)) * q.n_seeds  # lru without a host tier is the default engine
+    quick_admissions = q.admissions or es.ADMISSIONS
+    own = [a for a in quick_admissions if a in es.OWN_EVICTION]
+    assert len(lru) == (len(quick_admissions) - len(own)) * q.n_seeds  # lru without a host tier is the default engine
+    assert len(es.eviction_study_grid(("dag-4",))) > len(quick)  # the full grid runs every admission
     assert {e.engine_options for e in quick if e.policy in es.OWN_EVICTION} == {(("eviction", "policy"),)}
     assert all(e.seed in range(q.n_seeds) for e in quick) and all(e.load == es.LOAD for e in quick)
 
@@ -109,3 +111,15 @@ def test_the_verdict_has_a_declared_and_an_in_sample_candidate():
     assert list(v["candidate"]) == ["+".join(es.DECLARED), "topas-plus+lru"]
     assert set(v["baseline"]) == {"lpm+lru"} and list(v["verdict"]) == ["win", "win"]
     assert "best of 2 cells" in v["selection"].iloc[1]
+
+
+def test_a_policy_that_decides_eviction_runs_in_the_eviction_study_only():
+    """TOPAS-both under the engine's default eviction is TOPAS+: the sweeps over every policy
+    (the results table) leave it out; the eviction study runs it with its own order."""
+    from topas.experiments import grid
+    from topas.policies import available_policies
+
+    assert "topas-both" in available_policies() and "topas-both" not in grid.swept_policies()
+    assert {e.policy for e in grid.results_table(quick=True)} == set(grid.swept_policies())
+    both = [e for e in es.eviction_study_grid(("dag-4",)) if e.policy == "topas-both"]
+    assert both and all(dict(e.engine_options)["eviction"] == "policy" for e in both)

@@ -72,20 +72,24 @@ LOAD = 1.0
 @dataclass(frozen=True)
 class EvictionSize:
     """How much of the grid runs: tasks and seeds of the no-host-tier half, and of the host-tier
-    half (with only ``host_admissions``)."""
+    half (with only ``host_admissions``); ``admissions``: those of the no-host-tier half (None:
+    every one of :data:`ADMISSIONS`)."""
 
     n_tasks: int
     n_seeds: int
     host_n_tasks: int
     host_n_seeds: int
     host_admissions: tuple[str, ...]
+    admissions: tuple[str, ...] | None = None
 
 
 #: sized to fit ``make reproduce``'s budget: 555 runs (525 measured at 551 CPU-s, about 4.6 min on 2 free
 #: cores, before TOPAS-both's 30); the host-tier half leaves out FCFS, SPF and TOPAS
 FULL = EvictionSize(n_tasks=100, n_seeds=3, host_n_tasks=100, host_n_seeds=3,
                     host_admissions=("lpm", "topas-plus", "topas-both"))
-QUICK = EvictionSize(n_tasks=40, n_seeds=2, host_n_tasks=40, host_n_seeds=2, host_admissions=("lpm",))
+#: a check that the notebook runs (``make test``), not a result: a baseline and our two, 160 runs
+QUICK = EvictionSize(n_tasks=40, n_seeds=2, host_n_tasks=40, host_n_seeds=2, host_admissions=("lpm",),
+                     admissions=("lpm", "topas-plus", "topas-both"))
 
 RUN_COLUMNS = ("workload", "host_tier", "admission", "eviction", "bound", "load", "seeds", "tasks", "cached_pct",
                "uncached_tokens", "jct_mean", "jct_p99", "stable", "growing_seeds")
@@ -103,7 +107,9 @@ def eviction_size(quick: bool) -> EvictionSize:
 
 
 def _admissions(host: str, size: EvictionSize) -> tuple[str, ...]:
-    return ADMISSIONS if host == "none" else size.host_admissions
+    if host != "none":
+        return size.host_admissions
+    return size.admissions if size.admissions is not None else ADMISSIONS
 
 
 def _seeds(host: str, size: EvictionSize) -> list[int]:

@@ -311,20 +311,30 @@ def gpu_afternoon(tasks: int | None = None, engine: str | None = None) -> list[E
     ]
 
 
+def swept_policies() -> list[str]:
+    """The registered policies a sweep over "every policy" runs: all but those that decide eviction
+    themselves (:data:`topas.experiments.eviction_study.OWN_EVICTION`, TOPAS-both), which run in
+    the eviction study with their own order; under the engine's default eviction they would only
+    repeat another policy (TOPAS-both with LRU is TOPAS+)."""
+    from topas.experiments.eviction_study import OWN_EVICTION
+    from topas.policies import available_policies
+
+    return [p for p in available_policies() if p not in OWN_EVICTION]
+
+
 def results_table(quick: bool = False, engine: str | None = None, load: float = 1.2, seeds: int | None = None,
                   tasks: int | None = None, profile: str | None = None,
                   policies: Sequence[str] | None = None) -> list[Experiment]:
     """The runs of ``scripts/reproduce.py``'s results table: every synthetic workload under every
-    registered policy (default) at ``load``, seeds ``0..seeds-1`` (default 3; quick 1), the first
+    swept policy (default; :func:`swept_policies`) at ``load``, seeds ``0..seeds-1`` (default 3; quick 1), the first
     ``tasks`` tasks (default 500; quick 100)."""
     from topas.engine.cost import DEFAULT_PROFILE
-    from topas.policies import available_policies
 
     seeds = seeds if seeds is not None else (1 if quick else 3)
     tasks = tasks if tasks is not None else (100 if quick else 500)
     return [Experiment(w, p, profile=profile or DEFAULT_PROFILE, load=load, seed=s, n_tasks=tasks,
                        engine=engine or default_engine())
-            for w in SYNTHETIC for p in (policies or available_policies()) for s in range(seeds)]
+            for w in SYNTHETIC for p in (policies or swept_policies()) for s in range(seeds)]
 
 
 def named_grid(name: str, engine: str | None = None) -> list[Experiment]:

@@ -356,7 +356,6 @@ def write_docs(args: argparse.Namespace) -> int:
 def reproduce(args: argparse.Namespace, ident) -> int:
     from topas.engine.cost import DEFAULT_PROFILE
     from topas.experiments import grid, run_many
-    from topas.policies import available_policies
 
     if args.ray_address:
         from topas.experiments.ray_backend import RAY_ADDRESS_ENV
@@ -365,7 +364,7 @@ def reproduce(args: argparse.Namespace, ident) -> int:
     measured = args.engine == "sglang"
     noun = "replays" if measured else "simulations"
     profile = args.profile or DEFAULT_PROFILE
-    policies = available_policies()
+    policies = grid.swept_policies()
     if args.grid == "gpu-afternoon":
         table_exps = grid.gpu_afternoon(tasks=args.tasks, engine=args.engine)
         policies = [p for p in grid.AFTERNOON.policies if p in policies]
