@@ -9,7 +9,9 @@ its per-task table; the per-request table of every experiment with arrival seed 
 default knowledge settings on the default engine, so every configuration of the figures' grids
 ships per-request detail for one seed (the other seeds are replicas with other arrival draws;
 notebook 14's degraded-knowledge variants and the engine variants, such as notebook 11's legacy
-model, the host tier and the cache study's prefixes-only cache, ship their tasks only); and every table of the experiments the
+model, the host tier and the cache study's prefixes-only cache, ship their tasks only, and so do
+the eviction study's runs (:func:`eviction_study_keys`: notebook 15 reads their summaries and
+tasks; the per-request tables of its default-engine cells would take the pack over 50 MB)); and every table of the experiments the
 notebooks load in full (mechanism and overhead). Experiments whose sweeps use only their summaries
 (``run_sweep(..., tables=False)``: notebook 12's capacity probes, operating points and ~1,000
 runs over the space of readings) ship their ``meta.json`` alone, which holds the summary and the
@@ -74,16 +76,26 @@ DEFAULT_KNOWLEDGE = {"prior_noise": 0.0, "prior_bias": 1.0, "dag_visibility": "f
 DEFAULT_ENGINE_MODEL = "stock"
 
 
-def shipped_tables(experiment: dict, loaded: bool, summary_only: bool = False) -> list[str]:
+def shipped_tables(experiment: dict, loaded: bool, summary_only: bool = False, tasks_only: bool = False) -> list[str]:
     """The tables a pack keeps of one experiment (its ``meta.json`` ``experiment`` fields; see the
     module docstring)."""
     if loaded:
         return list(TABLES)
     if summary_only:
         return []
+    if tasks_only:
+        return ["tasks"]
     default = all(experiment.get(k, v) == v for k, v in DEFAULT_KNOWLEDGE.items())
     default = default and experiment.get("engine_model", DEFAULT_ENGINE_MODEL) == DEFAULT_ENGINE_MODEL
     return ["tasks", "requests"] if experiment.get("seed") == 0 and default else ["tasks"]
+
+
+def eviction_study_keys() -> frozenset[str]:
+    """The keys of notebook 15's grid (:func:`topas.experiments.eviction_study.eviction_study_grid`):
+    shipped with their tasks only."""
+    from topas.experiments.eviction_study import eviction_study_grid
+
+    return frozenset(e.key() for e in eviction_study_grid())
 
 
 def read_log(path: Path) -> tuple[list[str], set[str], set[str]]:
@@ -175,7 +187,8 @@ def check_clean_tree(entries: list[str] | None, allow_dirty: bool) -> None:
 
 
 def build_pack(keys: list[str], loaded: set[str], summary_only: set[str], engine: str, dest: Path,
-               allow_dirty: bool = False, provenance: dict | None = None) -> dict:
+               allow_dirty: bool = False, provenance: dict | None = None,
+               tasks_only: frozenset[str] = frozenset()) -> dict:
     """Copy the results into ``dest`` (a new folder) and return the manifest. A result produced
     from a dirty tree is refused (``SystemExit`` naming it) unless ``allow_dirty``; ``provenance``
     (the pack's own: ``allow_dirty``, ``tree_dirty``, ``dirty_entries``) goes into the manifest."""
@@ -196,7 +209,7 @@ def build_pack(keys: list[str], loaded: set[str], summary_only: set[str], engine
         src = store.locate(key)
         out = dest / key[:2] / key
         out.mkdir(parents=True)
-        tables = shipped_tables(meta["experiment"], key in loaded, key in summary_only)
+        tables = shipped_tables(meta["experiment"], key in loaded, key in summary_only, key in tasks_only)
         for t in tables:
             if not (src / f"{t}.parquet").is_file():
                 raise FileNotFoundError(f"{src / f'{t}.parquet'} is missing: re-run {meta['label']}")
@@ -264,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     try:
-        manifest = build_pack(keys, loaded, summary_only, args.engine, tmp, args.allow_dirty, provenance)
+        manifest = build_pack(keys, loaded, summary_only, args.engine, tmp, args.allow_dirty, provenance,
+                              eviction_study_keys() if args.engine == "sim" else frozenset())
         if grid_size is not None:
             manifest.update({"grid": args.grid, "grid_experiments": grid_size})
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")

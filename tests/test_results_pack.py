@@ -168,3 +168,18 @@ def test_committed_pack_covers_the_full_grid(manifest):
             + grid.cluster_grid(quick=False) + grid.cluster_scaling_grid(quick=False))
     missing = [e.label() for e in full if e.key() not in keys]
     assert not missing, f"{len(missing)} full-grid results not shipped, e.g. {missing[:3]}"
+
+
+def test_the_eviction_study_ships_tasks_only():
+    """Notebook 15 reads its runs' summaries and tasks: a seed-0 run of the default engine in its
+    grid keeps no per-request table (the pack's size limit), a loaded one keeps every table."""
+    mod = load_pack_script()
+    keys = mod.eviction_study_keys()
+    from topas.experiments.eviction_study import eviction_study_grid
+
+    default = [e for e in eviction_study_grid() if e.seed == 0 and not e.engine_options]
+    assert default and all(e.key() in keys for e in default)
+    fields = {"seed": 0, "engine_model": "stock"}
+    assert mod.shipped_tables(fields, loaded=False) == ["tasks", "requests"]
+    assert mod.shipped_tables(fields, loaded=False, tasks_only=True) == ["tasks"]
+    assert mod.shipped_tables(fields, loaded=True, tasks_only=True) == list(TABLES)
