@@ -19,9 +19,8 @@ import nbformat
 import pytest
 
 import topas.experiments.store as store_mod
-from topas.experiments import Experiment, ResultStore, run_many
+from topas.experiments import Experiment, ResultStore, grid, run_many
 from topas.paths import REPO_ROOT
-from topas.policies import available_policies
 
 SCRIPT = REPO_ROOT / "scripts" / "reproduce.py"
 TINY = ["--quick", "--tasks", "4", "--seeds", "1", "--jobs", "1", "--no-progress"]
@@ -65,7 +64,7 @@ def test_run_many_reads_and_writes_the_store(counted_runs, tmp_path):
 
 def test_results_phase_interrupted_then_resumed(counted_runs, tmp_path, capsys):
     reproduce = load_reproduce()
-    total = 3 * len(available_policies())
+    total = 3 * len(grid.swept_policies())  # every policy but those that decide eviction
     counted_runs["interrupt_at"] = 7
     argv = [*TINY, "--out-dir", str(tmp_path / "figs"), "--no-notebooks"]
     assert reproduce.cli(argv) == 130
