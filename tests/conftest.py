@@ -18,6 +18,8 @@ on ``sys.path``); fixtures of the same names are provided for tests that prefer 
 
 from __future__ import annotations
 
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Mapping
 
 import pytest
@@ -151,3 +153,38 @@ def good_trace_v2_dict() -> dict:
         ],
         "segments": seg,
     }
+
+
+def task_view(tid: str, stages: list[tuple[str, str, tuple[str, ...]]], done: tuple[str, ...] = (),
+              complete: bool = True):
+    """A policy's :class:`topas.engine.view.TaskView` of a task from (stage, agent, parents) in
+    topological order (10 input tokens each); ``complete=False``: only these stages are shown."""
+    from topas.engine.view import StageView, TaskView
+
+    kids: dict[str, list[str]] = {s: [] for s, _, _ in stages}
+    for s, _, ps in stages:
+        for p in ps:
+            kids[p].append(s)
+    sv = {s: StageView(s, a, 10, ps, tuple(kids[s])) for s, a, ps in stages}
+    return TaskView(tid, 0.0, "w", sv, tuple(s for s, _, _ in stages), frozenset(done), {}, complete=complete)
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A request handler that does not log each request to stderr."""
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+class LocalHTTPServer:
+    """``handler`` (a :class:`QuietHandler` subclass) served on a free local port in a daemon
+    thread at :attr:`url` until :meth:`close`: the fake servers of the client tests."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from conftest import LocalHTTPServer, QuietHandler
 from topas.fidelity.contention.cases import CASES, EVICTION_MODES, case_trace, find_mode
 from topas.sglang import priority as pr
 from topas.sglang.client import priority_body, replay_requests
@@ -120,14 +119,14 @@ def test_apply_rule_gives_the_simulated_policy_the_same_hook():
     assert pol.request_priority(pr.request_view(ctx), pr.client_view(ctx)) == 0  # the original is untouched
 
 
-class _Generate:
+class _Generate(LocalHTTPServer):
     """A fake ``/generate`` recording each body; answers like SGLang (meta_info)."""
 
     def __init__(self) -> None:
         self.bodies: list[dict] = []
         owner = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self):  # noqa: N802
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
                 if self.path == "/generate":
@@ -142,16 +141,7 @@ class _Generate:
                 self.end_headers()
                 self.wfile.write(out)
 
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
 @pytest.mark.parametrize("rule_name", ["none", "reuse"])

@@ -4,19 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from topas.engine.view import StageView, TaskView
+from conftest import task_view as task
 from topas.policies.kvflow_steps import (agent_steps, eviction_pass, node_value, prefetch_order, sglang_priority,
     stage_steps)
-
-
-def task(tid: str, stages: list[tuple[str, str, tuple[str, ...]]], done: tuple[str, ...] = ()) -> TaskView:
-    """A task from (stage, agent, parents) in topological order."""
-    kids: dict[str, list[str]] = {s: [] for s, _, _ in stages}
-    for s, _, ps in stages:
-        for p in ps:
-            kids[p].append(s)
-    sv = {s: StageView(s, a, 10, ps, tuple(kids[s])) for s, a, ps in stages}
-    return TaskView(tid, 0.0, "w", sv, tuple(s for s, _, _ in stages), frozenset(done), {})
 
 
 # a -> b -> d, a -> c -> d (a diamond), d -> e

@@ -10,11 +10,11 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
+from conftest import LocalHTTPServer, QuietHandler
 from topas.experiments import Experiment
 from topas.experiments.plan import (REPLAY_OVERHEAD_S, Stage, arrival_span, format_hours, plan_lines,
                                    wall_on_servers)
@@ -34,14 +34,14 @@ def plugin_info(**over) -> dict:
     return info
 
 
-class FakeServer:
+class FakeServer(LocalHTTPServer):
     """An HTTP server answering GET /server_info with ``self.info`` (404 on anything else)."""
 
     def __init__(self, info: dict | None) -> None:
         self.info = info
         owner = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self):  # noqa: N802
                 if self.path == "/server_info":
                     body = json.dumps(owner.info).encode()
@@ -53,16 +53,7 @@ class FakeServer:
                     self.send_response(404)
                     self.end_headers()
 
-            def log_message(self, *args):
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
 @pytest.fixture

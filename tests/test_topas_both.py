@@ -11,6 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from conftest import task_view
 from topas.engine.eviction import LEAF, PREFIX, SEGMENT, Evictable, eviction_strategy
 from topas.engine.view import StageView, TaskView
 from topas.experiments import Experiment, run_row
@@ -23,12 +24,7 @@ from topas.policies.topas_both import next_start_times
 
 def task(tid: str, stages: list[tuple[str, str, tuple[str, ...]]], done: tuple[str, ...] = ()) -> TaskView:
     """A task from (stage, agent, parents) in topological order; only these stages are shown."""
-    kids: dict[str, list[str]] = {s: [] for s, _, _ in stages}
-    for s, _, ps in stages:
-        for p in ps:
-            kids[p].append(s)
-    sv = {s: StageView(s, a, 10, ps, tuple(kids[s])) for s, a, ps in stages}
-    return TaskView(tid, 0.0, "w", sv, tuple(s for s, _, _ in stages), frozenset(done), {}, complete=False)
+    return task_view(tid, stages, done, complete=False)
 
 
 CHAIN = [("s0", "X", ()), ("s1", "Y", ("s0",)), ("s2", "Z", ("s1",))]
