@@ -71,14 +71,8 @@ def test_reuse_counts_the_agents_future_stages_in_view():
     assert pr.client_priority(rule, _ctx(trace, "t000", "s0", both)) == 2 + 2
 
 
-def test_steps_is_kvflows_steps_to_execution_or_names_its_module():
-    import importlib.util
-
+def test_steps_is_kvflows_steps_to_execution():
     trace = case_trace(CASES["evict-freq"])  # chain a a b c a
-    if importlib.util.find_spec("topas.policies.kvflow_steps") is None:
-        with pytest.raises(ValueError, match="needs topas.policies.kvflow_steps"):
-            pr.make_rule("steps")
-        return
     rule = pr.make_rule("steps")
     got = [pr.client_priority(rule, _ctx(trace, "t000", f"s{k}", {"t000": {f"s{j}" for j in range(k)}}))
            for k in range(5)]

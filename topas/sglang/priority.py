@@ -20,7 +20,7 @@ finished stages; no server state), built from a :class:`PriorityContext`. Rules 
 * ``reuse``: :func:`reuse_priority`, the number of future stages on the request's agent in the
   tasks in view (a workflow-aware rule that needs no policy).
 * ``steps``: :func:`steps_priority`, KVFlow's steps-to-execution of the request's agent after
-  this call (``topas.policies.kvflow_steps``; the rule says so when that module is missing).
+  this call (``topas.policies.kvflow_steps``).
 * more by :func:`register_rule`, or lazily by a module named in :data:`PROVIDERS`.
 """
 
@@ -199,36 +199,19 @@ def apply_rule(policy: Any, name: str | None) -> Any:
 
 
 def steps_priority(request: "RequestView", view: "EngineView") -> int:
-    """The ``steps`` rule: KVFlow's steps-to-execution (``topas.policies.kvflow_steps.agent_steps``,
-    Pan et al. 2025) of the request's agent once this call is done, as SGLang's priority (higher
-    kept longer): ``H + 1 - min(steps, H + 1)`` with KVFlow's horizon ``H`` (its
-    ``evict_pri_level``, 4): an agent due right after this call gets ``H + 1``, one no known stage
-    waits for 0."""
-    import dataclasses
+    """The ``steps`` rule: KVFlow's steps-to-execution (Pan et al. 2025) of the request's agent once
+    this call is done, as SGLang's priority (higher kept longer): ``H + 1 - min(steps, H + 1)`` with
+    KVFlow's horizon ``H`` (its ``evict_pri_level``, 4): an agent due right after this call gets
+    ``H + 1``, one no known stage waits for 0. That is
+    :func:`topas.policies.kvflow_steps.kvflow_request_priority` less one: KVFlow keeps its lowest
+    value for a node no known agent uses, which a request (its agent is known) never is, so the rule
+    starts at 0, the priority of a request that sends none."""
+    from topas.policies.kvflow_steps import kvflow_request_priority
 
-    from topas.policies.kvflow_steps import DEFAULT_HORIZON, agent_steps
-
-    tasks = []
-    for tid in sorted(view.tasks):
-        t = view.tasks[tid]
-        if tid == request.task_id:  # this call is running now: its agent's next use comes after it
-            t = dataclasses.replace(t, done=t.done | {request.stage_id})
-        tasks.append(t)
-    steps = agent_steps(tasks).get(request.agent)
-    h = DEFAULT_HORIZON
-    return h + 1 - min(h + 1 if steps is None else steps, h + 1)
-
-
-def _steps(policy: Any) -> PriorityRule:
-    try:
-        import topas.policies.kvflow_steps  # noqa: F401
-    except ImportError as e:
-        raise ValueError(f"eviction-priority rule 'steps' needs topas.policies.kvflow_steps (KVFlow's "
-                         f"steps-to-execution), which this install lacks ({e})") from None
-    return steps_priority
+    return kvflow_request_priority(view, request.task_id, request.stage_id) - 1
 
 
 register_rule("none", _none)
 register_rule("policy", _policy)
 register_rule("reuse", lambda policy: reuse_priority)
-register_rule("steps", _steps)
+register_rule("steps", lambda policy: steps_priority)
