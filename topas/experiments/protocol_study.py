@@ -118,12 +118,12 @@ class ProtocolSize:
             raise ValueError(f"ProtocolSize: no run length for {', '.join(missing)}")
 
 
-#: ``make reproduce``: 5 seeds, loads 0.5-2.5 x nominal in steps of 0.125, 1,000 tasks per run
+#: ``make reproduce``: 5 seeds, loads 0.75-2.5 x nominal in steps of 0.125, 1,000 tasks per run
 #: (600 on the MetaGPT traces, whose runs have ~27 requests per task).
 FULL = ProtocolSize(
     workloads=IN_SAMPLE + HELD_OUT,
     policies=BASELINES + CANDIDATES,
-    loads=_loads(0.5, 2.5, 0.125),
+    loads=_loads(0.75, 2.5, 0.125),
     n_seeds=5,
     n_tasks={**{w: 1000 for w in IN_SAMPLE}, "metagpt-sop": 600, "metagpt-tl": 600,
              **{w: 1000 for w in HELD_OUT if w.startswith("random-dag")}},
