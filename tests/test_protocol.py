@@ -128,6 +128,49 @@ def test_a_growing_series_grows_and_a_stationary_one_does_not():
     assert (const.slope, const.p_value, const.growing) == (0.0, 1.0, False)
 
 
+def test_growth_explained_by_the_realized_arrival_rate_is_not_growth():
+    """A stable queue whose arrival sample speeds up towards its end: its load, and so the tasks
+    in the system, trend with the rate. Adjusted for each batch's rate the trend is gone; a queue
+    that grows beyond what its arrivals explain still grows."""
+    rng = np.random.default_rng(3)
+    n = 1000
+    rate = np.linspace(0.8, 1.2, n)                       # the sample's arrivals speed up by 50%
+    arrivals = np.cumsum(rng.exponential(1.0 / rate))
+    # an infinite-server queue, stable at any rate: each task stays 5 s, so an arriving task finds
+    # the tasks that arrived in the 5 s before it
+    in_system = (np.arange(n) - np.searchsorted(arrivals, arrivals - 5.0)).astype(float)
+    assert growth_test(in_system, level=0.005).growing    # the plain slope test calls it growing
+    adjusted = growth_test(in_system, level=0.005, arrivals=arrivals)
+    assert not adjusted.growing and adjusted.p_value > 0.005
+    growing = in_system + 0.01 * np.arange(n)             # plus a queue that builds up
+    g = growth_test(growing, level=0.005, arrivals=arrivals)
+    assert g.growing and g.slope == pytest.approx(0.01, rel=0.3)
+
+
+def test_rate_adjusted_p_value_is_the_position_coefficient_of_an_ols_fit():
+    rng = np.random.default_rng(5)
+    arrivals = np.cumsum(rng.exponential(1.0, 200))
+    y = rng.normal(10.0, 1.0, 200) + 0.004 * np.arange(200)
+    g = growth_test(y, n_batches=8, arrivals=arrivals)
+    kept, arr = y[g.warmup:], arrivals[g.warmup:]
+    parts = np.array_split(np.arange(len(kept)), 8)
+    x = np.column_stack([np.ones(8), [p.mean() + g.warmup for p in parts],
+                         [(len(p) - 1) / (arr[p[-1]] - arr[p[0]]) for p in parts]])
+    means = np.array([kept[p].mean() for p in parts])
+    beta, res, *_ = np.linalg.lstsq(x, means, rcond=None)
+    se = np.sqrt(res[0] / 5 * np.linalg.inv(x.T @ x)[1, 1])
+    assert (g.slope, g.p_value) == pytest.approx((beta[1], stats.t.sf(beta[1] / se, 5)))
+
+
+def test_deterministic_arrivals_leave_the_plain_slope_test():
+    y = np.array([float((k * 7) % 11) for k in range(100)]) + 0.05 * np.arange(100)
+    plain = growth_test(y, n_batches=5)
+    same_rates = growth_test(y, n_batches=5, arrivals=np.arange(100.0))
+    assert (same_rates.slope, same_rates.p_value) == pytest.approx((plain.slope, plain.p_value))
+    with pytest.raises(ValueError, match="arrival times for"):
+        growth_test(y, arrivals=np.arange(99.0))
+
+
 def test_growth_test_p_value_is_linregress_on_the_batch_means():
     y = np.array([float((k * 7) % 11) for k in range(100)]) + 0.05 * np.arange(100)
     g = growth_test(y, n_batches=5)
