@@ -47,7 +47,8 @@ import pandas as pd
 from topas.experiments.protocol.grid_capacity import grid_capacity
 from topas.experiments.protocol.paired import compare_latency
 from topas.experiments.protocol.seeds import EVALUATION_SEEDS, first
-from topas.experiments.protocol.steady import ALPHA, INDICATORS, N_BATCHES, growth_test, indicator_series
+from topas.experiments.protocol.steady import (ALPHA, INDICATORS, N_BATCHES, arrivals_in_order, growth_test,
+                                               indicator_series)
 from topas.experiments.spec import Experiment
 
 __all__ = [
@@ -62,6 +63,7 @@ __all__ = [
     "OVERLOAD_COLUMNS",
     "QUICK",
     "IN_SAMPLE",
+    "TEST_VERSION",
     "ProtocolSize",
     "capacity_grid_runs",
     "capacity_rows",
@@ -151,9 +153,14 @@ def protocol_size(quick: bool) -> ProtocolSize:
 
 #: One row per run: its key and spec, its summary's JCT and completion, and per indicator (see
 #: :data:`topas.experiments.protocol.steady.INDICATORS`) the slope test's inputs and p-value.
-EVIDENCE_COLUMNS = ("key", "workload", "policy", "load", "seed", "n_tasks", "finished", "completion_ratio",
+EVIDENCE_COLUMNS = ("key", "test", "workload", "policy", "load", "seed", "n_tasks", "finished", "completion_ratio",
                     "jct_mean", "jct_p99", "throughput_rps") + tuple(
     f"{ind}_{c}" for ind in INDICATORS for c in ("n", "warmup", "slope", "p_value", "growth"))
+
+
+#: The version of the per-run test the cached evidence was computed with (the ``test`` column): a
+#: cached row of another version is recomputed from its run's tasks table.
+TEST_VERSION = "rate-adjusted-1"
 
 
 def run_evidence(tasks: pd.DataFrame, summary: Mapping[str, Any], what: str = "run") -> dict[str, Any]:
@@ -167,7 +174,8 @@ def run_evidence(tasks: pd.DataFrame, summary: Mapping[str, Any], what: str = "r
     row["finished"] = finished
     for ind in INDICATORS:
         if finished:
-            g = growth_test(indicator_series(tasks, ind, what), 0.5, N_BATCHES, f"{what}, {ind}")
+            g = growth_test(indicator_series(tasks, ind, what), 0.5, N_BATCHES, f"{what}, {ind}",
+                            arrivals=arrivals_in_order(tasks, what))
             vals = (g.n, g.warmup, g.slope, g.p_value, g.growth)
         else:
             vals = (len(tasks), 0, math.inf, 0.0, math.inf)
@@ -208,6 +216,9 @@ def evidence_for(experiments: Sequence[Experiment], store: Any, path: Path | Non
     store = store if isinstance(store, ResultStore) else ResultStore(store)
     path = Path(path) if path is not None else default_evidence_path(store)
     cache = _read_cache(path)
+    if "test" not in cache.columns:
+        cache["test"] = None
+    cache = cache[cache["test"] == TEST_VERSION]  # evidence of another test version is recomputed
     known = {str(k): r for k, r in zip(cache["key"], cache.to_dict("records"))}
     rows, new = [], []
     for exp in experiments:
@@ -220,7 +231,7 @@ def evidence_for(experiments: Sequence[Experiment], store: Any, path: Path | Non
                              f"its stored run {summary['jct_mean']}: delete the row (or the file) to recompute")
         if r is None:
             label = meta.get("label", key)
-            r = {"key": key, "workload": exp.workload, "policy": exp.policy, "load": float(exp.load),
+            r = {"key": key, "test": TEST_VERSION, "workload": exp.workload, "policy": exp.policy, "load": float(exp.load),
                  "seed": int(exp.seed), "n_tasks": int(exp.n_tasks or summary["n_tasks"]),
                  **run_evidence(store.load_table(key, "tasks"), summary, label)}
             new.append(r)
