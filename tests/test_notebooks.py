@@ -67,9 +67,9 @@ EXPECTED: dict[str, list[str]] = {
                               "engine_model_shift.csv", "engine_model_shift.md"],
     "12_when_claims_hold.ipynb": [
         *(f"{n}.{ext}" for n in ("capacity_jct_vs_load", "headroom", "reading_space") for ext in ("png", "pdf")),
-        *(f"{n}.{ext}" for n in ("capacity_table", "operating_points_table", "headroom_table", "reading_space_table",
+        *(f"{n}.{ext}" for n in ("capacity_search_table", "operating_points_table", "headroom_table", "reading_space_table",
                                  "reading_space_spread", "topas_plus_table", "topas_plus_selection",
-                                 "claims_ablations_table", "verdict_table") for ext in ("csv", "md")),
+                                 "claims_ablations_table", "readings_verdict_table") for ext in ("csv", "md")),
     ],
     "13_several_engines.ipynb": [
         *(f"{n}.{ext}" for n in ("cluster_jct_vs_load_dag-4", "cluster_balance", "cluster_scaling")
@@ -83,6 +83,11 @@ EXPECTED: dict[str, list[str]] = {
     ],
     "15_eviction.ipynb": ["eviction_belady_gap.png", "eviction_belady_gap.pdf",
                           *(f"eviction_{n}.{ext}" for n in ("runs", "gap", "matters", "verdict") for ext in ("csv", "md"))],
+    "16_protocol.ipynb": [
+        *(f"protocol_{n}.{ext}" for n in ("capacity", "verdicts") for ext in ("png", "pdf")),
+        *(f"{n}.{ext}" for n in ("capacity_table", "verdict_table", "overload_table", "convergence_table",
+                                 "protocol_runs") for ext in ("csv", "md")),
+    ],
 }
 
 KERNEL = "python3"

@@ -151,6 +151,8 @@ def test_workload_labels():
     assert plots.workload_label("dag-10-wide") == "DAG-10-Wide"
     assert plots.workload_label("chain-3") == "Chain-3"
     assert plots.workload_label("other") == "other"
+    assert plots.workload_label("random-dag-1003") == "Random DAG 1003"
+    assert plots.workload_label("random-dag-x") == "random-dag-x"
 
 
 # --- output ---------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ time (:mod:`topas.sglang.pool`); the notebooks then find them stored. Past ``--m
 (:func:`topas.experiments.grid.gpu_afternoon`, about 3 h of arrivals on one server) runs only that
 grid and writes ``results_gpu_afternoon.{csv,md}`` to ``figures/sglang/gpu-afternoon/``; ``--tasks``
 then caps every workload's task count (a smoke run). Every replay is stored as it finishes; a
-restart resumes. Notebooks with nothing measured to show (01, 09-13, 15) are not executed for
+restart resumes. Notebooks with nothing measured to show (01, 09-13, 15, 16) are not executed for
 ``--engine sglang``: ``figures/sglang/NOT_MEASURED.md`` says why.
 
 On the simulator the plan (:mod:`topas.experiments.sim_plan`) gives the runs still to do, their
@@ -93,6 +93,7 @@ NOT_MEASURED = {
     "12_when_claims_hold": "a simulator study (capacity search, ~1,000 runs over the space of readings): days of arrivals on a server",
     "13_several_engines": "simulated clusters of 2-64 engines; real servers behind the real router are `make test-cluster`",
     "15_eviction": "the simulator's eviction orders and its offline bound (Belady, which reads the true future)",
+    "16_protocol": "a simulator study (about 1,700 runs of a load grid to past capacity): days of arrivals on a server",
 }
 #: Exit status of a refused or unreachable server (one line on stderr).
 EXIT_SERVER = 3
@@ -284,7 +285,7 @@ def simulated_plan(args: argparse.Namespace, stages_exps: list[tuple[str, list]]
     print(f"plan (grid {args.grid}, on the simulator):", flush=True)
     print("\n".join(lines), flush=True)
     if not args.no_notebooks:
-        print("  (notebooks 01 and 09-13 run their own studies, not planned here: notebook 12's capacity search "
+        print("  (notebooks 01, 09-13 and 16 run their own studies, not planned here: notebook 16's protocol grid "
               "is the largest)", flush=True)
     return -1 if args.plan else 0
 

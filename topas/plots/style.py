@@ -212,8 +212,15 @@ def policy_palette(names: Iterable[str] | None = None) -> dict[str, str]:
 
 
 def workload_label(name: str) -> str:
-    """The display name of a workload; an unknown name is shown as it is."""
-    return WORKLOAD_LABELS.get(name, str(name))
+    """The display name of a workload (``random-dag-1000`` is "Random DAG 1000"); an unknown name
+    is shown as it is."""
+    name = str(name)
+    if name in WORKLOAD_LABELS:
+        return WORKLOAD_LABELS[name]
+    family, _, seed = name.rpartition("-")
+    if family == "random-dag" and seed.isdigit():
+        return f"Random DAG {seed}"
+    return name
 
 
 # --- style ----------------------------------------------------------------------------------
