@@ -32,8 +32,8 @@ from topas.plots.style import (AGENT_COLORS, FALLBACK_COLORS, FALLBACK_MARKERS, 
     WORKLOAD_ORDER, policy_color, policy_label, policy_marker, policy_order, policy_palette, policy_style,
     router_color, router_marker, router_order, use_style, workload_label, workload_order)  # noqa: F401
 from topas.plots.captions import SEED_RANGE, add_caption, log_note, place_caption, run_caption  # noqa: F401
-from topas.plots.output import (MEASURED_ON_ENV, _atomic_write, figures_dir, measured_caption, save_figure,
-    save_table, text_overlaps, to_markdown)  # noqa: F401
+from topas.plots.output import (MEASURED_ON_ENV, _atomic_write, evidence_label, figures_dir, measured_caption,
+    save_figure, save_table, text_overlaps, to_markdown)  # noqa: F401
 from topas.plots.workloads import (draw_workflow, plot_workflows, workflow_layout, workload_sizes)  # noqa: F401
 from topas.plots.load import (LOAD_LABEL, METRIC_LABELS, PAPER_LABEL, ablation_table, jct_table,
     needs_log_scale, plot_ablation_bars, plot_metric_vs_load, trace_status)  # noqa: F401
@@ -108,6 +108,7 @@ __all__ = [
     "router_order",
     "save_figure",
     "save_table",
+    "evidence_label",
     "slider_choices",
     "text_overlaps",
     "to_markdown",

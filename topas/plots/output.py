@@ -93,10 +93,25 @@ def to_markdown(df: pd.DataFrame, floatfmt: str = ",.1f") -> str:
     return "\n".join(lines) + "\n"
 
 
+def evidence_label(n_seeds: int) -> str | None:
+    """What a table built from ``n_seeds`` arrival seeds per cell can claim, for its ``evidence``
+    column: ``"indicative, one seed"`` below two seeds (no interval is possible), else ``None``
+    (the table carries its own intervals or seed columns)."""
+    if n_seeds < 1:
+        raise ValueError(f"evidence_label: n_seeds must be >= 1, got {n_seeds!r}")
+    return "indicative, one seed" if n_seeds == 1 else None
+
+
 def save_table(
-    df: pd.DataFrame, name: str, out_dir: str | os.PathLike | None = None, floatfmt: str = ",.1f"
+    df: pd.DataFrame, name: str, out_dir: str | os.PathLike | None = None, floatfmt: str = ",.1f",
+    evidence: str | None = None,
 ) -> list[Path]:
-    """Write ``<out_dir>/<name>.csv`` (full precision) and ``<name>.md`` atomically; return both paths."""
+    """Write ``<out_dir>/<name>.csv`` (full precision) and ``<name>.md`` atomically; return both paths.
+    ``evidence`` (e.g. :func:`evidence_label`'s ``"indicative, one seed"``) becomes the table's first
+    column, on every row, so the label travels with the numbers."""
+    if evidence is not None:
+        df = df.copy()
+        df.insert(0, "evidence", evidence)
     out = figures_dir(out_dir)
     csv = _atomic_write(out / f"{name}.csv", lambda tmp: df.to_csv(tmp, index=False))
 
