@@ -69,7 +69,7 @@ def plot_capacity(capacity: pd.DataFrame, runs: pd.DataFrame, panel_width: float
     handles, labels = ax.get_legend_handles_labels()
     handles += [Line2D([], [], color="0.4", lw=4, alpha=0.35), Line2D([], [], color="0.4", lw=1),
                 Line2D([], [], color="0.6", lw=0.6, ls="--")]
-    labels += ["bracket: to the first rejected load", "seeds' own capacities", "nominal load"]
+    labels += ["bracket: to the first rejected load", "seeds' own capacities (censored at the stopping load)", "nominal load"]
     fig.legend(handles, labels, loc="outside right upper", fontsize=8, frameon=False)
     add_caption(fig, f"Capacity: the largest grid load at which every seed's run passes the steady-state test "
                      f"there and at every lower grid load (Bonferroni over seeds and two indicators, 5% family-wise); "
