@@ -225,15 +225,20 @@ def test_a_changed_figure_makes_the_generated_parts_stale(tmp_path):
     """The generated tables follow figures/: a changed number there changes what the generator writes."""
     import shutil
 
+    import pandas as pd
+
     from topas.experiments.results_doc import findings_table, results_markdown
 
     figures = REPO_ROOT / "figures"
-    for name in ("paper_vs_ours.csv", "paper_vs_ours.md"):
+    for name in ("capacity_table.csv", "capacity_table.md", "verdict_table.csv", "verdict_table.md",
+                 "paper_vs_ours.csv", "paper_vs_ours.md"):
         shutil.copy(figures / name, tmp_path / name)
-    for name in ("paper_vs_ours.csv", "paper_vs_ours.md"):
-        p = tmp_path / name
-        p.write_text(p.read_text().replace("+96.9% vs lpm", "+90.0% vs lpm"))
-    assert "+90.0% vs lpm" in findings_table(tmp_path) and "+90.0% vs lpm" not in findings_table(figures)
+    lat = pd.read_csv(tmp_path / "verdict_table.csv")
+    top = lat.index[lat["near_capacity"]][0]
+    lat.loc[top, "jct_rel_pct"] = 12.345
+    lat.to_csv(tmp_path / "verdict_table.csv", index=False)
+    (tmp_path / "verdict_table.md").write_text((tmp_path / "verdict_table.md").read_text() + "\nchanged\n")
+    assert "+12.3% [" in findings_table(tmp_path) and findings_table(tmp_path) != findings_table(figures)
     assert results_markdown(tmp_path) != results_markdown(figures)
 
 
