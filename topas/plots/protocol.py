@@ -34,10 +34,11 @@ def _workloads(df: pd.DataFrame) -> list[str]:
     return workload_order(df["workload"])
 
 
-def plot_capacity(capacity: pd.DataFrame, runs: pd.DataFrame, panel_width: float = 1.05):
+def plot_capacity(capacity: pd.DataFrame, runs: pd.DataFrame, panel_width: float = 1.3):
     """One row: per workload (in-sample first, then held-out), per policy a marker at the capacity
     (stable at it and every lower grid load on every seed), a thick bar to the first rejected grid
-    load (the bracket) and a thin whisker over the seeds' own capacities. Returns the figure."""
+    load (the bracket) and a thin whisker over the seeds' own capacities; a policy rejected at the
+    grid's lowest load has no marker, its bar and "<load" instead. Returns the figure."""
     from matplotlib.lines import Line2D
 
     workloads = _workloads(capacity)
@@ -55,15 +56,19 @@ def plot_capacity(capacity: pd.DataFrame, runs: pd.DataFrame, panel_width: float
         ax.vlines(xs, cap, upper, color=policy_color(p), lw=4, alpha=0.35)
         ax.vlines(xs, s["seed_low"].astype(float).fillna(0.0), s["seed_high"].astype(float).fillna(0.0),
                   color=policy_color(p), lw=1)
-        ax.plot(xs, cap, linestyle="none", marker=policy_marker(p), color=policy_color(p), ms=6,
-                label=policy_label(p))
+        below = s["capacity"].isna().to_numpy()
+        ax.plot(np.where(below, np.nan, xs), cap, linestyle="none", marker=policy_marker(p), color=policy_color(p),
+                ms=6, label=policy_label(p))
+        for x, u in zip(xs[below], s["upper"].astype(float).to_numpy()[below]):
+            ax.text(x, u + 0.04, f"<{u:g}", fontsize=7, ha="center", va="bottom", color=policy_color(p), rotation=90)
     n_in = sum(1 for w in workloads if (capacity.loc[capacity["workload"] == w, "sample"] == "in-sample").any())
     if 0 < n_in < len(workloads):
         ax.axvline(n_in - 0.5, color="0.3", lw=0.8, ls=":")
         ax.text(n_in - 0.45, top + 0.1, "held out \u2192", fontsize=8, va="bottom", ha="left")
         ax.text(n_in - 0.55, top + 0.1, "\u2190 selected on", fontsize=8, va="bottom", ha="right")
     ax.axhline(1.0, color="0.6", lw=0.6, ls="--")
-    ax.set_xticks(np.arange(len(workloads)), [workload_label(w) for w in workloads], rotation=30, ha="right")
+    ax.set_xticks(np.arange(len(workloads)), [workload_label(w).replace("Random DAG ", "Random DAG\n")
+                                              for w in workloads], fontsize=8)
     ax.set_ylabel("capacity (x nominal load)")
     ax.set_ylim(0, top + 0.35)
     handles, labels = ax.get_legend_handles_labels()
