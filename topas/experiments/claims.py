@@ -218,9 +218,9 @@ def verdict_table(operating: pd.DataFrame, readings: pd.DataFrame, reported: pd.
     * ``paper``: the reported change (``data/paper/reported.csv``);
     * ``TOPAS (paper reading), stable`` / ``beyond``: its change over the stable operating points
       (range) and beyond the best baseline's capacity (:func:`operating_table`);
-    * ``best reading, stable`` / ``beyond``: the lowest change over the readings of the reading
-      grid at those points, and which reading (chosen after the fact: an optimistic bound on what
-      the open choices give, not a configuration chosen beforehand);
+    * no "best reading" column: the lowest change over the readings, picked after seeing them from
+      shorter runs than this table's, is not a bound on what the open choices give (the reading
+      space and its spread are their own tables: :func:`reading_space_table`, :func:`reading_spread`);
     * ``topas-plus, stable`` / ``beyond``;
     * ``holds where``: the (point, reading) cells of the reading grid where TOPAS wins, counted
       and, where few, named; ``magnitude`` whether any reaches the paper's reduction."""
@@ -239,12 +239,6 @@ def verdict_table(operating: pd.DataFrame, readings: pd.DataFrame, reported: pd.
         for regime in ("below", "beyond"):
             name = "stable" if regime == "below" else "beyond"
             row[f"TOPAS (paper reading), {name}"] = _range(t[t["regime"] == regime][col])
-            rr = rd[rd["regime"] == regime]
-            if len(rr):
-                b = rr.loc[rr[col].idxmin()]
-                row[f"best reading, {name}"] = f"{b[col]:+.0f}% ({b['reading']}, {b['fraction']:g}x cap.)"
-            else:
-                row[f"best reading, {name}"] = "n/a"
             row[f"topas-plus, {name}"] = _range(plus[plus["regime"] == regime][col]) if len(plus) else "n/a"
         wins = rd[rd[col] < -TIE_PCT]
         reach = rd[rd[col] <= r["value_pct"]]
