@@ -82,7 +82,9 @@ def trace_sha256(path: Path) -> str:
     return _sha256_file(_file_stamp(path))
 
 
-@lru_cache(maxsize=8)
+#: Traces kept parsed per process: more than the shipped traces (12), so a sweep or a pack check that
+#: interleaves every workload does not re-read and re-validate one per experiment.
+@lru_cache(maxsize=32)
 def _read_trace_cached(stamp: tuple[str, int, int], kv_budget: int | None) -> "Trace":
     from topas.workload.trace_io import read_trace
 
