@@ -9,9 +9,7 @@ its per-task table; the per-request table of every experiment with arrival seed 
 default knowledge settings on the default engine, so every configuration of the figures' grids
 ships per-request detail for one seed (the other seeds are replicas with other arrival draws;
 the MetaGPT runs are left out of this, :data:`NO_REQUEST_DETAIL`: ~4,000 requests a run, their
-per-request tables were 14 MB of the 50, and the protocol's ~1,800 summaries needed the room;
-the MetaGPT runs are left out of this, :data:`NO_REQUEST_DETAIL`: ~4,000 requests a run, their
-per-request tables were 14 MB of the 50, and the protocol's ~1,800 summaries needed the room;
+per-request tables were 14 MB of the 50, and the protocol's ~1,600 summaries needed the room;
 notebook 14's degraded-knowledge variants and the engine variants, such as notebook 11's legacy
 model, the host tier and the cache study's prefixes-only cache, ship their tasks only, and so do
 the eviction study's runs (:func:`eviction_study_keys`: notebook 15 reads their summaries and
@@ -84,10 +82,6 @@ DEFAULT_ENGINE_MODEL = "stock"
 NO_REQUEST_DETAIL = ("metagpt-",)
 
 
-#: Workload-name prefixes whose runs ship no per-request table unless a notebook loads them in full.
-NO_REQUEST_DETAIL = ("metagpt-",)
-
-
 def shipped_tables(experiment: dict, loaded: bool, summary_only: bool = False, tasks_only: bool = False) -> list[str]:
     """The tables a pack keeps of one experiment (its ``meta.json`` ``experiment`` fields; see the
     module docstring)."""
@@ -99,7 +93,6 @@ def shipped_tables(experiment: dict, loaded: bool, summary_only: bool = False, t
         return ["tasks"]
     default = all(experiment.get(k, v) == v for k, v in DEFAULT_KNOWLEDGE.items())
     default = default and experiment.get("engine_model", DEFAULT_ENGINE_MODEL) == DEFAULT_ENGINE_MODEL
-    default = default and not str(experiment.get("workload", "")).startswith(NO_REQUEST_DETAIL)
     default = default and not str(experiment.get("workload", "")).startswith(NO_REQUEST_DETAIL)
     return ["tasks", "requests"] if experiment.get("seed") == 0 and default else ["tasks"]
 

@@ -93,7 +93,7 @@ NOT_MEASURED = {
     "12_when_claims_hold": "a simulator study (capacity search, ~1,000 runs over the space of readings): days of arrivals on a server",
     "13_several_engines": "simulated clusters of 2-64 engines; real servers behind the real router are `make test-cluster`",
     "15_eviction": "the simulator's eviction orders and its offline bound (Belady, which reads the true future)",
-    "16_protocol": "a simulator study (about 1,700 runs of a load grid to past capacity): days of arrivals on a server",
+    "16_protocol": "a simulator study (about 1,600 runs of a load grid to past capacity): days of arrivals on a server",
 }
 #: Exit status of a refused or unreachable server (one line on stderr).
 EXIT_SERVER = 3
