@@ -176,10 +176,10 @@ def run_evidence(tasks: pd.DataFrame, summary: Mapping[str, Any], what: str = "r
                            "throughput_rps": float(summary["throughput_rps"])}
     finished = bool(len(tasks)) and not tasks[["finish", "jct"]].isna().to_numpy().any()
     row["finished"] = finished
+    arrivals = arrivals_in_order(tasks, what) if finished else None
     for ind in INDICATORS:
         if finished:
-            g = growth_test(indicator_series(tasks, ind, what), 0.5, N_BATCHES, f"{what}, {ind}",
-                            arrivals=arrivals_in_order(tasks, what))
+            g = growth_test(indicator_series(tasks, ind, what), 0.5, N_BATCHES, f"{what}, {ind}", arrivals=arrivals)
             vals = (g.n, g.warmup, g.slope, g.p_value, g.growth)
         else:
             vals = (len(tasks), 0, math.inf, 0.0, math.inf)

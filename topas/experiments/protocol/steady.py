@@ -131,6 +131,15 @@ def arrivals_in_order(tasks: pd.DataFrame, what: str = "run") -> np.ndarray:
     return _check_tasks(tasks, what)["arrival"].to_numpy(dtype=float)
 
 
+def _batch_rates(arrivals: np.ndarray, parts: Sequence[np.ndarray]) -> np.ndarray:
+    """Each batch's realized arrival rate: (observations - 1) over its span of arrival times
+    (``inf`` or ``nan`` for a batch whose arrivals coincide; :func:`_rate_adjusted_slope` then
+    falls back)."""
+    spans = np.array([arrivals[p[-1]] - arrivals[p[0]] for p in parts])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.array([len(p) - 1 for p in parts]) / spans
+
+
 def _rate_adjusted_slope(centres: np.ndarray, means: np.ndarray, rates: np.ndarray) -> tuple[float, float] | None:
     """OLS of the batch means on (1, position, arrival rate): the position's coefficient and its
     one-sided p-value for ``> 0`` (t, ``n - 3`` df); ``None`` when the design is singular."""
@@ -186,20 +195,16 @@ def growth_test(series: Sequence[float] | np.ndarray, level: float = ALPHA, n_ba
     parts = np.array_split(np.arange(len(kept)), n_batches)
     means = np.array([kept[p].mean() for p in parts])
     centres = np.array([pos[p].mean() for p in parts])
-    adjusted = None
-    if arrivals is not None and np.ptp(means) > 0.0:
-        arr = arrivals[w.removed:]
-        spans = np.array([arr[p[-1]] - arr[p[0]] for p in parts])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            rates = np.array([len(p) - 1 for p in parts]) / spans
-        adjusted = _rate_adjusted_slope(centres, means, rates)
     if np.ptp(means) == 0.0:  # a constant series: no trend (linregress's t is undefined)
         slope, p = 0.0, 1.0
-    elif adjusted is not None:
-        slope, p = adjusted
     else:
-        fit = stats.linregress(centres, means, alternative="greater")
-        slope, p = float(fit.slope), float(fit.pvalue)
+        adjusted = (None if arrivals is None
+                    else _rate_adjusted_slope(centres, means, _batch_rates(arrivals[w.removed:], parts)))
+        if adjusted is not None:
+            slope, p = adjusted
+        else:
+            fit = stats.linregress(centres, means, alternative="greater")
+            slope, p = float(fit.slope), float(fit.pvalue)
     mean = float(kept.mean())
     span = float(centres[-1] - centres[0])
     growth = slope * span / mean if mean != 0 else (0.0 if slope == 0 else math.copysign(math.inf, slope))
@@ -245,11 +250,13 @@ def steady_state(tasks_by_seed: Mapping[int, pd.DataFrame], alpha: float = ALPHA
     rows, growing = [], []
     for seed in sorted(tasks_by_seed):
         grows = False
+        tasks = tasks_by_seed[seed]
+        arrivals = None  # read once per run, after the first indicator has checked the table
         for ind in indicators:
             name = f"{what}, seed {seed}, {ind}"
-            tasks = tasks_by_seed[seed]
-            g = growth_test(indicator_series(tasks, ind, name), level, n_batches, name,
-                            arrivals=arrivals_in_order(tasks, name))
+            series = indicator_series(tasks, ind, name)
+            arrivals = arrivals_in_order(tasks, name) if arrivals is None else arrivals
+            g = growth_test(series, level, n_batches, name, arrivals=arrivals)
             rows.append({"seed": seed, "indicator": ind, "n": g.n, "warmup": g.warmup, "slope": g.slope,
                          "p_value": g.p_value, "growth": g.growth, "growing": g.growing})
             grows = grows or g.growing
