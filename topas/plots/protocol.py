@@ -41,9 +41,9 @@ def plot_capacity(capacity: pd.DataFrame, runs: pd.DataFrame, panel_width: float
     grid's lowest load has no marker, its bar and "<load" instead. Returns the figure."""
     from matplotlib.lines import Line2D
 
-    workloads = _workloads(capacity)
-    workloads = ([w for w in workloads if (capacity.loc[capacity["workload"] == w, "sample"] == "in-sample").any()]
-                 + [w for w in workloads if (capacity.loc[capacity["workload"] == w, "sample"] == "held-out").any()])
+    in_sample = set(capacity.loc[capacity["sample"] == "in-sample", "workload"])
+    ordered = _workloads(capacity)
+    workloads = [w for w in ordered if w in in_sample] + [w for w in ordered if w not in in_sample]
     policies = policy_order(capacity["policy"])
     top = float(runs["load"].max())
     fig, ax = plt.subplots(figsize=(max(6.0, panel_width * len(workloads) + 1.5), 3.6), layout="constrained")
@@ -61,7 +61,7 @@ def plot_capacity(capacity: pd.DataFrame, runs: pd.DataFrame, panel_width: float
                 ms=6, label=policy_label(p))
         for x, u in zip(xs[below], s["upper"].astype(float).to_numpy()[below]):
             ax.text(x, u + 0.04, f"<{u:g}", fontsize=7, ha="center", va="bottom", color=policy_color(p), rotation=90)
-    n_in = sum(1 for w in workloads if (capacity.loc[capacity["workload"] == w, "sample"] == "in-sample").any())
+    n_in = len(in_sample)
     if 0 < n_in < len(workloads):
         ax.axvline(n_in - 0.5, color="0.3", lw=0.8, ls=":")
         ax.text(n_in - 0.45, top + 0.1, "held out \u2192", fontsize=8, va="bottom", ha="left")
