@@ -269,10 +269,3 @@ def test_docs_index_lists_every_page_and_no_user_document_names_an_issue():
     for page in [REPO_ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
         hits = re.findall(r"\bissues? #?\d+", page.read_text(), re.I)
         assert not hits, f"{page.name} refers to issue numbers: {hits}"
-
-
-def test_findings_verdict_reads_the_sign_of_the_change():
-    from topas.experiments.results_doc import verdict
-
-    assert verdict("mean_jct", -5.0) == "win" and verdict("mean_jct", 5.0) == "loss"
-    assert verdict("request_throughput", 5.0) == "win" and verdict("p99_jct", 0.5) == "tie"

@@ -98,11 +98,6 @@ HEADER = ("# Results\n\n"
           "nominal rate unless a table says otherwise. Numbers labelled \"paper\" are the paper's\n"
           "(`data/paper/reported.csv`); all others are ours.\n")
 
-#: metrics where a lower value is better; request_throughput is the one higher-is-better claim.
-LOWER_IS_BETTER = frozenset({"mean_jct", "p99_jct"})
-TIE_PCT = 1.0  # |change| below this many percent reads as a tie
-
-
 def results_markdown(figures: Path) -> str:
     """docs/results.md's text: each table in SECTIONS that exists in ``figures``, with its caption."""
     parts = [HEADER]
@@ -112,14 +107,6 @@ def results_markdown(figures: Path) -> str:
             continue
         parts.append(f"\n## {title}\n\n{caption} Source: `figures/{name}`.\n\n{path.read_text().strip()}\n")
     return "".join(parts)
-
-
-def verdict(metric: str, ours_pct: float) -> str:
-    """win / tie / loss of TOPAS against the comparison for one claim, from our change in percent."""
-    if abs(ours_pct) < TIE_PCT:
-        return "tie"
-    better = ours_pct < 0 if metric in LOWER_IS_BETTER else ours_pct > 0
-    return "win" if better else "loss"
 
 
 def _load(x: str) -> str:
