@@ -221,13 +221,12 @@ def test_the_stopping_rule_never_changes_a_capacity_its_bracket_latency_or_overl
         ev_stopped = capacity_grid_runs(size, store=tmp_path)
         n_asked = len(asked)
         stopped = capacity_rows(ev_stopped).set_index("policy")
-        full = capacity_rows(evidence({(p, l): [truth[(p, l, s)] for s in range(3)]
-                                       for p in policies for l in loads})).set_index("policy")
+        ev_full = evidence({(p, l): [truth[(p, l, s)] for s in range(3)] for p in policies for l in loads})
+        full = capacity_rows(ev_full).set_index("policy")
         cols = ["capacity", "lower", "upper", "seed_low", "capacity_verdict"]
         pd.testing.assert_frame_equal(stopped[cols], full[cols])
-        ev_full = evidence({(p, l): [truth[(p, l, s)] for s in range(3)] for p in policies for l in loads})
-        for table in (overload_rows,):
-            pd.testing.assert_frame_equal(table(ev_stopped).reset_index(drop=True), table(ev_full).reset_index(drop=True))
+        pd.testing.assert_frame_equal(overload_rows(ev_stopped).reset_index(drop=True),
+                                      overload_rows(ev_full).reset_index(drop=True))
         lat_cols = ["workload", "load", "candidate", "baseline", "n_seeds"]
         pd.testing.assert_frame_equal(
             latency_rows(ev_stopped, candidates=("topas",), baselines=("fcfs", "lpm"))[lat_cols].reset_index(drop=True),
