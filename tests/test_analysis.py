@@ -14,7 +14,7 @@ import pytest
 
 from topas import plots
 from topas.engine.metrics import SimResult
-from topas.experiments import Experiment, analysis
+from topas.experiments import Experiment, analysis, paper_compare
 
 
 def _result(queue=(1.0, 2.0), policy="topas") -> SimResult:
@@ -125,30 +125,6 @@ def test_change_vs_best_baseline():
     assert np.isnan(v) and best is None
 
 
-def test_paper_vs_ours_rows():
-    s = _summaries([
-        ("dag-4", "parrot-fcfs", 0, "{}", 80.0, 250.0, 2.0),
-        ("dag-4", "topas", 0, "{}", 60.0, 300.0, 1.5),
-    ])
-    abl = _summaries([
-        ("dag-4", "topas", 0, "{}", 60.0, 300.0, 1.5),
-        ("dag-4", "topas-base", 0, "{}", 50.0, 300.0, 1.5),
-    ])
-    over = {"mean_ms": 1.0, "share_pct": 0.05}
-    t = analysis.paper_vs_ours(s, ablation_summaries=abl, overhead=over, overhead_setting="dag-10-wide",
-                               traces=["dag-4", "chain-3"])
-    rep = analysis.paper_reported()
-    assert (t["paper (reported)"] != "").sum() == len(rep)  # every reported number appears
-    d4 = t[(t.workload == "dag-4") & (t.metric == "mean_jct") & (t.comparison == "vs_best_baseline")].iloc[0]
-    assert d4["ours"] == "-25.0% vs parrot-fcfs" and d4["paper (reported)"] == "-39.8%"
-    meta = t[t.workload == "metagpt-sop"]
-    assert (meta["ours"] == "n/a (trace missing)").all() and meta["ours_value"].isna().all()
-    ab = t[(t.workload == "dag-4") & (t.comparison == "vs_topas_base") & (t.metric == "mean_jct")].iloc[0]
-    assert ab["ours_value"] == pytest.approx(20.0)
-    ov = t[t.metric == "decision_overhead_mean_ms"].iloc[0]
-    assert ov["paper_value"] == pytest.approx(1.9) and ov["ours_value"] == 1.0
-
-
 @pytest.mark.slow
 def test_plots_are_readable(tmp_path):
     plots.use_style()
@@ -161,8 +137,9 @@ def test_plots_are_readable(tmp_path):
     s = _summaries([("dag-4", "topas", 0, f'{{"beta":{b},"rho":{r}}}', 10.0 + b + r, 20.0, 1.0)
                     for b in (0.0, 1.0) for r in (0.0, 0.5)])
     figs.append(plots.plot_sensitivity(analysis.sensitivity_table(s, ["beta", "rho"]), x="beta", y="rho"))
-    t = analysis.paper_vs_ours(s, traces=["dag-4"])
-    figs.append(plots.plot_paper_vs_ours(t))
+    from tests.test_paper_compare import _tables
+    _, lat, cap = _tables()
+    figs.append(plots.plot_paper_vs_ours(paper_compare.paper_vs_ours(lat, cap)))
     for k, fig in enumerate(figs):
         assert plots.text_overlaps(fig) == [], k
         assert all(ax.get_xlabel() for ax in fig.axes if ax.get_label() != "<colorbar>" and ax.has_data()), k

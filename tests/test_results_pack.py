@@ -162,12 +162,32 @@ def test_committed_pack_is_not_stale(manifest):
 
 def test_committed_pack_covers_the_full_grid(manifest):
     keys = {e["key"] for e in manifest["experiments"]}
-    full = (grid.jct_vs_load(grid.SYNTHETIC + grid.METAGPT, quick=False)
-            + grid.ablations(["dag-4", "metagpt-tl"], 1.2, quick=False) + grid.sensitivity("dag-4")
+    timed = [e for e in grid.notebook_grid() if e.workload == "dag-10-wide" and e.policy == "topas" and e.load == 1.4]
+    full = (timed + grid.ablations(["dag-4", "metagpt-tl"], 1.2, quick=False) + grid.sensitivity("dag-4")
             + grid.engine_model(quick=False) + grid.robustness(quick=False)
             + grid.cluster_grid(quick=False) + grid.cluster_scaling_grid(quick=False))
     missing = [e.label() for e in full if e.key() not in keys]
     assert not missing, f"{len(missing)} full-grid results not shipped, e.g. {missing[:3]}"
+
+
+def test_committed_pack_holds_every_protocol_run(manifest):
+    """Notebooks 02, 03, 08 and 16 read the protocol's grid: every run of its cached evidence
+    (the grid, its convergence study and the paper's ablation) is shipped."""
+    import csv
+
+    from topas.experiments.protocol_study import FULL, TEST_VERSION, default_evidence_path
+
+    keys = {e["key"] for e in manifest["experiments"]}
+    full = {**FULL.n_tasks, **{FULL.convergence_workload: None}}
+
+    def of_full_size(r: dict) -> bool:
+        return r["workload"] in full and full[r["workload"]] in (None, int(r["n_tasks"]))
+
+    with default_evidence_path(None).open(newline="") as f:
+        runs = [r for r in csv.DictReader(f) if r["test"] == TEST_VERSION and of_full_size(r)]
+    assert len(runs) > 1500
+    missing = [f"{r['workload']}/{r['policy']}@{r['load']}x seed {r['seed']}" for r in runs if r["key"] not in keys]
+    assert not missing, f"{len(missing)} protocol runs not shipped, e.g. {missing[:3]}"
 
 
 def test_the_eviction_study_ships_tasks_only():

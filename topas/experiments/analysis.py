@@ -1,5 +1,5 @@
 """Tables behind notebooks 05-08: decision overhead, mechanism numbers, sensitivity grids and
-the paper-vs-this-reproduction comparison.
+the paper's reported numbers (their comparison with ours is :mod:`topas.experiments.paper_compare`).
 
 Every function takes stored results (:class:`~topas.engine.metrics.SimResult` or the summary
 rows of :func:`topas.experiments.run_sweep`) and returns plain numbers or a DataFrame, so the
@@ -7,7 +7,7 @@ notebooks only wire them together::
 
     from topas.experiments import analysis, grid, run_sweep
     summaries = run_sweep(grid.jct_vs_load(quick=True))
-    table = analysis.paper_vs_ours(summaries, load=1.3)
+    table = analysis.engine_model_table(summaries)
 
 ``mechanism_row`` and ``prefix_share`` are the numbers of ``scripts/mechanism.py`` (same columns).
 """
@@ -24,14 +24,12 @@ import pandas as pd
 
 from topas.experiments import grid
 from topas.experiments.grid import one_run_per_policy  # noqa: F401  (the notebooks' analysis.one_run_per_policy)
-from topas.experiments.spec import Experiment, available_traces
+from topas.experiments.spec import Experiment
 
 PAPER_LABEL = "paper (reported)"
 MISSING_TRACE = "n/a (trace missing)"
 #: The paper's baselines; "vs best baseline" picks the best of these per workload and metric.
 BASELINES = ("fcfs", "lpm", "spf", "parrot-fcfs", "autellix-las")
-#: reported.csv metric -> summary column (lower is better except throughput).
-METRIC_COLUMNS = {"mean_jct": "jct_mean", "p99_jct": "jct_p99", "request_throughput": "throughput_rps"}
 HIGHER_IS_BETTER = {"throughput_rps"}
 
 
@@ -224,70 +222,6 @@ def change_vs(summaries: pd.DataFrame, workload: str, column: str, policy: str =
         return float("nan"), None
     best = cands.idxmax() if column in HIGHER_IS_BETTER else cands.idxmin()
     return float(100.0 * (means[policy] - cands[best]) / cands[best]), str(best)
-
-
-def _pct(v: float) -> str:
-    return "" if v is None or (isinstance(v, float) and np.isnan(v)) else f"{v:+.1f}%"
-
-
-def paper_vs_ours(summaries: pd.DataFrame, reported: pd.DataFrame | None = None,
-                  ablation_summaries: pd.DataFrame | None = None,
-                  overhead: Mapping[str, float] | None = None, overhead_setting: str = "",
-                  traces: Iterable[str] | None = None) -> pd.DataFrame:
-    """One row per line of ``reported.csv`` (paper's number, labelled ``paper (reported)``, beside
-    ours) plus our ablation rows (TOPAS vs TOPAS-base per synthetic workload in
-    ``ablation_summaries``) and, given ``overhead`` (:func:`decision_overhead`), the overhead rows.
-
-    Columns: workload, metric, comparison, paper (reported), ours, paper_value, ours_value
-    (numbers for plots; % for reductions, ms or % for overhead), note. A workload whose trace is
-    not in ``data/traces/`` gets ``n/a (trace missing)``.
-    """
-    rep = paper_reported() if reported is None else reported
-    have = set(available_traces() if traces is None else traces)
-    rows = []
-
-    def add(w, metric, comp, paper, ours, ours_txt, note):
-        rows.append({"workload": w, "metric": metric, "comparison": comp,
-                     PAPER_LABEL: "" if np.isnan(paper) else (f"{paper:+.1f}%" if comp != "absolute" else f"{paper:g}"),
-                     "ours": ours_txt, "paper_value": paper, "ours_value": ours, "note": note})
-
-    for r in rep.itertuples(index=False):
-        paper = float(r.value_pct)
-        if r.comparison == "absolute":
-            continue  # overhead rows are added below, next to our measurement
-        if r.workload not in have:
-            add(r.workload, r.metric, r.comparison, paper, float("nan"), MISSING_TRACE, r.source)
-            continue
-        col = METRIC_COLUMNS.get(r.metric)
-        if r.comparison == "vs_best_baseline" and col is not None:
-            v, best = change_vs(summaries, r.workload, col)
-            add(r.workload, r.metric, r.comparison, paper, v, f"{_pct(v)} vs {best}" if best else "n/a (not run)",
-                "ours: TOPAS vs best baseline at the same load")
-        elif r.comparison == "vs_topas_base" and ablation_summaries is not None and col is not None:
-            v, _ = change_vs(ablation_summaries, r.workload, col, against=("topas-base",))
-            add(r.workload, r.metric, r.comparison, paper, v, _pct(v) or "n/a (not run)", r.source)
-        else:
-            add(r.workload, r.metric, r.comparison, paper, float("nan"), "n/a (not run)", r.source)
-    if ablation_summaries is not None:
-        reported_ablation = {(r.workload, r.metric) for r in rep.itertuples() if r.comparison == "vs_topas_base"}
-        for w in dict.fromkeys(ablation_summaries.workload):
-            for metric, col in (("mean_jct", "jct_mean"), ("p99_jct", "jct_p99")):
-                if (w, metric) in reported_ablation:
-                    continue
-                v, _ = change_vs(ablation_summaries, w, col, against=("topas-base",))
-                add(w, metric, "vs_topas_base", float("nan"), v, _pct(v) or "n/a (not run)",
-                    "ablation; paper reports it for MetaGPT-TL only")
-    if overhead is not None:
-        po = paper_overhead(rep)
-        for metric, key, unit in (("decision_overhead_mean_ms", "mean_ms", " ms"),
-                                  ("decision_overhead_wall_time_share", "share_pct", "%")):
-            v = float(overhead[key])
-            rows.append({"workload": f"metagpt-sop (paper) / {overhead_setting} (ours)", "metric": metric,
-                         "comparison": "absolute",
-                         PAPER_LABEL: f"{po[key]:g}{unit}", "ours": f"{v:.3g}{unit}", "paper_value": po[key],
-                         "ours_value": v, "note": "paper: SGLang, MetaGPT-SOP at 0.15 task/s; ours: simulator, "
-                         f"{overhead_setting}; wall time is machine-dependent"})
-    return pd.DataFrame(rows)
 
 
 def engine_model_table(summaries: pd.DataFrame, policy: str = "topas",

@@ -360,9 +360,9 @@ def one_run_per_policy(workloads: Sequence[str], policies: Sequence[str], load: 
 
 
 def notebook_grid(quick: bool = False, engine: str | None = None) -> list[Experiment]:
-    """The experiments the notebooks sweep on ``engine`` (02-08, 14 and 15: JCT vs load on every
-    workload, the ablations, the sensitivity grids, the mechanism runs, the robustness grid, the
-    MetaGPT cache study, and on the simulator the eviction study), without duplicates: what ``make
+    """The experiments the notebooks sweep on ``engine`` (04-07, 14 and 15: notebook 05's timed
+    TOPAS runs, the ablations, the sensitivity grids, the mechanism runs, the robustness grid, and
+    on the simulator the MetaGPT cache study and the eviction study), without duplicates: what ``make
     reproduce`` runs after its table, for the plan it prints. Notebook 11 compares the two
     *simulated* engines only and runs nothing on a server."""
     import os
@@ -374,14 +374,17 @@ def notebook_grid(quick: bool = False, engine: str | None = None) -> list[Experi
     old = os.environ.get(ENGINE_ENV)
     os.environ[ENGINE_ENV] = engine
     try:
-        exps = [*jct_vs_load(SYNTHETIC + METAGPT, quick=quick),
+        # notebooks 02, 03 and 08 read the protocol's grid (notebook 16, a simulator study, not
+        # planned here); notebook 05 times TOPAS on DAG-10-Wide at 1.4x
+        exps = [*{dataclasses.replace(e, load=1.4): None for e in jct_vs_load(["dag-10-wide"], ["topas"], quick=quick)},
                 *ablations(("dag-4", "metagpt-tl"), load=1.2, quick=quick),
                 *sensitivity("dag-4", {"beta": (0.0, 0.5, 1.0, 2.0), "rho": (0.0, 0.5, 1.0, 2.0)}, quick=quick),
                 *sensitivity("dag-4", {"rho": (0.0, 0.5, 1.0, 2.0), "H_age": (15.0, 30.0, 60.0, 120.0)},
                              quick=quick),
-                *robustness(quick=quick), *cache_study_grid(quick=quick)]
-        if engine == "sim":  # the eviction orders are the simulator's (notebook 15 is not run on a server)
-            exps += eviction_study_grid(quick=quick)
+                *robustness(quick=quick)]
+        if engine == "sim":  # the cache models and eviction orders are the simulator's (notebook 03's cache
+            # study and notebook 15 are not run on a server)
+            exps += [*cache_study_grid(quick=quick), *eviction_study_grid(quick=quick)]
         exps += [e for e in one_run_per_policy(("dag-4", "dag-10-wide"), ("lpm", "spf", "parrot-fcfs", "topas"),
                                                1.2, 0, size(quick).n_tasks, {})]
     finally:

@@ -66,6 +66,7 @@ __all__ = [
     "LATENCY_COLUMNS",
     "OVERLOAD_COLUMNS",
     "QUICK",
+    "QUICK_PER_NOTEBOOK",
     "IN_SAMPLE",
     "TEST_VERSION",
     "ProtocolSize",
@@ -76,8 +77,10 @@ __all__ = [
     "evidence_for",
     "latency_rows",
     "overload_rows",
+    "protocol_runs",
     "protocol_size",
     "protocol_tables",
+    "restricted",
     "run_evidence",
     "seed_verdicts",
 ]
@@ -356,8 +359,8 @@ def capacity_rows(evidence: pd.DataFrame, baselines: Sequence[str] = BASELINES) 
 #: comparison with the best baseline there, for the mean JCT (t) and p99 JCT (BCa bootstrap).
 LATENCY_COLUMNS = ("workload", "sample", "load", "candidate", "baseline", "n_seeds", "n_tasks", "candidate_jct",
                    "baseline_jct", "jct_diff_s", "jct_low_s", "jct_high_s", "jct_rel_pct", "jct_rel_low_pct",
-                   "jct_rel_high_pct", "jct_verdict", "p99_diff_s", "p99_low_s", "p99_high_s", "p99_verdict",
-                   "near_capacity")
+                   "jct_rel_high_pct", "jct_verdict", "p99_diff_s", "p99_low_s", "p99_high_s", "p99_rel_pct",
+                   "p99_rel_low_pct", "p99_rel_high_pct", "p99_verdict", "near_capacity")
 
 
 def _within_capacity(evidence: pd.DataFrame) -> dict[tuple[str, str], float]:
@@ -398,7 +401,9 @@ def latency_rows(evidence: pd.DataFrame, candidates: Sequence[str] = CANDIDATES,
                     "jct_diff_s": m.difference, "jct_low_s": m.low, "jct_high_s": m.high,
                     "jct_rel_pct": 100 * m.relative, "jct_rel_low_pct": 100 * m.relative_low,
                     "jct_rel_high_pct": 100 * m.relative_high, "jct_verdict": m.verdict,
-                    "p99_diff_s": t.difference, "p99_low_s": t.low, "p99_high_s": t.high, "p99_verdict": t.verdict,
+                    "p99_diff_s": t.difference, "p99_low_s": t.low, "p99_high_s": t.high,
+                    "p99_rel_pct": 100 * t.relative, "p99_rel_low_pct": 100 * t.relative_low,
+                    "p99_rel_high_pct": 100 * t.relative_high, "p99_verdict": t.verdict,
                     "near_capacity": False})
             if cand_rows:
                 cand_rows[-1]["near_capacity"] = True
@@ -468,10 +473,40 @@ def protocol_tables(quick: bool = False, store: Any = None, evidence_path: Path 
     ``convergence``. ``workloads``: a subset of the size's (e.g. the traces present)."""
     size = protocol_size(quick)
     if workloads is not None:
-        keep = tuple(w for w in size.workloads if w in set(workloads))
-        size = ProtocolSize(keep, size.policies, size.loads, size.n_seeds, {w: size.n_tasks[w] for w in keep},
-                            size.convergence_workload, size.convergence_policies, size.convergence_loads,
-                            size.convergence_lengths, size.alpha)
+        size = restricted(size, (w for w in size.workloads if w in set(workloads)))
     runs = capacity_grid_runs(size, store, evidence_path, jobs, progress)
     return {"runs": runs, "capacity": capacity_rows(runs), "latency": latency_rows(runs),
             "overload": overload_rows(runs), "convergence": convergence_rows(size, store, evidence_path, jobs, progress)}
+
+
+#: The quick run of the notebooks that read the protocol's grid for their own workloads
+#: (:func:`protocol_runs`): four policies, two loads, 2 seeds of 60 tasks (MetaGPT: 40).
+QUICK_PER_NOTEBOOK = {"policies": ("fcfs", "lpm", "topas", "topas-plus"), "loads": (1.0, 1.5), "n_seeds": 2,
+                      "n_tasks": 60, "metagpt_tasks": 40}
+
+
+def restricted(size: ProtocolSize, workloads: Iterable[str]) -> ProtocolSize:
+    """``size`` on ``workloads`` only (its run lengths); ``ValueError`` naming a workload it does not run."""
+    workloads = tuple(dict.fromkeys(workloads))
+    unknown = [w for w in workloads if w not in size.workloads]
+    if unknown:
+        raise ValueError(f"the protocol's grid does not run {', '.join(unknown)}; it runs {', '.join(size.workloads)}")
+    return ProtocolSize(workloads, size.policies, size.loads, size.n_seeds, {w: size.n_tasks[w] for w in workloads},
+                        size.convergence_workload, size.convergence_policies, size.convergence_loads,
+                        size.convergence_lengths, size.alpha)
+
+
+def protocol_runs(workloads: Iterable[str], quick: bool = False, store: Any = None, evidence_path: Path | None = None,
+                  jobs: int | None = None, progress: bool = False) -> pd.DataFrame:
+    """The protocol grid's runs (:func:`capacity_grid_runs`' evidence) on ``workloads``: the same
+    runs, keys and verdicts as notebook 16's, so a notebook that shows them against load (02, 03)
+    or beside the paper's numbers (08) runs nothing notebook 16 does not. ``quick``: a small grid
+    of its own on any workload (:data:`QUICK_PER_NOTEBOOK`), for tests."""
+    workloads = tuple(dict.fromkeys(workloads))
+    if quick:
+        q = QUICK_PER_NOTEBOOK
+        size = ProtocolSize(workloads, q["policies"], q["loads"], q["n_seeds"],
+                            {w: q["metagpt_tasks"] if w.startswith("metagpt") else q["n_tasks"] for w in workloads})
+    else:
+        size = restricted(FULL, workloads)
+    return capacity_grid_runs(size, store, evidence_path, jobs, progress)

@@ -87,6 +87,9 @@ GRIDS = ("full", "quick", "gpu-afternoon")
 #: --engine sglang, so figures/sglang/ holds measured results only.
 NOT_MEASURED = {
     "01_workloads": "statistics of the traces, not of a run",
+    "02_synthetic_jct": "the protocol's load grid (notebook 16's runs, about 1,600 to past capacity): days of arrivals on a server",
+    "03_metagpt": "the protocol's load grid and the simulator's two cache models: simulator studies",
+    "08_paper_vs_ours": "the paper's numbers beside the protocol's (notebook 16's grid and its ablation runs): a simulator study",
     "09_weights_explorer": "an interactive explorer that simulates",
     "10_fidelity": "the simulator against the CPU test server (make fidelity), not the GPU server",
     "11_engine_model": "compares two simulated engines; nothing runs on the server",

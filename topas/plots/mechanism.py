@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from topas.plots.captions import add_caption
 from topas.plots.load import needs_log_scale
 from topas.plots.output import measured_caption
 from topas.plots.style import policy_color, policy_label, policy_order, policy_palette, workload_label
@@ -205,7 +206,8 @@ def plot_paper_vs_ours(table: pd.DataFrame):
     """Dot plot of the % changes vs the best baseline (or TOPAS-base), one line per
     workload/metric: the paper's reported number (hollow) beside ours (filled), a zero line,
     and rows without our number marked ``(ours: n/a)``; ``table`` from
-    :func:`topas.experiments.analysis.paper_vs_ours` (the absolute overhead rows are skipped)."""
+    :func:`topas.experiments.paper_compare.paper_vs_ours` (the absolute overhead rows are skipped; its
+    ``ours_low`` / ``ours_high``, where given, are drawn as our interval)."""
     d = table[table["comparison"] != "absolute"].reset_index(drop=True)
     fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(d) + 1.4))
     ys = np.arange(len(d))[::-1]
@@ -213,6 +215,13 @@ def plot_paper_vs_ours(table: pd.DataFrame):
     ax.scatter(d["paper_value"], ys, facecolors="none", edgecolors="black", s=40, label="paper (reported)", zorder=3)
     ours = "ours (measured on SGLang)" if measured_caption() else "ours (simulator)"
     ax.scatter(d["ours_value"], ys, color=policy_color("topas"), s=40, label=ours, zorder=4)
+    if {"ours_low", "ours_high"} <= set(d.columns):  # the protocol's 95% intervals
+        lo, hi = d["ours_low"].astype(float), d["ours_high"].astype(float)
+        ok = lo.notna() & hi.notna()
+        if ok.any():
+            v = d["ours_value"].astype(float)
+            ax.errorbar(v[ok], ys[ok.to_numpy()], xerr=[(v - lo)[ok], (hi - v)[ok]], fmt="none",
+                        ecolor=policy_color("topas"), capsize=2.5, lw=1, zorder=3, label="ours: 95% interval")
     names = {"mean_jct": "mean JCT", "p99_jct": "p99 JCT", "request_throughput": "throughput"}
     comps = {"vs_best_baseline": "vs best baseline", "vs_topas_base": "vs TOPAS-base",
              "vs_single_component_min": "vs 1-component (min)", "vs_single_component_max": "vs 1-component (max)"}
@@ -220,7 +229,13 @@ def plot_paper_vs_ours(table: pd.DataFrame):
                        + (" (ours: n/a)" if np.isnan(ov) else "")
                        for w, m, c, ov in zip(d["workload"], d["metric"], d["comparison"], d["ours_value"])])
     ax.set_xlabel("TOPAS change (%)\n< 0: lower JCT (better); throughput: > 0 is better")
-    fig.legend(loc="outside upper center", ncol=2)
+    fig.legend(loc="outside upper center", ncol=3)
+    if "n_seeds" in d.columns and (d["n_seeds"] > 0).any():
+        seeds = sorted({int(n) for n in d["n_seeds"] if n > 0})
+        add_caption(fig, f"Ours: the protocol's paired comparison over {'/'.join(map(str, seeds))} evaluation seeds "
+                         "(common random numbers) at the highest grid load within both policies' capacities, mean of "
+                         "the per-seed relative differences with its 95% interval (t for the mean, BCa bootstrap "
+                         "for p99); throughput: capacity against the best baseline's")
     _hide_stale_ticklabels(fig)
     return fig
 

@@ -79,17 +79,25 @@ def _fmt_cell(v: Any, floatfmt: str) -> str:
     return str(v).replace("|", "\\|").replace("\n", " ")
 
 
+#: Columns that hold a setting of the grid (a load in multiples of the nominal rate, a capacity or
+#: its bracket on the load grid), not a measurement: written exactly (``0.875``, not ``0.9``).
+EXACT_COLUMNS = frozenset({"load", "capacity", "lower", "upper", "seed_low", "seed_high", "baseline_capacity",
+                           "baseline_upper"})
+
+
 def to_markdown(df: pd.DataFrame, floatfmt: str = ",.1f") -> str:
     """A GitHub-flavoured Markdown table of ``df`` (no tabulate needed): numeric columns
-    right-aligned, floats as ``floatfmt``, missing values empty, ``|`` escaped."""
+    right-aligned, floats as ``floatfmt`` (those of :data:`EXACT_COLUMNS` as ``g``: grid settings
+    are never rounded), missing values empty, ``|`` escaped."""
     cols = [str(c) for c in df.columns]
+    fmts = ["g" if c in EXACT_COLUMNS else floatfmt for c in cols]
     numeric = [pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]) for c in df.columns]
     lines = [
         "| " + " | ".join(c.replace("|", "\\|") for c in cols) + " |",
         "|" + "|".join("---:" if n else "---" for n in numeric) + "|",
     ]
     for row in df.itertuples(index=False, name=None):
-        lines.append("| " + " | ".join(_fmt_cell(v, floatfmt) for v in row) + " |")
+        lines.append("| " + " | ".join(_fmt_cell(v, f) for v, f in zip(row, fmts)) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -9,10 +9,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from topas.plots.captions import add_caption
-from topas.plots.style import policy_color, policy_label, policy_marker, policy_order, workload_label
+from topas.plots.captions import add_caption, log_note
+from topas.plots.load import LOAD_LABEL, METRIC_LABELS, _policy_legend, _tidy_y_axis, _zero_based, needs_log_scale
+from topas.plots.style import (LOG_SPAN, policy_color, policy_label, policy_marker, policy_order, policy_style,
+                               workload_label, workload_order)
 
-__all__ = ["VERDICT_COLORS", "plot_capacity", "plot_latency_verdicts", "protocol_caption"]
+__all__ = ["VERDICT_COLORS", "plot_capacity", "plot_latency_verdicts", "plot_load_curves", "protocol_caption"]
 
 #: win / tie / loss (Okabe-Ito: bluish green, grey, vermillion)
 VERDICT_COLORS = {"win": "#009E73", "tie": "#7F7F7F", "loss": "#D55E00"}
@@ -119,4 +121,70 @@ def plot_latency_verdicts(latency: pd.DataFrame, runs: pd.DataFrame, near_capaci
                      "seeds' mean JCT there (a choice that favours the baseline); paired mean of per-seed relative "
                      "differences with its 95% t interval; the verdict is on the interval of the per-seed "
                      "differences in seconds (win or loss only where it excludes zero)", protocol_caption(runs))
+    return fig
+
+
+def plot_load_curves(curves: pd.DataFrame, runs: pd.DataFrame, metrics=("jct_mean", "jct_p99"),
+                     workloads=None, panel_size: tuple[float, float] = (3.4, 2.7)):
+    """One row of panels per metric, one column per workload (canonical order): per policy, a line
+    through the seeds' mean at the loads within its capacity, the 95% t interval as a band, and at
+    its first load past capacity a hollow marker on the panel's top edge (overload: its numbers are
+    in the overload table, never a latency; plotting them would squash the curves). ``curves``:
+    :func:`topas.experiments.protocol_curves.load_curves`; ``runs``: the protocol's runs (for the
+    caption). A row whose means span :data:`~topas.plots.style.LOG_SPAN` or more gets a log axis
+    (the label says so). Returns the figure."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    from matplotlib.transforms import blended_transform_factory
+
+    workloads = workload_order(curves["workload"] if workloads is None else workloads)
+    policies = policy_order(curves["policy"])
+    inside_all = curves[curves["claim"] == "latency"]
+    nr, nc = len(metrics), len(workloads)
+    fig, axes = plt.subplots(nr, nc, figsize=(panel_size[0] * nc, panel_size[1] * nr + 1.3),
+                             squeeze=False, sharex="col", layout="constrained")
+    any_log = False
+    for i, m in enumerate(metrics):
+        log = needs_log_scale(inside_all[m], LOG_SPAN)
+        any_log |= log
+        for j, w in enumerate(workloads):
+            ax = axes[i][j]
+            sub = curves[curves["workload"] == w]
+            top, marks = 0.0, []
+            for p in policies:
+                g = sub[sub["policy"] == p].sort_values("load")
+                st = policy_style(p)
+                inside = g[g["claim"] == "latency"]
+                if not inside.empty:
+                    low = inside[f"{m}_low"].fillna(inside[m])
+                    high = inside[f"{m}_high"].fillna(inside[m])
+                    ax.fill_between(inside["load"], low.clip(lower=0), high, color=st["color"], alpha=0.15, lw=0)
+                    ax.plot(inside["load"], inside[m], lw=1.6, ms=4.5, **st)
+                    top = max(top, float(high.max()))
+                marks += [(float(x), p) for x in g.loc[g["claim"] == "overload", "load"]]
+            if not log:
+                _zero_based(ax, top * 1.12 if top else None)
+            _tidy_y_axis(ax, log)
+            edge = blended_transform_factory(ax.transData, ax.transAxes)
+            stacked: dict[float, int] = {}
+            for x, p in marks:  # policies past capacity at the same load stack downwards
+                k = stacked[x] = stacked.get(x, -1) + 1
+                st = policy_style(p)
+                ax.plot([x], [0.96 - 0.07 * k], transform=edge, linestyle="none", marker=st["marker"], ms=5.5,
+                        markerfacecolor="white", markeredgecolor=st["color"], markeredgewidth=1.3, clip_on=False)
+            if i == 0:
+                ax.set_title(workload_label(w))
+            ax.set_xlabel(LOAD_LABEL if i == nr - 1 else "")
+            ax.set_ylabel(METRIC_LABELS.get(m, m) + (", log scale" if log else "") if j == 0 else "")
+            loads = sorted(sub["load"].unique())
+            ax.set_xticks(loads[::2] if len(loads) > 6 else loads)
+            ax.set_xlim(loads[0] - 0.06, loads[-1] + 0.06)
+    extra = [(Patch(facecolor="0.5", alpha=0.3, lw=0), "band: 95% t interval of the seeds' mean"),
+             (Line2D([], [], linestyle="none", marker="o", markerfacecolor="white", markeredgecolor="0.3"),
+              "hollow, top edge: first load past capacity")]
+    _policy_legend(fig, policies, max_cols=3 if nc == 1 else 7, extra=extra)
+    add_caption(fig, "Line: the seeds' mean at the loads within the policy's capacity (every seed stable there "
+                     "and at every lower grid load); per-policy intervals, not paired comparisons (those are in "
+                     "the verdict table); a policy's first load past capacity is marked on the top edge and "
+                     "reported in the overload table", protocol_caption(runs), log_note() if any_log else "")
     return fig
