@@ -58,8 +58,8 @@ def _round(df: pd.DataFrame) -> pd.DataFrame:
     out = df.copy()
     for c in out.columns:
         if out[c].dtype.kind == "f" and not c.endswith("p_value"):  # p-values: 3 significant digits (_p)
-            sec = c.endswith(("_s", "_start", "jct_mean", "jct_low", "jct_high")) or c in ("t0", "t1", "queue_time",
-                                                                                           "oldest_wait")
+            sec = (c.endswith(("_s", "_start", "jct_low", "jct_high")) or "jct_mean" in c
+                   or c in ("t0", "t1", "queue_time", "oldest_wait"))
             out[c] = out[c].round(1 if sec else 3)
     return out
 
@@ -72,7 +72,8 @@ def collapses(evidence: pd.DataFrame, jobs: int) -> pd.DataFrame:
     found = C.find_collapses(evidence)
     exps, nbs = [], []
     for r in found.itertuples(index=False):
-        nb = float(r.seed_stable_above.split(";")[0]) if r.seed_stable_above else float(r.all_stable_above.split(";")[0])
+        above = r.seed_stable_above or r.all_stable_above  # the same seed's first stable load, else every seed's
+        nb = float(above.split(";")[0])
         exps.append(Experiment(r.workload, r.policy, {}, load=r.load, seed=r.seed, n_tasks=r.n_tasks))
         nbs.append(Experiment(r.workload, r.policy, {}, load=nb, seed=r.seed, n_tasks=r.n_tasks))
     prof = map_experiments(C.profile_experiment, exps + nbs, jobs=jobs, desc="collapses and neighbours")
