@@ -24,9 +24,10 @@ def test_cpu_test_dry_run_prints_the_stand_in():
     assert cmd[cmd.index("--port") + 1] == "30005" and cmd.count("--port") == 1
     assert cmd[cmd.index("--host") + 1] == "127.0.0.1" and "--enable-metrics" in cmd
     assert cmd[cmd.index("--model-path") + 1].endswith("tiny-llama")
+    assert "--sleep-on-idle" in cmd  # an idle stand-in must not keep a core busy
 
 
 def test_docs_give_the_same_recipe():
     text = (ROOT / "docs" / "gpu.md").read_text()
-    assert "topas serve --cpu-test" in text and "--context-length 16384" in text
+    assert "topas serve --cpu-test" in text and "--context-length 16384" in text and "--sleep-on-idle" in text
     assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in text

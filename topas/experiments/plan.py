@@ -32,9 +32,12 @@ __all__ = ["arrival_span", "last_arrival", "REPLAY_OVERHEAD_S", "ReplayEstimate"
            "replay_order", "Stage", "wall_on_servers", "plan_lines", "format_hours", "CPU_PROFILE"]
 
 #: Seconds a replay costs besides its arrivals and drain (the health check, the plugin handshake,
-#: ``/flush_cache``, reading the plugin's decision count after the run, writing the result);
-#: measured on the CPU stand-in servers, 1-4 s per replay on a busy 2-core machine.
-REPLAY_OVERHEAD_S = 3.0
+#: ``/flush_cache``, reading the plugin's decision count after the run, writing the result).
+#: Measured on two CPU stand-in servers that sleep when idle (``--sleep-on-idle``; docs/gpu.md),
+#: the afternoon grid with one task per replay: each replay's wall time exceeds its makespan by
+#: 1.01-1.02 s (20 of 20 replays), and the pool of 20 took 88.1 s on 2 servers for 153 s of
+#: makespans, 1.15 s per replay in all. (Beside stand-ins that spun a core each, it was 1-4 s.)
+REPLAY_OVERHEAD_S = 1.2
 #: The profile the plan's twins use for a CPU server (the stand-in's measured profile).
 CPU_PROFILE = Path(__file__).resolve().parents[2] / "data" / "profiles" / "cpu_tiny-llama.json"
 @dataclass(frozen=True)

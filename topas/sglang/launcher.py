@@ -143,8 +143,12 @@ def tiny_model_dir():
 
 def cpu_standin_args(model_dir: str | os.PathLike, port: int, max_total_tokens: int = CPU_STANDIN_POOL) -> list[str]:
     """:func:`cpu_test_args` for real traces: ``--context-length`` :data:`CPU_STANDIN_CONTEXT`
-    (with :func:`cpu_standin_env`)."""
-    return [*cpu_test_args(model_dir, port, max_total_tokens), "--context-length", str(CPU_STANDIN_CONTEXT)]
+    (with :func:`cpu_standin_env`), and ``--sleep-on-idle``: an idle CPU server's scheduler loop
+    otherwise keeps a core busy polling (SGLang's ``IdleSleeper`` instead blocks on its sockets and
+    wakes on the next message), so several stand-ins on a small machine leave the replay client no
+    core."""
+    return [*cpu_test_args(model_dir, port, max_total_tokens), "--context-length", str(CPU_STANDIN_CONTEXT),
+            "--sleep-on-idle"]
 
 
 def cpu_standin_env(env: Mapping[str, str]) -> dict[str, str]:
