@@ -304,7 +304,7 @@ def test_robustness_grid_varies_one_axis_at_a_time():
     conds = [analysis.knowledge_condition({**e.fields(), "params": dict(e.params)}) for e in exps]
     assert len({e.key() for e in exps}) == len(exps)
     ref = [e.policy for e, c in zip(exps, conds) if c[0] == "reference"]
-    assert sorted(ref) == sorted(grid.POLICIES)
+    assert sorted(ref) == sorted(grid.ROBUST_POLICIES) and "topas-plus" in ref
     knowing = {e.policy for e, c in zip(exps, conds) if c[0] in ("prior noise", "prior bias", "DAG visibility")}
     assert knowing == set(grid.KNOWLEDGE_POLICIES)
     assert {c[2] for c in conds if c[0] == "arrivals"} == set(grid.ROBUST_QUICK.cvs)
@@ -332,7 +332,33 @@ def test_robustness_table_and_verdict_from_summary_rows():
     noise = table[(table["axis"] == "prior noise")].set_index(["policy", "setting"])
     assert noise.loc[("fcfs", 1.0), "source"] == "reference" and noise.loc[("fcfs", 1.0), "jct_mean"] == 100.0
     assert noise.loc[("topas", 1.0), "mean vs reference %"] == pytest.approx(100 * (110 / 80 - 1))
-    v = analysis.robustness_verdict(table).set_index(["axis", "setting"])
+    verdict = analysis.robustness_verdict(table)
+    assert set(verdict["policy"]) == {"topas"}  # no TOPAS+ rows without TOPAS+ runs
+    v = verdict.set_index(["axis", "setting"])
     assert v.loc[("prior noise", 0.0), "standing"] == "better"  # 80 vs spf's 90
     assert v.loc[("prior noise", 1.0), "standing"] == "worse" and not v.loc[("prior noise", 1.0), "same as reference"]
     assert v.loc[("arrivals", 3.0), "best baseline (mean)"] == "spf"
+
+
+def test_robustness_verdict_judges_each_candidate_against_the_baselines_only():
+    """TOPAS+ gets rows of its own, against the best *baseline* (TOPAS is no baseline of it), and its
+    standing is compared with its own reference run's."""
+    import pandas as pd
+
+    from topas.experiments import analysis
+
+    def row(policy, mean, **kw):
+        base = {"workload": "w", "policy": policy, "params": "{}", "seed": 0, "jct_mean": mean, "jct_p99": 2 * mean,
+                "prior_noise": 0.0, "prior_bias": 1.0, "dag_visibility": "full", "arrivals": "poisson"}
+        return {**base, **kw}
+
+    rows = [row("fcfs", 100.0), row("lpm", 90.0), row("topas", 50.0), row("topas-plus", 99.0),
+            row("topas", 55.0, prior_noise=1.0), row("topas-plus", 95.0, prior_noise=1.0),
+            row("topas", 60.0, prior_bias=2.0), row("topas-plus", 80.0, prior_bias=2.0)]
+    v = analysis.robustness_verdict(analysis.robustness_table(pd.DataFrame(rows)))
+    plus = v[v["policy"] == "topas-plus"].set_index(["axis", "setting"])
+    assert plus.loc[("prior noise", 0.0), "vs best: mean %"] == pytest.approx(100 * (99 / 90 - 1))  # lpm, not topas
+    assert plus.loc[("prior noise", 0.0), "standing"] == "worse"
+    assert plus.loc[("prior bias", 2.0), "standing"] == "better" and not plus.loc[("prior bias", 2.0), "same as reference"]
+    topas = v[v["policy"] == "topas"].set_index(["axis", "setting"])
+    assert topas.loc[("prior bias", 2.0), "same as reference"]

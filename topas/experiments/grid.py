@@ -185,7 +185,10 @@ def sensitivity(
 #: read neither; Parrot-FCFS reads only the order of the ready stages, which ``online`` keeps.
 #: For those the baseline run stands for every knowledge setting (``tests/test_knowledge.py``
 #: checks that their results do not change).
-KNOWLEDGE_POLICIES = ("spf", "topas")
+KNOWLEDGE_POLICIES = ("spf", "topas", "topas-plus")
+#: Notebook 14's policies: every registered baseline, TOPAS and TOPAS+ (ours; it reads output
+#: priors and DAGs as TOPAS does).
+ROBUST_POLICIES = POLICIES + ("topas-plus",)
 
 
 @dataclass(frozen=True)
@@ -232,7 +235,8 @@ def robustness(
       TOPAS trusting the prior instead of learning from finished calls);
     * gamma arrivals of each CV in ``cvs`` (same mean rate): every policy.
 
-    ``params`` apply to the TOPAS policies (merged under the knowledge runs' own)."""
+    Every policy is :data:`ROBUST_POLICIES`. ``params`` apply to the TOPAS policies (merged
+    under the knowledge runs' own)."""
     sz = robustness_size(quick)
     engine = default_engine()
     overrides = dict(ROBUST_LOAD_OVERRIDES if load_overrides is None else load_overrides)
@@ -244,7 +248,7 @@ def robustness(
                               n_tasks=sz.n_tasks, engine=engine, **knowledge))
 
     for w, s in itertools.product(workloads, sz.seeds):
-        for p in POLICIES:
+        for p in ROBUST_POLICIES:
             add(w, p, s)
             for cv in sz.cvs:
                 add(w, p, s, arrivals=f"gamma:{cv:g}")
