@@ -113,6 +113,18 @@ def test_the_verdict_has_a_declared_and_an_in_sample_candidate():
     assert "best of 2 cells" in v["selection"].iloc[1]
 
 
+def test_the_verdict_says_which_workloads_a_selection_saw():
+    """TOPAS-both and TOPAS+ were selected on the synthetic workloads: their rows are in-sample there,
+    held-out on the MetaGPT workflows and the random DAGs; the study runs all nine on 5 seeds."""
+    jcts = {("lpm", "lru"): (10.0, 11.0, 12.0), es.DECLARED: (9.0, 10.0, 11.1)}
+    summaries = {(w, "none", a, e): {s: _summary(j, 10) for s, j in enumerate(v)}
+                 for w in ("dag-4", "metagpt-tl", "random-dag-1002") for (a, e), v in jcts.items()}
+    v = es.build_tables(summaries, {k: (True, 0) for k in summaries})["verdict"]
+    assert dict(zip(v["workload"], v["sample"])) == {"dag-4": "in-sample", "metagpt-tl": "held-out",
+                                                     "random-dag-1002": "held-out"}
+    assert {"random-dag-1000", "metagpt-sop", "chain-3"} <= set(es.WORKLOADS) and es.FULL.n_seeds == 5
+
+
 def test_a_policy_that_decides_eviction_runs_in_the_eviction_study_only():
     """TOPAS-both under the engine's default eviction is TOPAS+: the sweeps over every policy
     (the results table) leave it out; the eviction study runs it with its own order."""

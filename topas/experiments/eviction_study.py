@@ -4,7 +4,8 @@ The grid: admission (the scheduler: FCFS, LPM, SPF, TOPAS, TOPAS+) x eviction (t
 order of evicting cached KV: ``lru``, SGLang's; ``lfu``; ``priority``, the admission policy's own
 request priorities; ``kvflow``, KVFlow's steps-to-execution; ``belady``, the offline bound) x host
 tier (``none``, stock SGLang; ``hicache``, an evicted entry kept in host memory) on the five
-workloads at nominal load, over the protocol's first evaluation seeds.
+workloads and the four held-out random workflows at nominal load, over the protocol's 5
+evaluation seeds.
 
 **The bound.** ``belady`` reads the run's true future (every task's arrival and DAG before it
 arrives; :mod:`topas.engine.future`): it is an offline bound that no scheduler can reach, not a
@@ -44,13 +45,16 @@ import pandas as pd
 from topas.experiments.protocol.paired import compare_latency
 from topas.experiments.protocol.seeds import EVALUATION_SEEDS, first
 from topas.experiments.protocol.steady import steady_state
+from topas.experiments.protocol_study import HELD_OUT, IN_SAMPLE
 from topas.experiments.spec import Experiment
 
 __all__ = ["ADMISSIONS", "BASELINE_ADMISSIONS", "BOUND", "EVICTIONS", "EvictionSize", "FULL", "GAP_COLUMNS",
            "HOST_TIERS", "LOAD", "MATTERS_COLUMNS", "QUICK", "RUN_COLUMNS", "VERDICT_COLUMNS", "WORKLOADS",
            "build_tables", "eviction_size", "eviction_study_grid", "eviction_study_tables"]
 
-WORKLOADS = ("chain-3", "dag-4", "dag-10-wide", "metagpt-sop", "metagpt-tl")
+#: the protocol's workloads: the synthetic ones TOPAS-both's (and TOPAS+'s) selection saw, then the
+#: held-out MetaGPT workflows and random DAGs (:data:`topas.experiments.protocol_study.HELD_OUT`)
+WORKLOADS = IN_SAMPLE + HELD_OUT
 BASELINE_ADMISSIONS = ("fcfs", "lpm", "spf")
 ADMISSIONS = BASELINE_ADMISSIONS + ("topas", "topas-plus", "topas-both")
 #: admissions that decide eviction themselves: they run with that order only (TOPAS-both's
@@ -83,9 +87,9 @@ class EvictionSize:
     admissions: tuple[str, ...] | None = None
 
 
-#: sized to fit ``make reproduce``'s budget: 555 runs (525 measured at 551 CPU-s, about 4.6 min on 2 free
-#: cores, before TOPAS-both's 30); the host-tier half leaves out FCFS, SPF and TOPAS
-FULL = EvictionSize(n_tasks=100, n_seeds=3, host_n_tasks=100, host_n_seeds=3,
+#: the protocol's 5 evaluation seeds on its nine workloads, 100 tasks per run (short, for
+#: ``make reproduce``'s budget): 1,665 runs; the host-tier half leaves out FCFS, SPF and TOPAS
+FULL = EvictionSize(n_tasks=100, n_seeds=5, host_n_tasks=100, host_n_seeds=5,
                     host_admissions=("lpm", "topas-plus", "topas-both"))
 #: a check that the notebook runs (``make test``), not a result: a baseline and our two, 160 runs
 QUICK = EvictionSize(n_tasks=40, n_seeds=2, host_n_tasks=40, host_n_seeds=2, host_admissions=("lpm",),
@@ -98,7 +102,7 @@ GAP_COLUMNS = ("workload", "host_tier", "admission", "eviction", "seeds", "uncac
                "note")
 MATTERS_COLUMNS = ("workload", "host_tier", "admission", "best_eviction", "seeds", "difference_s", "low_s", "high_s",
                    "relative_pct", "relative_low_pct", "relative_high_pct", "verdict", "spread_pct")
-VERDICT_COLUMNS = ("workload", "host_tier", "selection", "candidate", "baseline", "seeds", "difference_s", "low_s", "high_s",
+VERDICT_COLUMNS = ("workload", "sample", "host_tier", "selection", "candidate", "baseline", "seeds", "difference_s", "low_s", "high_s",
                    "relative_pct", "relative_low_pct", "relative_high_pct", "verdict")
 
 
@@ -263,7 +267,8 @@ def build_tables(summaries: Mapping[tuple[str, str, str, str], Mapping[int, Mapp
                        min(stable_ours, key=lambda k: _mean(jct[k].values())) if stable_ours else None,
                        "no stable TOPAS / TOPAS+ / TOPAS-both cell"))
         for selection, p, why in picks:
-            row = {"workload": w, "host_tier": host, "selection": selection,
+            row = {"workload": w, "sample": "in-sample" if w in IN_SAMPLE else "held-out", "host_tier": host,
+                   "selection": selection,
                    "seeds": len(summaries[cells[0]]) if cells else 0}
             if not base or p is None:
                 row["verdict"] = "not compared: " + ("no stable baseline cell" if not base else why)

@@ -33,8 +33,10 @@ def eviction_caption(runs: pd.DataFrame, host_tier: str = "none") -> str:
             "its 95% t interval; a missing bar: a compared cell is not stable (not compared).")
 
 
-def plot_belady_gap(gap: pd.DataFrame, host_tier: str = "none", panel_size: tuple[float, float] = (3.3, 2.4)):
-    """Notebook 15: one column per workload; top row the uncached-token gap to Belady (percent),
+def plot_belady_gap(gap: pd.DataFrame, host_tier: str = "none", panel_size: tuple[float, float] = (3.3, 2.4),
+                    max_cols: int = 5):
+    """Notebook 15: one column per workload (at most ``max_cols``, then a further band of
+    workloads below); in each band the top row is the uncached-token gap to Belady (percent), the
     bottom row the mean-JCT gap (percent, with its paired 95% interval); groups of bars per
     admission policy, one bar per eviction order. Returns the figure."""
     from matplotlib.patches import Patch
@@ -44,16 +46,21 @@ def plot_belady_gap(gap: pd.DataFrame, host_tier: str = "none", panel_size: tupl
     admissions = policy_order(df["admission"])
     evictions = [e for e in EVICTION_ORDER if e in set(df["eviction"])]
     evictions += sorted(set(df["eviction"]) - set(evictions))
-    nc = max(len(workloads), 1)
-    fig, axes = plt.subplots(2, nc, figsize=(panel_size[0] * nc, panel_size[1] * 2 + 1.0), squeeze=False,
-                             layout="constrained")
+    nc = max(min(len(workloads), max_cols), 1)
+    bands = max(-(-len(workloads) // nc), 1)
+    fig, axes = plt.subplots(2 * bands, nc, figsize=(panel_size[0] * nc, (panel_size[1] * 2 + 0.6) * bands + 0.4),
+                             squeeze=False, layout="constrained")
+    for k in range(len(workloads), bands * nc):  # the last band's empty panels
+        for i in range(2):
+            axes[2 * (k // nc) + i][k % nc].set_visible(False)
     width = 0.8 / max(len(evictions), 1)
     x0 = np.arange(len(admissions))
-    for j, w in enumerate(workloads):
+    for n, w in enumerate(workloads):
+        band, j = divmod(n, nc)
         sub = df[df["workload"] == w]
         for i, (col, label) in enumerate((("uncached_gap_pct", "uncached tokens\nvs Belady (%)"),
                                            ("jct_gap_pct", "mean JCT\nvs Belady (%)"))):
-            ax = axes[i][j]
+            ax = axes[2 * band + i][j]
             for k, e in enumerate(evictions):
                 s = sub[sub["eviction"] == e].set_index("admission").reindex(admissions)
                 xs = x0 - 0.4 + width * (k + 0.5)
