@@ -135,3 +135,12 @@ def test_a_policy_that_decides_eviction_runs_in_the_eviction_study_only():
     assert {e.policy for e in grid.results_table(quick=True)} == set(grid.swept_policies())
     both = [e for e in es.eviction_study_grid(("dag-4",)) if e.policy == "topas-both"]
     assert both and all(dict(e.engine_options)["eviction"] == "policy" for e in both)
+
+
+def test_runs_name_the_growing_seeds_and_the_seeds_table_counts_them():
+    summaries = {("w", "none", a, "lru"): {s: _summary(10.0, 10) for s in range(3)} for a in ("lpm", "spf")}
+    stable = {("w", "none", "lpm", "lru"): (False, 1, (2,)), ("w", "none", "spf", "lru"): (False, 2, (0, 2))}
+    t = es.build_tables(summaries, stable)
+    assert list(t["runs"]["growing"]) == ["2", "0 2"]
+    assert t["seeds"].set_index("seed")["cells_growing"].to_dict() == {0: 1, 1: 0, 2: 2}
+    assert set(t["seeds"]["cells"]) == {2}

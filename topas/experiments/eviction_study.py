@@ -49,7 +49,7 @@ from topas.experiments.protocol_study import HELD_OUT, IN_SAMPLE
 from topas.experiments.spec import Experiment
 
 __all__ = ["ADMISSIONS", "BASELINE_ADMISSIONS", "BOUND", "EVICTIONS", "EvictionSize", "FULL", "GAP_COLUMNS",
-           "HOST_TIERS", "LOAD", "MATTERS_COLUMNS", "QUICK", "RUN_COLUMNS", "VERDICT_COLUMNS", "WORKLOADS",
+           "HOST_TIERS", "LOAD", "MATTERS_COLUMNS", "QUICK", "RUN_COLUMNS", "SEED_COLUMNS", "VERDICT_COLUMNS", "WORKLOADS",
            "build_tables", "eviction_size", "eviction_study_grid", "eviction_study_tables"]
 
 #: the protocol's workloads: the synthetic ones TOPAS-both's (and TOPAS+'s) selection saw, then the
@@ -96,12 +96,13 @@ QUICK = EvictionSize(n_tasks=40, n_seeds=2, host_n_tasks=40, host_n_seeds=2, hos
                      admissions=("lpm", "topas-plus", "topas-both"))
 
 RUN_COLUMNS = ("workload", "host_tier", "admission", "eviction", "bound", "load", "seeds", "tasks", "cached_pct",
-               "uncached_tokens", "jct_mean", "jct_p99", "stable", "growing_seeds")
+               "uncached_tokens", "jct_mean", "jct_p99", "stable", "growing_seeds", "growing")
 GAP_COLUMNS = ("workload", "host_tier", "admission", "eviction", "seeds", "uncached_tokens", "bound_uncached_tokens",
                "uncached_gap_pct", "jct_mean", "bound_jct_mean", "jct_gap_pct", "jct_gap_low_pct", "jct_gap_high_pct",
                "note")
 MATTERS_COLUMNS = ("workload", "host_tier", "admission", "best_eviction", "seeds", "difference_s", "low_s", "high_s",
                    "relative_pct", "relative_low_pct", "relative_high_pct", "verdict", "spread_pct")
+SEED_COLUMNS = ("seed", "cells", "cells_growing")
 VERDICT_COLUMNS = ("workload", "sample", "host_tier", "selection", "candidate", "baseline", "seeds", "difference_s", "low_s", "high_s",
                    "relative_pct", "relative_low_pct", "relative_high_pct", "verdict")
 
@@ -158,7 +159,7 @@ def eviction_study_tables(workloads: tuple[str, ...] = WORKLOADS, quick: bool = 
     for key, by_seed in cells.items():
         summaries[key] = {s: store.meta(e)["summary"] for s, e in by_seed.items()}
         st = steady_state({s: store.load_table(e, "tasks") for s, e in by_seed.items()}, what="/".join(key))
-        stable[key] = (st.stable, len(st.growing_seeds))
+        stable[key] = (st.stable, len(st.growing_seeds), st.growing_seeds)
     return build_tables(summaries, stable)
 
 
@@ -178,10 +179,12 @@ def build_tables(summaries: Mapping[tuple[str, str, str, str], Mapping[int, Mapp
 
     ``summaries[(workload, host tier, admission, eviction)][seed]``: a run's summary (``jct_mean``,
     ``jct_p99``, ``prompt_tokens``, ``cached_tokens``, ``n_tasks``); ``stable[cell]``: (stable by the
-    steady-state test, number of growing seeds). Returns
+    steady-state test, number of growing seeds[, which seeds]). Returns
 
     * ``runs``: one row per cell: seeds' means of the cached share, uncached prompt tokens, mean
-      and p99 JCT, and stability;
+      and p99 JCT, and stability (``growing``: the seeds whose run grows);
+    * ``seeds``: per arrival seed, in how many of the cells its run grows (a seed whose arrivals
+      read as growth in many cells, every policy's, says the run length is short for the test);
     * ``gap``: the Belady gap, one row per cell with a non-bound eviction whose bound cell ran:
       uncached tokens and mean JCT against the bound's (percent), the JCT gap's paired 95% interval
       where both are stable;
@@ -202,7 +205,8 @@ def build_tables(summaries: Mapping[tuple[str, str, str, str], Mapping[int, Mapp
                      "load": LOAD, "seeds": len(ms), "tasks": int(ms[0]["n_tasks"]),
                      "cached_pct": 100 * _mean(share), "uncached_tokens": _mean(_uncached(m) for m in ms),
                      "jct_mean": _mean(jct[key].values()), "jct_p99": _mean(float(m["jct_p99"]) for m in ms),
-                     "stable": bool(stable[key][0]), "growing_seeds": int(stable[key][1])})
+                     "stable": bool(stable[key][0]), "growing_seeds": int(stable[key][1]),
+                     "growing": " ".join(str(x) for x in stable[key][2]) if len(stable[key]) > 2 else ""})
 
     def is_stable(k: tuple) -> bool:
         return bool(stable[k][0])
@@ -280,7 +284,11 @@ def build_tables(summaries: Mapping[tuple[str, str, str, str], Mapping[int, Mapp
                            relative_low_pct=100 * c.relative_low, relative_high_pct=100 * c.relative_high,
                            verdict=c.verdict)
             verdict.append(row)
+    seeds = sorted({x for v in stable.values() if len(v) > 2 for x in v[2]} | {x for v in summaries.values() for x in v})
+    growing = [{"seed": x, "cells": len(stable),
+                "cells_growing": sum(1 for v in stable.values() if len(v) > 2 and x in v[2])} for x in seeds]
     return {"runs": pd.DataFrame(runs).reindex(columns=list(RUN_COLUMNS)),
+            "seeds": pd.DataFrame(growing).reindex(columns=list(SEED_COLUMNS)),
             "gap": pd.DataFrame(gap).reindex(columns=list(GAP_COLUMNS)),
             "matters": pd.DataFrame(matters).reindex(columns=list(MATTERS_COLUMNS)),
             "verdict": pd.DataFrame(verdict).reindex(columns=list(VERDICT_COLUMNS))}

@@ -63,6 +63,9 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("eviction_gap.md", "Eviction: the Belady gap",
      "Each eviction order against Belady (an offline bound that reads the true future; not a policy) under the "
      "same admission policy: uncached prompt tokens and mean JCT in percent of the bound's."),
+    ("eviction_seeds.md", "Eviction: which arrival seeds read as growth",
+     "Per arrival seed, in how many of the study's cells (100 tasks per run) the steady-state test finds its run "
+     "growing; a seed that grows under nearly every policy says the runs are short for the test."),
     ("ablations_table.md", "Ablations", "TOPAS with one component removed at a time."),
     ("claims_ablations_table.md", "Ablation claims", "The paper's ablation claims next to ours."),
     ("topas_plus_table.md", "TOPAS+ (ours, not the paper's)", "Our extension against TOPAS and the baselines."),
