@@ -126,9 +126,10 @@ CASES: dict[str, Case] = {c.name: c for c in (
     # disagree: b a c b c a a. When c's first call needs room, b's prefix is the older (lru and lfu,
     # both hit_count 0, evict it) and has fewer later calls (1 against a's 2: `reuse` evicts it too),
     # but b is due sooner (2 steps after its call, a 3 after its: `steps` priorities 3 and 2), so
-    # `steps` evicts a's prefix and b's second call hits. 4 s apart: a task's 7 calls take ~1-2 s
+    # `steps` evicts a's prefix and b's second call hits. 10 s apart, so the tasks do not overlap:
+    # a task's 7 calls took up to 5.6 s on the loaded 2-core machine (4 s apart, they overlapped)
     Case("evict-steps", "context", agents=3, prefix_tokens=1024, input_tokens=64, output_tokens=16,
-         pool_tokens=POOL, chain=("b", "a", "c", "b", "c", "a", "a"), n_tasks=2, gap_s=4.0),
+         pool_tokens=POOL, chain=("b", "a", "c", "b", "c", "a", "a"), n_tasks=2, gap_s=10.0),
 )}
 
 #: The cases the eviction modes are recorded on (the three eviction cases; a burst and shared
