@@ -81,6 +81,22 @@ def test_steps_is_kvflows_steps_to_execution():
     assert got == [5, 3, 0, 0, 0]
 
 
+def test_steps_and_reuse_disagree_on_the_evict_steps_case():
+    """b a c b c a a: when c's first call (s2) needs room, a's prefix has more later calls (reuse 2
+    against b's 1) but b is due sooner (b's next call two steps after its own, a's three: steps
+    priorities 3 and 2), so the two rules keep different prefixes."""
+    trace = case_trace(CASES["evict-steps"])
+    got = {}
+    for name in ("reuse", "steps"):
+        rule = pr.make_rule(name)
+        got[name] = [pr.client_priority(rule, _ctx(trace, "t000", f"s{k}", {"t000": {f"s{j}" for j in range(k)}}))
+                     for k in range(7)]
+    assert got["reuse"] == [1, 2, 1, 0, 0, 1, 0]
+    assert got["steps"] == [3, 2, 4, 0, 0, 5, 0]
+    assert find_mode("evict-priority-steps").priority == "steps"
+    assert find_mode("evict-priority-steps").eviction == "priority"
+
+
 def test_priorities_are_signed_64_bit_ints():
     assert pr.check_priority(None, "x") is None
     assert pr.check_priority(-3, "x") == -3

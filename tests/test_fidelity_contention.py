@@ -283,13 +283,17 @@ def test_the_default_engine_reproduces_the_servers_cached_tokens_on_shared_conte
         assert (cached == case.prefix_tokens + case.context_tokens).any()
 
 
-@pytest.mark.parametrize("name", ["evict-freq", "evict-reuse"])
+@pytest.mark.parametrize("name", ["evict-freq", "evict-reuse", "evict-steps"])
 def test_the_eviction_cases_agree_request_by_request_under_every_policy(name):
     """The recorded CPU-server runs of the eviction cases (stock fcfs, 3 repeats per
-    ``--radix-eviction-policy``): the server separates the policies (the last call of each task
-    hits under some, misses under others), and the simulator with the same eviction (and priority
-    rule) gives every request the server's ``cached_tokens`` in every run."""
+    ``--radix-eviction-policy``, priority with no rule, ``reuse`` and ``steps``): the server
+    separates the policies (a call of each task hits under some, misses under others), and the
+    simulator with the same eviction (and priority rule) gives every request the server's
+    ``cached_tokens`` in every run."""
     case = ct.CASES[name]
+    # the call that separates the policies: the last one (a or b again); in evict-steps the first
+    # task's second b call (the second task's follows from the first's leftover priorities)
+    probe = "t000/s3" if name == "evict-steps" else "/s4"
     last = {}
     for mode in ct.EVICTION_MODES.values():
         d = ct.OUT_DIR / name / mode.name
@@ -298,10 +302,17 @@ def test_the_eviction_cases_agree_request_by_request_under_every_policy(name):
         reqs, runs = ct.compare_runs(d, case, mode, "sglang", ct.OUT_DIR / "traces", "observed")
         assert len(runs) == 3 and (runs["noise_hit_agree"] == 1.0).all()  # the server repeats itself
         assert (runs["cached_agree"] == 1.0).all(), (mode.name, runs[["repeat", "cached_agree"]])
-        last[mode.name] = tuple(reqs[reqs["rid"].str.endswith("/s4")]["cached_server"].astype(int))
-    assert {"evict-lru", "evict-lfu", "evict-priority"} <= set(last)
+        last[mode.name] = tuple(reqs[reqs["rid"].str.endswith(probe)]["cached_server"].astype(int))
+    assert {"evict-lru", "evict-lfu", "evict-priority", "evict-priority-steps"} <= set(last)
     p = case.prefix_tokens
-    if name == "evict-freq":  # a's prefix: evicted under lru, kept under lfu and the reuse priorities
-        assert set(last["evict-lru"]) == {0} and set(last["evict-lfu"]) == set(last["evict-priority"]) == {p}
-    else:  # b's prefix: kept under lru and the reuse priorities, evicted under lfu
-        assert set(last["evict-lfu"]) == {0} and set(last["evict-lru"]) == set(last["evict-priority"]) == {p}
+    if name == "evict-freq":  # a's prefix: evicted under lru, kept under lfu and the reuse and steps priorities
+        assert set(last["evict-lru"]) == {0}
+        assert set(last["evict-lfu"]) == set(last["evict-priority"]) == set(last["evict-priority-steps"]) == {p}
+    elif name == "evict-reuse":  # b's prefix: kept under lru and the reuse priorities, evicted under lfu and
+        # steps (a's prefix keeps the 5 of a's first call, due again at once; b's call gave 4)
+        assert set(last["evict-lfu"]) == set(last["evict-priority-steps"]) == {0}
+        assert set(last["evict-lru"]) == set(last["evict-priority"]) == {p}
+    else:  # b's prefix, older and used less often than a's but due sooner: kept only under steps
+        assert set(last) == set(ct.EVICTION_MODES)
+        assert {m: set(v) for m, v in last.items()} == {m: {p} if m == "evict-priority-steps" else {0}
+                                                         for m in ct.EVICTION_MODES}

@@ -122,11 +122,19 @@ CASES: dict[str, Case] = {c.name: c for c in (
     # (its call foresees b's second) outranks a's second call's, so priority keeps b too
     Case("evict-reuse", "context", agents=3, prefix_tokens=1024, input_tokens=64, output_tokens=16,
          pool_tokens=POOL, chain=("a", "a", "b", "c", "b"), n_tasks=2, gap_s=2.0),
+    # where KVFlow's steps-to-execution (how soon an agent is due) and the `reuse` count (how often)
+    # disagree: b a c b c a a. When c's first call needs room, b's prefix is the older (lru and lfu,
+    # both hit_count 0, evict it) and has fewer later calls (1 against a's 2: `reuse` evicts it too),
+    # but b is due sooner (2 steps after its call, a 3 after its: `steps` priorities 3 and 2), so
+    # `steps` evicts a's prefix and b's second call hits. 10 s apart, so the tasks do not overlap:
+    # a task's 7 calls took up to 5.6 s on the loaded 2-core machine (4 s apart, they overlapped)
+    Case("evict-steps", "context", agents=3, prefix_tokens=1024, input_tokens=64, output_tokens=16,
+         pool_tokens=POOL, chain=("b", "a", "c", "b", "c", "a", "a"), n_tasks=2, gap_s=10.0),
 )}
 
-#: The cases the eviction modes are recorded on (the two eviction cases; a burst and shared
+#: The cases the eviction modes are recorded on (the three eviction cases; a burst and shared
 #: contexts, where concurrent calls and partial matches meet the strategies, under some modes).
-EVICTION_CASES = ("evict-freq", "evict-reuse", "burst-3x3", "ctx-pool2")
+EVICTION_CASES = ("evict-freq", "evict-reuse", "evict-steps", "burst-3x3", "ctx-pool2")
 
 
 def comparable_cases() -> list[Case]:
@@ -142,7 +150,8 @@ MODES: dict[str, Mode] = {m.name: m for m in (
 #: Stock SGLang (fcfs) with each ``--radix-eviction-policy`` (SGLang 0.5.23,
 #: ``mem_cache/evict_policy.py``), for :data:`EVICTION_CASES`: lru named explicitly (the default),
 #: lfu, slru (protected after 2 hits, its default), priority with no priority sent (every request
-#: 0: only the prompt/output split's +1 orders the leaves), with the ``reuse`` rule, and tlru.
+#: 0: only the prompt/output split's +1 orders the leaves), with the ``reuse`` rule, with the
+#: ``steps`` rule (KVFlow's steps-to-execution), and tlru.
 EVICTION_MODES: dict[str, Mode] = {m.name: m for m in (
     Mode("evict-lru", plugin=False, schedule_policy="fcfs", policies=("fcfs",), eviction="lru"),
     Mode("evict-lfu", plugin=False, schedule_policy="fcfs", policies=("fcfs",), eviction="lfu"),
@@ -150,6 +159,8 @@ EVICTION_MODES: dict[str, Mode] = {m.name: m for m in (
     Mode("evict-priority-none", plugin=False, schedule_policy="fcfs", policies=("fcfs",), eviction="priority"),
     Mode("evict-priority", plugin=False, schedule_policy="fcfs", policies=("fcfs",), eviction="priority",
          priority="reuse"),
+    Mode("evict-priority-steps", plugin=False, schedule_policy="fcfs", policies=("fcfs",), eviction="priority",
+         priority="steps"),
     # T-LRU needs threshold > next_prompt_estimate (else SGLang refuses to start): a branch keeps
     # history + 64 - 1100 tokens, so a request's own prompt tail and output (past its 1,024-token
     # agent prefix) go first, then LRU
