@@ -272,3 +272,23 @@ def test_evidence_is_cached_by_key_and_a_mismatched_row_is_named(tmp_path):
     with pytest.raises(ValueError, match=r"seed=1") as err:
         evidence_for(exps, store, cache)
     assert str(cache) in str(err.value)
+
+
+def test_grid_bound_holds_every_run_the_protocol_made():
+    """The plan's bound for notebook 16 is every (workload, policy, grid load, seed) and the
+    convergence study: each shipped run of the final grid is one of them, and there are more (the
+    stopping rule skips the rest)."""
+    import pandas as pd
+
+    from topas.experiments import protocol_study as ps
+
+    bound = ps.grid_bound(ps.FULL)
+    keys = {e.key() for e in bound}
+    assert len(keys) == len(bound) == (len(ps.FULL.workloads) * len(ps.FULL.policies) * len(ps.FULL.loads)
+                                       * ps.FULL.n_seeds + len(ps.convergence_experiments(ps.FULL)))
+    ev = pd.read_csv(ps.default_evidence_path(None))
+    ev = ev[(ev["test"] == ps.TEST_VERSION) & ev["policy"].isin(ps.FULL.policies)
+            & ((ev["workload"].map(ps.FULL.n_tasks) == ev["n_tasks"]) | (ev["workload"] == ps.FULL.convergence_workload))]
+    assert len(ev) > 1500
+    assert set(ev["key"]) <= keys
+    assert len(keys) > len(set(ev["key"]))

@@ -72,9 +72,11 @@ __all__ = [
     "ProtocolSize",
     "capacity_grid_runs",
     "capacity_rows",
+    "convergence_experiments",
     "convergence_rows",
     "default_evidence_path",
     "evidence_for",
+    "grid_bound",
     "latency_rows",
     "overload_rows",
     "protocol_runs",
@@ -443,6 +445,20 @@ CONVERGENCE_COLUMNS = ("workload", "policy", "load", "n_tasks", "n_seeds", "n_gr
                        "jct_sd", "min_in_system_p", "min_jct_p", "level")
 
 
+def convergence_experiments(size: ProtocolSize) -> list[Experiment]:
+    """The convergence study's runs: every (policy, load, run length, seed) of its grid."""
+    return [_experiment(size.convergence_workload, p, l, s, n) for p in size.convergence_policies
+            for l in size.convergence_loads for n in size.convergence_lengths for s in size.seeds]
+
+
+def grid_bound(size: ProtocolSize) -> list[Experiment]:
+    """Every run the protocol can make: each (workload, policy, grid load, seed) and the
+    convergence study's runs. The stopping rule runs a subset (a pair stops at its first load where
+    a seed grows), so this is the most the grid can cost (``make reproduce``'s plan)."""
+    return [_experiment(w, p, l, s, size.n_tasks[w]) for w in size.workloads for p in size.policies
+            for l in size.loads for s in size.seeds] + convergence_experiments(size)
+
+
 def convergence_rows(size: ProtocolSize, store: Any = None, evidence_path: Path | None = None,
                      jobs: int | None = None, progress: bool = False) -> pd.DataFrame:
     """The convergence study: every (policy, load, run length, seed) of the size's convergence
@@ -450,8 +466,7 @@ def convergence_rows(size: ProtocolSize, store: Any = None, evidence_path: Path 
     from topas.experiments import ResultStore, run_sweep
 
     store = store if isinstance(store, ResultStore) else ResultStore(store)
-    exps = [_experiment(size.convergence_workload, p, l, s, n) for p in size.convergence_policies
-            for l in size.convergence_loads for n in size.convergence_lengths for s in size.seeds]
+    exps = convergence_experiments(size)
     run_sweep(exps, store, jobs=jobs, progress=progress, desc="protocol convergence", tables=False)
     ev = seed_verdicts(evidence_for(exps, store, evidence_path), size.alpha)
     rows = []

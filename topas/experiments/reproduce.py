@@ -288,8 +288,9 @@ def simulated_plan(args: argparse.Namespace, stages_exps: list[tuple[str, list]]
     print(f"plan (grid {args.grid}, on the simulator):", flush=True)
     print("\n".join(lines), flush=True)
     if not args.no_notebooks:
-        print("  (notebooks 01, 09-13 and 16 run their own studies, not planned here: notebook 16's protocol grid "
-              "is the largest)", flush=True)
+        print("  (the protocol's grid is the most its stopping rule can run: a pair stops at its first load where a "
+              "seed grows, so it runs fewer; runs past capacity cost more per task than the calibration's; "
+              "notebooks 01 and 09-13 run their own studies, not planned here)", flush=True)
     return -1 if args.plan else 0
 
 
@@ -384,7 +385,13 @@ def reproduce(args: argparse.Namespace, ident) -> int:
         servers = len(os.environ[SGLANG_URL_ENV].split(","))
         status, pool, planned = measured_plan(args, ident, stages, servers)
     else:
-        status = simulated_plan(args, stages, policies)
+        sim_stages = stages
+        if args.grid != "gpu-afternoon" and not args.no_notebooks:  # planned only: notebook 16 runs it
+            from topas.experiments import protocol_study as ps
+
+            sim_stages = stages + [("notebook 16 (read by 02, 03, 08): the protocol's grid, at most",
+                                    ps.grid_bound(ps.protocol_size(args.quick)))]
+        status = simulated_plan(args, sim_stages, policies)
     if status:
         return max(status, 0)
     t0 = time.perf_counter()
