@@ -32,7 +32,7 @@ UNSTABLE = {("spf", "lru"), ("spf", "belady")}
 def _tables():
     summaries = {("w", "none", a, e): {s: _summary(j, int(10 * j)) for s, j in enumerate(v)}
                  for (a, e), v in JCT.items()}
-    stable = {k: ((k[2], k[3]) not in UNSTABLE, 1 if (k[2], k[3]) in UNSTABLE else 0) for k in summaries}
+    stable = {k: ((k[2], k[3]) not in UNSTABLE, (0,) if (k[2], k[3]) in UNSTABLE else ()) for k in summaries}
     return es.build_tables(summaries, stable)
 
 
@@ -77,7 +77,7 @@ def test_verdict_best_candidate_against_best_stable_baseline():
 def test_a_tie_when_the_interval_holds_zero():
     summaries = {("w", "none", "lpm", e): {s: _summary(j, 10) for s, j in enumerate(v)}
                  for e, v in (("lru", (10.0, 11.0, 12.0)), ("lfu", (9.0, 12.0, 11.5)))}
-    t = es.build_tables(summaries, {k: (True, 0) for k in summaries})
+    t = es.build_tables(summaries, {k: (True, ()) for k in summaries})
     assert t["matters"].iloc[0]["verdict"] == "tie"
     assert t["gap"].empty  # no bound cell ran
 
@@ -106,7 +106,7 @@ def test_the_verdict_has_a_declared_and_an_in_sample_candidate():
     jcts = {("lpm", "lru"): (10.0, 11.0, 12.0), ("spf", "lru"): (10.5, 11.5, 12.5),
             ("topas-plus", "lru"): (8.0, 9.0, 10.0), es.DECLARED: (9.0, 10.0, 11.1)}
     summaries = {("w", "none", a, e): {s: _summary(j, 10) for s, j in enumerate(v)} for (a, e), v in jcts.items()}
-    v = es.build_tables(summaries, {k: (True, 0) for k in summaries})["verdict"]
+    v = es.build_tables(summaries, {k: (True, ()) for k in summaries})["verdict"]
     assert list(v["selection"].str.split(":").str[0]) == ["declared", "in-sample"]
     assert list(v["candidate"]) == ["+".join(es.DECLARED), "topas-plus+lru"]
     assert set(v["baseline"]) == {"lpm+lru"} and list(v["verdict"]) == ["win", "win"]
@@ -119,7 +119,7 @@ def test_the_verdict_says_which_workloads_a_selection_saw():
     jcts = {("lpm", "lru"): (10.0, 11.0, 12.0), es.DECLARED: (9.0, 10.0, 11.1)}
     summaries = {(w, "none", a, e): {s: _summary(j, 10) for s, j in enumerate(v)}
                  for w in ("dag-4", "metagpt-tl", "random-dag-1002") for (a, e), v in jcts.items()}
-    v = es.build_tables(summaries, {k: (True, 0) for k in summaries})["verdict"]
+    v = es.build_tables(summaries, {k: (True, ()) for k in summaries})["verdict"]
     assert dict(zip(v["workload"], v["sample"])) == {"dag-4": "in-sample", "metagpt-tl": "held-out",
                                                      "random-dag-1002": "held-out"}
     assert {"random-dag-1000", "metagpt-sop", "chain-3"} <= set(es.WORKLOADS) and es.FULL.n_seeds == 5
@@ -139,7 +139,7 @@ def test_a_policy_that_decides_eviction_runs_in_the_eviction_study_only():
 
 def test_runs_name_the_growing_seeds_and_the_seeds_table_counts_them():
     summaries = {("w", "none", a, "lru"): {s: _summary(10.0, 10) for s in range(3)} for a in ("lpm", "spf")}
-    stable = {("w", "none", "lpm", "lru"): (False, 1, (2,)), ("w", "none", "spf", "lru"): (False, 2, (0, 2))}
+    stable = {("w", "none", "lpm", "lru"): (False, (2,)), ("w", "none", "spf", "lru"): (False, (0, 2))}
     t = es.build_tables(summaries, stable)
     assert list(t["runs"]["growing"]) == ["2", "0 2"]
     assert t["seeds"].set_index("seed")["cells_growing"].to_dict() == {0: 1, 1: 0, 2: 2}

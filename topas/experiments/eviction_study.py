@@ -159,7 +159,7 @@ def eviction_study_tables(workloads: tuple[str, ...] = WORKLOADS, quick: bool = 
     for key, by_seed in cells.items():
         summaries[key] = {s: store.meta(e)["summary"] for s, e in by_seed.items()}
         st = steady_state({s: store.load_table(e, "tasks") for s, e in by_seed.items()}, what="/".join(key))
-        stable[key] = (st.stable, len(st.growing_seeds), st.growing_seeds)
+        stable[key] = (st.stable, st.growing_seeds)
     return build_tables(summaries, stable)
 
 
@@ -174,12 +174,12 @@ def _mean(values: Iterable[float]) -> float:
 
 
 def build_tables(summaries: Mapping[tuple[str, str, str, str], Mapping[int, Mapping[str, Any]]],
-                 stable: Mapping[tuple[str, str, str, str], tuple[bool, int]]) -> dict[str, pd.DataFrame]:
+                 stable: Mapping[tuple[str, str, str, str], tuple[bool, tuple[int, ...]]]) -> dict[str, pd.DataFrame]:
     """The study's tables from each cell's per-seed summaries and its stability.
 
     ``summaries[(workload, host tier, admission, eviction)][seed]``: a run's summary (``jct_mean``,
     ``jct_p99``, ``prompt_tokens``, ``cached_tokens``, ``n_tasks``); ``stable[cell]``: (stable by the
-    steady-state test, number of growing seeds[, which seeds]). Returns
+    steady-state test, the seeds whose run grows). Returns
 
     * ``runs``: one row per cell: seeds' means of the cached share, uncached prompt tokens, mean
       and p99 JCT, and stability (``growing``: the seeds whose run grows);
@@ -205,8 +205,8 @@ def build_tables(summaries: Mapping[tuple[str, str, str, str], Mapping[int, Mapp
                      "load": LOAD, "seeds": len(ms), "tasks": int(ms[0]["n_tasks"]),
                      "cached_pct": 100 * _mean(share), "uncached_tokens": _mean(_uncached(m) for m in ms),
                      "jct_mean": _mean(jct[key].values()), "jct_p99": _mean(float(m["jct_p99"]) for m in ms),
-                     "stable": bool(stable[key][0]), "growing_seeds": int(stable[key][1]),
-                     "growing": " ".join(str(x) for x in stable[key][2]) if len(stable[key]) > 2 else ""})
+                     "stable": bool(stable[key][0]), "growing_seeds": len(stable[key][1]),
+                     "growing": " ".join(str(x) for x in stable[key][1])})
 
     def is_stable(k: tuple) -> bool:
         return bool(stable[k][0])
@@ -284,9 +284,9 @@ def build_tables(summaries: Mapping[tuple[str, str, str, str], Mapping[int, Mapp
                            relative_low_pct=100 * c.relative_low, relative_high_pct=100 * c.relative_high,
                            verdict=c.verdict)
             verdict.append(row)
-    seeds = sorted({x for v in stable.values() if len(v) > 2 for x in v[2]} | {x for v in summaries.values() for x in v})
-    growing = [{"seed": x, "cells": len(stable),
-                "cells_growing": sum(1 for v in stable.values() if len(v) > 2 and x in v[2])} for x in seeds]
+    seeds = sorted({x for by_seed in summaries.values() for x in by_seed})
+    growing = [{"seed": x, "cells": len(stable), "cells_growing": sum(x in g for _, g in stable.values())}
+               for x in seeds]
     return {"runs": pd.DataFrame(runs).reindex(columns=list(RUN_COLUMNS)),
             "seeds": pd.DataFrame(growing).reindex(columns=list(SEED_COLUMNS)),
             "gap": pd.DataFrame(gap).reindex(columns=list(GAP_COLUMNS)),
