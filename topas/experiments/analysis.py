@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -375,21 +375,19 @@ def robustness_verdict(table: pd.DataFrame, policies: Sequence[str] = ROBUST_CAN
     (``vs best: mean %``, ``vs best: p99 %``; negative = the policy lower), the best baseline,
     its ``standing`` on mean JCT (better / tie within :data:`TIE_PCT` % / worse) and whether it
     is the standing of its own reference run (``same as reference``)."""
-    rows = []
-    for policy in policies:
-        for (w, axis, est, setting), g in table.groupby(["workload", "axis", "estimator", "setting"], sort=False):
-            g = g.set_index("policy")
-            if policy not in g.index:
-                continue
-            base = g[g.index.isin(baselines)]
-            if base.empty:
-                continue
+    rows: dict[str, list[dict[str, Any]]] = {p: [] for p in policies}  # each policy's rows together
+    for (w, axis, est, setting), g in table.groupby(["workload", "axis", "estimator", "setting"], sort=False):
+        g = g.set_index("policy")
+        base = g[g.index.isin(baselines)]
+        if base.empty:
+            continue
+        for policy in (p for p in policies if p in g.index):
             row = {"policy": policy, "workload": w, "axis": axis, "estimator": est, "setting": setting}
             for metric, col in (("mean", "jct_mean"), ("p99", "jct_p99")):
                 row[f"best baseline ({metric})"] = base[col].idxmin()
                 row[f"vs best: {metric} %"] = 100 * (g.loc[policy, col] / base[col].min() - 1)
-            rows.append(row)
-    out = pd.DataFrame(rows)
+            rows[policy].append(row)
+    out = pd.DataFrame([r for p in policies for r in rows[p]])
     if out.empty:
         return out
     ref = {(p, w): v for p, w, v in out[(out["axis"] == "prior noise") & (out["setting"] == 0.0)
