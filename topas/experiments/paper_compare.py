@@ -105,7 +105,9 @@ def paper_vs_ours(latency: pd.DataFrame, capacity: pd.DataFrame, ablation: pd.Da
     ran = set(capacity["workload"] if workloads is None else workloads)
     rows: list[dict[str, Any]] = []
     near = latency[latency["near_capacity"] & (latency["candidate"] == "topas")].set_index("workload")
-    abl_rows = {(str(r["workload"]), str(r["baseline"])): r for _, r in ablation.iterrows()} if ablation is not None else {}
+    abl_by_workload: dict[str, dict[str, Any]] = {}  # workload -> ablation variant -> its paired row
+    for _, a in (ablation.iterrows() if ablation is not None else ()):
+        abl_by_workload.setdefault(str(a["workload"]), {})[str(a["baseline"])] = a
 
     def add(r: Any, paper: float, note: str, **ours: Any) -> None:
         row = {"workload": r.workload, "metric": r.metric, "comparison": r.comparison,
@@ -117,7 +119,7 @@ def paper_vs_ours(latency: pd.DataFrame, capacity: pd.DataFrame, ablation: pd.Da
 
     for r in rep.itertuples(index=False):
         paper = float(r.value_pct)
-        abl = {b: row for (w, b), row in abl_rows.items() if w == r.workload}  # this row's workload's ablation
+        abl = abl_by_workload.get(r.workload, {})
         if r.comparison == "absolute":
             continue  # the overhead rows come last, next to our measurement
         if r.workload not in ran:
