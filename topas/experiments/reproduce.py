@@ -278,6 +278,12 @@ def simulated_plan(args: argparse.Namespace, stages_exps: list[tuple[str, list]]
     jobs = args.jobs or os.cpu_count() or 1
     print("planning (a short calibration run of each policy the first time per code version) ...", flush=True)
     costs = calibrate(policies)
+    notebooks = args.grid != "gpu-afternoon" and not args.no_notebooks
+    if notebooks:  # planned only: notebook 16 runs it with its stopping rule
+        from topas.experiments import protocol_study as ps
+
+        stages_exps = [*stages_exps, ("notebook 16 (read by 02, 03, 08): the protocol's grid, at most",
+                                      ps.grid_bound(ps.protocol_size(args.quick)))]
     stages, seen = [], set()
     for name, exps in stages_exps:
         exps = [e for e in exps if e.key() not in seen]
@@ -287,7 +293,7 @@ def simulated_plan(args: argparse.Namespace, stages_exps: list[tuple[str, list]]
     lines, _, _ = sim_plan_lines(stages, jobs, costs)
     print(f"plan (grid {args.grid}, on the simulator):", flush=True)
     print("\n".join(lines), flush=True)
-    if not args.no_notebooks:
+    if notebooks:
         print("  (the protocol's grid is the most its stopping rule can run: a pair stops at its first load where a "
               "seed grows, so it runs fewer; runs past capacity cost more per task than the calibration's; "
               "notebooks 01 and 09-13 run their own studies, not planned here)", flush=True)
@@ -385,13 +391,7 @@ def reproduce(args: argparse.Namespace, ident) -> int:
         servers = len(os.environ[SGLANG_URL_ENV].split(","))
         status, pool, planned = measured_plan(args, ident, stages, servers)
     else:
-        sim_stages = stages
-        if args.grid != "gpu-afternoon" and not args.no_notebooks:  # planned only: notebook 16 runs it
-            from topas.experiments import protocol_study as ps
-
-            sim_stages = stages + [("notebook 16 (read by 02, 03, 08): the protocol's grid, at most",
-                                    ps.grid_bound(ps.protocol_size(args.quick)))]
-        status = simulated_plan(args, sim_stages, policies)
+        status = simulated_plan(args, stages, policies)
     if status:
         return max(status, 0)
     t0 = time.perf_counter()
