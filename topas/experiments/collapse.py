@@ -101,6 +101,12 @@ def window_edges(end: float, width: float, start: float = 0.0) -> np.ndarray:
     return edges
 
 
+def _overlap(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """``[i, j]``: how long the interval ``[starts[i], ends[i])`` lies inside window ``j``."""
+    lo, hi = edges[:-1], edges[1:]
+    return np.clip(np.minimum(ends[:, None], hi[None, :]) - np.maximum(starts[:, None], lo[None, :]), 0.0, None)
+
+
 def interval_occupancy(starts: Sequence[float] | np.ndarray, ends: Sequence[float] | np.ndarray,
                        edges: Sequence[float] | np.ndarray) -> np.ndarray:
     """The time-averaged number of the intervals ``[starts[i], ends[i])`` open in each window
@@ -112,11 +118,9 @@ def interval_occupancy(starts: Sequence[float] | np.ndarray, ends: Sequence[floa
     if len(edges) < 2:
         return np.zeros(0)
     e = np.where(np.isnan(e), edges[-1], e)
-    lo, hi = edges[:-1], edges[1:]
     if not len(s):
-        return np.zeros(len(lo))
-    overlap = np.clip(np.minimum(e[:, None], hi[None, :]) - np.maximum(s[:, None], lo[None, :]), 0.0, None)
-    return overlap.sum(axis=0) / (hi - lo)
+        return np.zeros(len(edges) - 1)
+    return _overlap(s, e, edges).sum(axis=0) / np.diff(edges)
 
 
 def step_mean(times: Sequence[float] | np.ndarray, values: Sequence[float] | np.ndarray,
@@ -131,9 +135,7 @@ def step_mean(times: Sequence[float] | np.ndarray, values: Sequence[float] | np.
     ends = np.r_[t, edges[-1]] if len(t) else np.array([edges[-1]])
     ends = np.maximum(ends, starts)
     vals = np.r_[initial, v]
-    lo, hi = edges[:-1], edges[1:]
-    overlap = np.clip(np.minimum(ends[:, None], hi[None, :]) - np.maximum(starts[:, None], lo[None, :]), 0.0, None)
-    return (overlap * vals[:, None]).sum(axis=0) / (hi - lo)
+    return (_overlap(starts, ends, edges) * vals[:, None]).sum(axis=0) / np.diff(edges)
 
 
 def counts_in(times: Sequence[float] | np.ndarray, edges: Sequence[float] | np.ndarray) -> np.ndarray:
@@ -224,17 +226,15 @@ def window_series(result: Any, budget: int, edges: Sequence[float] | np.ndarray 
     out["running"] = interval_occupancy(admit, fin, edges)
     res = residency_intervals(pev, agents, end)
     hot = np.zeros(len(lo))
+    mask = {a: agent_of == a for a in agents}
+    for a in agents:  # the columns grouped by measure: every agent's waiting, then running, then resident
+        out[f"waiting:{_short(a)}"] = interval_occupancy(ready[mask[a]], admit[mask[a]], edges)
     for a in agents:
-        m = agent_of == a
-        out[f"waiting:{_short(a)}"] = interval_occupancy(ready[m], admit[m], edges)
-    for a in agents:
-        m = agent_of == a
-        out[f"running:{_short(a)}"] = interval_occupancy(admit[m], fin[m], edges)
+        out[f"running:{_short(a)}"] = interval_occupancy(admit[mask[a]], fin[mask[a]], edges)
     for a in agents:
         r = res[res["agent"] == a]
         out[f"resident:{_short(a)}"] = interval_occupancy(r["start"], r["end"], edges)
-        m = agent_of == a
-        ps, pe, _ = clip_to(ready[m], admit[m], r["start"].to_numpy(), r["end"].to_numpy())
+        ps, pe, _ = clip_to(ready[mask[a]], admit[mask[a]], r["start"].to_numpy(), r["end"].to_numpy())
         hot += interval_occupancy(ps, pe, edges)
     with np.errstate(invalid="ignore", divide="ignore"):
         out["hot_wait_share"] = np.where(out["waiting"] > 0, hot / out["waiting"], np.nan)
