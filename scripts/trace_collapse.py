@@ -35,16 +35,17 @@ from topas.experiments import Experiment, run_experiment
 from topas.experiments import collapse as C
 from topas.experiments.dispatch import map_experiments
 from topas.experiments.protocol.seeds import TUNING_SEEDS, first
+from topas.experiments.protocol.steady import ALPHA, INDICATORS
+from topas.experiments.protocol_study import FULL, TEST_VERSION
 from topas.paths import REPO_ROOT
 
 CASE = dict(workload="dag-4", policy="topas-plus", load=1.125, seed=2, n_tasks=1000)
 NEIGHBOURS = (("collapse", 1.125, 2), ("same seed, 1.25x", 1.25, 2), ("seed 0, 1.125x", 1.125, 0))
-#: (label, TOPAS+ params, kv_budget) of the counterfactuals; None: the profile's pool
-VARIANTS = (("default", {}, None), ("starve_s=300", {"starve_s": 300}, None),
-            ("kv_budget+3072", {}, 18358 + 3072))
+#: (label, TOPAS+ params, tokens added to the profile's KV pool) of the counterfactuals
+VARIANTS = (("default", {}, 0), ("starve_s=300", {"starve_s": 300}, 0), ("kv_budget+3072", {}, 3072))
 FREQ_LOADS = (1.0, 1.125, 1.25, 1.375, 1.5)
-#: the final runs' per-run level: alpha 0.05 over 5 seeds x 2 indicators
-RUN_LEVEL = 0.005
+#: the final runs' per-run level: alpha over the seeds x indicators (as ``steady_state`` divides it)
+RUN_LEVEL = ALPHA / (FULL.n_seeds * len(INDICATORS))
 PROFILE_COLS = ["jct_mean", "lock", "spell_start", "spell_s", "spell_all_resident", "all_resident_start",
                 "all_resident_s", "resident_in", "resident_out", "decode_batch_in", "decode_batch_out", "kv_use_in",
                 "prefix_share_in", "prefix_share_out", "hot_wait_share_in", "hot_wait_share_out", "finish_rate_in",
@@ -113,9 +114,10 @@ def trace(window: float) -> tuple[pd.DataFrame, dict[str, tuple[float, float]]]:
     return _round(pd.concat(frames, ignore_index=True)), spells
 
 
-def _variant_exp(params: dict, kv: int | None, load: float, seed: int) -> Experiment:
-    return Experiment(CASE["workload"], CASE["policy"], params, load=load, seed=seed, n_tasks=CASE["n_tasks"],
-                      kv_budget=kv)
+def _variant_exp(params: dict, extra_kv: int, load: float, seed: int) -> Experiment:
+    exp = Experiment(CASE["workload"], CASE["policy"], params, load=load, seed=seed, n_tasks=CASE["n_tasks"])
+    return exp if not extra_kv else Experiment(CASE["workload"], CASE["policy"], params, load=load, seed=seed,
+                                               n_tasks=CASE["n_tasks"], kv_budget=C.budget_of(exp) + extra_kv)
 
 
 def counterfactuals(jobs: int) -> pd.DataFrame:
@@ -192,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     ev = pd.read_csv(args.evidence)
-    ev = ev[ev["test"] == ev["test"].iloc[0]] if "test" in ev else ev
+    ev = ev[ev["test"] == TEST_VERSION]  # rows of another test version are stale
     table = collapses(ev, args.jobs)
     table.to_csv(args.out / "collapses.csv", index=False)
     print(table[["workload", "policy", "load", "seed", "jct_mean", "lock", "spell_s", "mechanism"]].to_string())
