@@ -45,7 +45,7 @@ import pandas as pd
 from topas.experiments.protocol.paired import compare_latency
 from topas.experiments.protocol.seeds import EVALUATION_SEEDS, first
 from topas.experiments.protocol.steady import steady_state
-from topas.experiments.protocol_study import HELD_OUT, IN_SAMPLE
+from topas.experiments.protocol_study import HELD_OUT, IN_SAMPLE, sample_of
 from topas.experiments.spec import Experiment
 
 __all__ = ["ADMISSIONS", "BASELINE_ADMISSIONS", "BOUND", "EVICTIONS", "EvictionSize", "FULL", "GAP_COLUMNS",
@@ -271,7 +271,7 @@ def build_tables(summaries: Mapping[tuple[str, str, str, str], Mapping[int, Mapp
                        min(stable_ours, key=lambda k: _mean(jct[k].values())) if stable_ours else None,
                        "no stable TOPAS / TOPAS+ / TOPAS-both cell"))
         for selection, p, why in picks:
-            row = {"workload": w, "sample": "in-sample" if w in IN_SAMPLE else "held-out", "host_tier": host,
+            row = {"workload": w, "sample": sample_of(w), "host_tier": host,
                    "selection": selection,
                    "seeds": len(summaries[cells[0]]) if cells else 0}
             if not base or p is None:

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from topas.experiments.protocol_study import _sample, _within_capacity
+from topas.experiments.protocol_study import _within_capacity, sample_of
 
 __all__ = ["CONFIDENCE", "CURVE_COLUMNS", "METRICS", "jct_table", "load_curves"]
 
@@ -55,7 +55,7 @@ def load_curves(runs: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.DataFr
     for (w, p, load), g in runs.groupby(["workload", "policy", "load"], sort=False):
         cap = caps[(w, p)]
         inside = not math.isnan(cap) and load <= cap + 1e-9
-        row = {"workload": w, "sample": _sample(w), "policy": p, "load": float(load),
+        row = {"workload": w, "sample": sample_of(w), "policy": p, "load": float(load),
                "claim": "latency" if inside else "overload", "n_seeds": int(g["seed"].nunique()),
                "n_tasks": int(g["n_tasks"].iloc[0]), "n_growing": int(g["growing"].sum()),
                "completion_ratio": float(g["completion_ratio"].mean())}

@@ -84,6 +84,7 @@ __all__ = [
     "protocol_tables",
     "restricted",
     "run_evidence",
+    "sample_of",
     "seed_verdicts",
 ]
 
@@ -308,7 +309,9 @@ CAPACITY_COLUMNS = ("workload", "sample", "policy", "capacity", "lower", "upper"
                     "capacity_verdict")
 
 
-def _sample(workload: str) -> str:
+def sample_of(workload: str) -> str:
+    """``in-sample`` for a workload TOPAS's defaults and TOPAS+ were selected on (:data:`IN_SAMPLE`), else
+    ``held-out``."""
     return "in-sample" if workload in IN_SAMPLE else "held-out"
 
 
@@ -327,7 +330,7 @@ def capacity_rows(evidence: pd.DataFrame, baselines: Sequence[str] = BASELINES) 
     rows = []
     for (w, p), g in evidence.groupby(["workload", "policy"], sort=False):
         c = _capacity(g, f"{w}/{p}")
-        rows.append({"workload": w, "sample": _sample(w), "policy": p, "capacity": c.capacity, "lower": c.lower,
+        rows.append({"workload": w, "sample": sample_of(w), "policy": p, "capacity": c.capacity, "lower": c.lower,
                      "upper": c.upper, "seed_low": c.seed_low, "seed_high": c.seed_high, "n_seeds": c.n_seeds,
                      "n_tasks": int(g["n_tasks"].iloc[0]), "loads_run": len(c.loads)})
     out = pd.DataFrame(rows)
@@ -396,7 +399,7 @@ def latency_rows(evidence: pd.DataFrame, candidates: Sequence[str] = CANDIDATES,
                 m = compare_latency(vals, cand, base, stable, float(load), w, "jct_mean")
                 t = compare_latency(p99, cand, base, stable, float(load), w, "jct_p99")
                 cand_rows.append({
-                    "workload": w, "sample": _sample(w), "load": float(load), "candidate": cand, "baseline": base,
+                    "workload": w, "sample": sample_of(w), "load": float(load), "candidate": cand, "baseline": base,
                     "n_seeds": m.n, "n_tasks": int(gl["n_tasks"].iloc[0]),
                     "candidate_jct": float(np.mean(list(vals[cand].values()))),
                     "baseline_jct": float(np.mean(list(vals[base].values()))),
@@ -432,7 +435,7 @@ def overload_rows(evidence: pd.DataFrame) -> pd.DataFrame:
             continue
         load = float(above["load"].min())
         at = above[above["load"] == load]
-        rows.append({"workload": w, "sample": _sample(w), "policy": p, "load": load, "capacity": c,
+        rows.append({"workload": w, "sample": sample_of(w), "policy": p, "load": load, "capacity": c,
                      "n_growing": int(at["growing"].sum()), "n_seeds": int(at["seed"].nunique()),
                      "completion_ratio": float(at["completion_ratio"].mean()),
                      "throughput_rps": float(at["throughput_rps"].mean()), "jct_mean": float(at["jct_mean"].mean()),
