@@ -45,6 +45,9 @@ class OutputEstimator:
     _suffix: dict[str, list[int]] = field(default_factory=dict)  # suffix sums of _samples
     #: observations so far: a memo of ``expected_remaining`` is valid while this is unchanged
     version: int = 0
+    #: per agent, ``version`` at its last observation: a memo of one agent's
+    #: ``expected_remaining`` is valid while its entry is unchanged
+    agent_version: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.learn:
@@ -55,6 +58,7 @@ class OutputEstimator:
             return
         self._suffix.pop(agent, None)
         self.version += 1
+        self.agent_version[agent] = self.version
         recent = self._recent.setdefault(agent, [])
         recent.append(int(output_tokens))
         if len(recent) > self.max_samples:

@@ -93,6 +93,13 @@ class Topas(Policy):
         #: per task: its view and its pending stages by ready set (``_DecisionCtx._lookahead_setup``)
         self._pending_memo: dict[str, Any] = {}
         self._est_memo: Any = None  # expected_remaining, memoised until the next observation
+        #: per task: its view and its unfinished stages' shape (``topas_task.task_shapes``)
+        self._shape_memo: dict[str, Any] = {}
+        self._parts_key: Any = None  # the cost model ``residual_parts`` holds for
+        self._parts: dict[str, Any] = {}
+        self._move_cost: Any = None  # the cost model ``move_times_of`` memoises for
+        #: g_i at a request's admission, by (admission time, task arrival): J_revoke's revalued credit
+        self._aging_memo: dict[tuple[float, float], float] = {}
 
     def prefill_time_of(self, cost: Any) -> Callable[[int, int], float]:
         """``cost.prefill_time([(n_new, n_cached)])``, memoised for the run (a pure function of
@@ -108,6 +115,39 @@ class Topas(Policy):
             return v
 
         return prefill_time
+
+    def move_times_of(self, cost: Any) -> Callable[[int], tuple[float, float]]:
+        """``(cost.swap_time(l), cost.prefill_time([(l, 0)]))`` of a prefix of ``l`` tokens,
+        memoised for the run (prefix moves' times, needed at every decision)."""
+        if self._move_cost is not cost:
+            self._move_cost, self._move_memo = cost, {}
+        memo = self._move_memo
+
+        def move_times(tokens: int) -> tuple[float, float]:
+            v = memo.get(tokens)
+            if v is None:
+                v = memo[tokens] = (cost.swap_time(tokens), cost.prefill_time([(tokens, 0)]))
+            return v
+
+        return move_times
+
+    def residual_parts(self, view: EngineView) -> dict[str, dict[tuple[int, int], tuple[float, float]]]:
+        """Per agent: a stage's ``(prefill time, expected remaining output)`` by ``(input tokens,
+        generated)``, kept across decisions. A stage's expected residual time is ``prefill +
+        remaining * tpot`` at the decision's operating point; the prefill is a function of the
+        cost model and the agent's prefix, the remaining output of the agent's observations, so
+        an agent's entries are dropped when it observes (``OutputEstimator.agent_version``)."""
+        if self._parts_key != (view.cost, view.kv_budget):  # a new cost model: start afresh
+            self._parts_key, self._parts = (view.cost, view.kv_budget), {}
+        versions = getattr(self.estimator, "agent_version", None)
+        out: dict[str, dict[tuple[int, int], tuple[float, float]]] = {}
+        for a in view.prefixes:
+            v = versions.get(a, 0) if versions is not None else None
+            hit = self._parts.get(a)
+            if hit is None or v is None or hit[0] != v:
+                hit = self._parts[a] = (v, {})
+            out[a] = hit[1]
+        return out
 
     def on_finish(self, request: RequestView, time: float, output_tokens: int) -> None:
         self.estimator.observe(request.agent, output_tokens)

@@ -16,15 +16,16 @@ order), so the scores, hence the decisions, do not depend on how they are comput
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import numpy as np
 
 from topas.engine.view import EngineView, RequestView, TaskView
 from topas.policies.estimates import OperatingPoint
-from topas.policies.topas_task import _MemoEstimator, _TaskCtx, pending_stages
+from topas.policies.topas_task import _MemoEstimator, _TaskCtx, pending_stages, task_shapes
 from topas.policies.topas_terms import (
     aging,
     j_move,
@@ -64,21 +65,14 @@ class _DecisionCtx:
         self.tpot = op.tpot
         rng = np.random.default_rng([p.seed, policy._decisions]) if p.estimator == "sampled" else None
 
-        memo: dict[tuple[str, int, int], float] = {}
         prefill_time = policy.prefill_time_of(view.cost)
+        prefixes, tpot = view.prefixes, op.tpot
 
-        def residual(stage_id: str, tv: TaskView, generated: int) -> Any:
-            st = tv.stages[stage_id]
-            key = (st.agent, st.input_tokens, generated)
-            if rng is None and key in memo:
-                return memo[key]
-            pv = view.prefixes[st.agent]
-            prefill = prefill_time(st.input_tokens + generated, pv.tokens)
-            if rng is None:
-                val = memo[key] = prefill + est.expected_remaining(st.agent, pv.expected_output_tokens, generated) * op.tpot
-                return val
-            draws = est.sample_remaining(st.agent, pv.expected_output_tokens, generated, rng, p.samples)
-            return prefill + draws * op.tpot
+        def residual(agent: str, x: int, generated: int) -> Any:
+            """The "sampled" estimator's draws of a stage's residual time."""
+            pv = prefixes[agent]
+            draws = est.sample_remaining(agent, pv.expected_output_tokens, generated, rng, p.samples)
+            return prefill_time(x + generated, pv.tokens) + draws * tpot
 
         tasks = policy.history.tasks(view)  # online DAGs: completed from the workflow's history
         gen: dict[str, int] = {r.rid: r.generated for r in view.running}
@@ -86,14 +80,37 @@ class _DecisionCtx:
         running_by_task: dict[str, set[str]] = {}
         for r in view.running:
             running_by_task.setdefault(r.task_id, set()).add(r.stage_id)
+        gen_by_task: dict[str, dict[str, int]] = {}  # the ready stages' generated tokens
+        for r in itertools.chain(view.running, view.waiting):
+            gen_by_task.setdefault(r.task_id, {})[r.stage_id] = r.generated
         # Only tasks with waiting requests are scored (L_i and Delta_task).
         self.tasks: dict[str, _TaskCtx] = {}
-        for tid in sorted({r.task_id for r in view.waiting}):
+        shapes, policy._shape_memo = task_shapes(policy._shape_memo, tasks, sorted({r.task_id for r in view.waiting}))
+        parts = policy.residual_parts(view) if rng is None else None
+        for tid, shape in shapes.items():
             tv = tasks[tid]
-            res = {s: residual(s, tv, gen.get(f"{tid}/{s}", 0)) for s in tv.topo_order if s not in tv.done}
+            ready = gen_by_task[tid]
+            res: dict[str, Any] = {}
+            if parts is not None:
+                # A running stage is in H, which takes no time: its residual is never read.
+                running = running_by_task.get(tid, ())
+                for s, agent, x in shape[2]:
+                    if s in running:
+                        continue
+                    y = ready.get(s, 0)
+                    d = parts[agent]
+                    pr = d.get((x, y))
+                    if pr is None:
+                        pv = prefixes[agent]
+                        pr = d[(x, y)] = (prefill_time(x + y, pv.tokens),
+                                          est.expected_remaining(agent, pv.expected_output_tokens, y))
+                    res[s] = pr[0] + pr[1] * tpot
+            else:
+                for s, agent, x in shape[2]:
+                    res[s] = residual(agent, x, ready.get(s, 0))
             g = aging(view.time, tv.arrival, p.rho, p.H_age, p.aging_form) if p.aging else 1.0
             self.tasks[tid] = _TaskCtx(tv, res, frozenset(running_by_task.get(tid, ())), g,
-                                       p.sibling_share, p.admit_norm)
+                                       p.sibling_share, p.admit_norm, shape, rng is None)
         self._lookahead_setup(tasks, gen, view)
         self._waiting_setup(view, est)
         self._running_setup(view, est, op)
@@ -125,7 +142,8 @@ class _DecisionCtx:
         for agent, ps in self.pending:
             if ps:
                 n_max[agent] = n_max.get(agent, 0) + 1
-        self._reuse_max = [(a, n * view.cost.swap_time(view.prefixes[a].tokens)) for a, n in sorted(n_max.items())]
+        move_times = self.policy.move_times_of(view.cost)
+        self._reuse_max = [(a, n * move_times(view.prefixes[a].tokens)[0]) for a, n in sorted(n_max.items())]
         self._la_by_parent: dict[str, list[int]] = {}
         for i, (_, ps) in enumerate(self.pending):
             for q in ps:
@@ -201,6 +219,7 @@ class _DecisionCtx:
         }
         self._run_demand_total = sum(self.run_demand_by_agent.values())
         self._n_running = {a: len(rs) for a, rs in self.running_by_agent.items()}
+        self._aging_now: dict[tuple[float, float], float] = {}  # g_i(t), by (t, task arrival)
         #: J_revoke's charge of each running request, fixed for the decision
         self.credit = {r.rid: self._credit(r) for r in view.running}
         #: the tasks of each busy agent's running requests (a plan never readmits their stages)
@@ -212,10 +231,11 @@ class _DecisionCtx:
         self.move_in: dict[str, float] = {}
         self.move_out: dict[str, float] = {}
         self.reload: dict[str, float] = {}
+        move_times = self.policy.move_times_of(view.cost)
         for a, pv in view.prefixes.items():
-            swap = view.cost.swap_time(pv.tokens)
+            swap, prefill = move_times(pv.tokens)
             self.reload[a] = swap
-            self.move_in[a] = swap if pv.on_host else view.cost.prefill_time([(pv.tokens, 0)])
+            self.move_in[a] = swap if pv.on_host else prefill
             self.move_out[a] = 0.0 if pv.on_host else swap
             if p.move_cost == "engine":
                 # without a host tier an eviction unpins (free) and a still cached prefix is
@@ -309,7 +329,8 @@ class _DecisionCtx:
                 room -= need
                 admit += gain
             else:
-                admit += gain * room / need
+                if room > 0:
+                    admit += gain * room / need
                 break
         bound = (admit * (1 + 1e-9) + 1e-12) - j_move(moved_in, moved_out, 1)
         if preempt:
@@ -319,6 +340,98 @@ class _DecisionCtx:
         if p.reuse:
             bound += p.beta * sum(w for a, w in self._reuse_max if a in resident) * (1 + 1e-9) + 1e-12
         return bound
+
+    def _screen_setup(self) -> None:
+        """What :meth:`_consider` needs to reject most R' from per-agent sums, before
+        ``_evaluate`` builds any list: each agent's share of R''s prefix tokens, of the room
+        left for admissions, of the running requests R' preempts, whether it is a load, and of
+        the screen's bound of the score.
+
+        The screen: ``Score(R') <= const + sum_{a in R'} w_a - max(0, sum_{a in R'} A_a -
+        FK(free)) + margin``, where ``A_a`` is the sum of agent a's positive candidate gains and
+        ``FK(free)`` the fractional knapsack of every positive candidate in ``free`` tokens
+        (J_admit is at most both), ``w_a = A_a + beta * n_max_a * reload_a`` (V_reuse's most),
+        ``- move_in_a`` for an agent outside R_t, ``+ move_out_a`` for one in R_t (``const``
+        charges every move out of R_t, each agent R' keeps refunds its own), and ``+ P_a`` for a
+        busy agent, whose preemption would cost ``P_a`` = its requests' J_redo (``decode``) and
+        J_revoke (``const`` charges every busy agent's, each one R' keeps refunds it). J_move's
+        ``|T_in|`` factor (>= 1) and ``reprefill``'s J_redo (>= 0) only lower the score, so they
+        are left out. ``margin`` (1e-9 of the terms' magnitudes) covers the float rounding of
+        these sums, in any order, and of the score's own, so the screen never rejects an R' that
+        could score the floor: it changes which R' are scored in full, never the decision."""
+        p = self.p
+        gains: dict[str, float] = {}
+        for gain, _need, agent, _task in self._by_density:
+            gains[agent] = gains.get(agent, 0.0) + gain
+        reuse = dict(self._reuse_max) if p.reuse else {}
+        const = 0.0
+        #: per agent: (prefix tokens, prefix tokens + kept running demand, running requests,
+        #: 1 if a load, w_a, A_a); a set's sums are the sums of its members'
+        self._agent_sums: dict[str, tuple[int, int, int, int, float, float]] = {}
+        for a, tokens in self.prefix_len.items():
+            w = gains.get(a, 0.0) + p.beta * reuse.get(a, 0.0)
+            if a in self.r_t:
+                const -= self.move_out[a]
+                w += self.move_out[a]
+            else:
+                w -= self.move_in[a]
+            rs = self.running_by_agent.get(a)
+            if rs:
+                pen = sum(self.credit[r.rid] for r in rs)
+                if p.redo == "decode":
+                    pen += self.tpot * sum(r.generated for r in rs)
+                const -= pen
+                w += pen
+            self._agent_sums[a] = (tokens, tokens + self.run_demand_by_agent.get(a, 0), self._n_running.get(a, 0),
+                                   int(a not in self.r_t), w, gains.get(a, 0.0))
+        #: free = _room0 - (sum of the members' tokens + kept demand); preempted requests =
+        #: _n_busy - (sum of the members' running requests)
+        self._room0 = self.view.kv_budget - self._run_demand_total + sum(self.run_demand_by_agent.values())
+        self._n_busy = sum(self._n_running.values())
+        self._max_preempt = p.K if p.preempt else 0
+        self._screen_needs = list(itertools.accumulate(c[1] for c in self._by_density))
+        self._screen_gains = list(itertools.accumulate(c[0] for c in self._by_density))
+        self._screen_const = const
+        self._screen_margin = 1e-9 * (abs(const) + sum(abs(v[4]) for v in self._agent_sums.values())
+                                      + sum(gains.values())) + 1e-12
+
+    def _sums(self, resident: frozenset[str]) -> tuple[int, int, int, int, float, float]:
+        """The per-agent sums (``_screen_setup``) of R'."""
+        t = room = n = loads = 0
+        w = a = 0.0
+        for x in resident:
+            v = self._agent_sums[x]
+            t += v[0]
+            room += v[1]
+            n += v[2]
+            loads += v[3]
+            w += v[4]
+            a += v[5]
+        return t, room, n, loads, w, a
+
+    def _shift(self, sums: tuple[int, int, int, int, float, float], added: Iterable[str] = (),
+               removed: Iterable[str] = ()) -> tuple[int, int, int, int, float, float]:
+        """The sums of R' plus the ``added`` agents less the ``removed`` ones."""
+        t, room, n, loads, w, a = sums
+        for x in added:
+            v = self._agent_sums[x]
+            t, room, n, loads, w, a = t + v[0], room + v[1], n + v[2], loads + v[3], w + v[4], a + v[5]
+        for x in removed:
+            v = self._agent_sums[x]
+            t, room, n, loads, w, a = t - v[0], room - v[1], n - v[2], loads - v[3], w - v[4], a - v[5]
+        return t, room, n, loads, w, a
+
+    def _screen(self, free: int, s_w: float, s_a: float) -> float:
+        """The screen's upper bound of Score(R', Q') (``_screen_setup``), looser than ``_bound``'s."""
+        fk = 0.0
+        if free > 0:
+            needs = self._screen_needs
+            i = bisect.bisect_right(needs, free)
+            fk = self._screen_gains[i - 1] if i else 0.0
+            if i < len(needs):
+                gain, need = self._by_density[i][0], self._by_density[i][1]
+                fk += gain * (free - (needs[i - 1] if i else 0)) / need
+        return self._screen_const + s_w - max(0.0, s_a - fk) + self._screen_margin
 
     def _v_reuse(self, resident: frozenset[str], preempt_ids: set[str] | frozenset[str],
                  admit: list[tuple[str, float]]) -> float:
@@ -346,9 +459,17 @@ class _DecisionCtx:
         lam = self.policy.credits.get(r.rid, 0.0)
         if not self.p.revalue_credit or not self.p.aging or r.admitted_time is None:
             return lam
-        tv = self.view.tasks[r.task_id]
-        then = aging(r.admitted_time, tv.arrival, self.p.rho, self.p.H_age, self.p.aging_form)
-        return lam * aging(self.view.time, tv.arrival, self.p.rho, self.p.H_age, self.p.aging_form) / then
+        arrival = self.view.tasks[r.task_id].arrival
+        return lam * self._aging(self.view.time, arrival, self._aging_now) / self._aging(
+            r.admitted_time, arrival, self.policy._aging_memo)
+
+    def _aging(self, t: float, arrival: float, memo: dict[tuple[float, float], float]) -> float:
+        """``aging`` with the policy's parameters, memoised in ``memo`` (a pure function)."""
+        g = memo.get((t, arrival))
+        if g is None:
+            p = self.p
+            g = memo[(t, arrival)] = aging(t, arrival, p.rho, p.H_age, p.aging_form)
+        return g
 
     def _lookahead(self, preempted: set[str], admit: list[tuple[str, float]]) -> dict[str, int]:
         """``lookahead_counts(self.pending, Q')``, by delta from Q' = the running set: only the
@@ -410,6 +531,7 @@ class _DecisionCtx:
     def search(self) -> tuple[_Plan, int]:
         """The best post-decision state and the number of prefix sets evaluated."""
         self._best: _Plan | None = None
+        self._screen_setup()
         self._consider(self.r_t)
         if len(self.pool) <= self.p.M or self.p.search == "exhaustive":
             for k in range(len(self.pool) + 1):
@@ -423,15 +545,23 @@ class _DecisionCtx:
         assert best is not None, "the current prefix set is always feasible"
         return best, len(self._memo)
 
-    def _consider(self, resident: frozenset[str]) -> bool:
-        """Score R'; True if it beats the incumbent."""
-        tokens = sum(map(self.prefix_len.__getitem__, resident))
+    def _consider(self, resident: frozenset[str], sums: tuple[int, int, int, int, float, float] | None = None) -> bool:
+        """Score R' (``sums``: its per-agent sums, ``_sums``); True if it beats the incumbent."""
+        if sums is None:
+            sums = self._sums(resident)
+        tokens, used, n_kept, loads, s_w, s_a = sums
         if tokens > self.view.kv_budget:
             return False
         plan = self._memo.get(resident, self)
         if plan is self:  # not scored yet; None also when it cannot beat the incumbent
-            floor = self._best.score if self._best is not None else None
-            plan = self._memo[resident] = self._evaluate(resident, False, tokens, floor)
+            free = self._room0 - used
+            if (self._n_busy - n_kept > self._max_preempt or (free < 0 and loads)
+                    or (self._best is not None and self._screen(free, s_w, s_a) < self._best.score)):
+                plan = None  # what ``_evaluate`` would find first, from the sums alone
+            else:
+                floor = self._best.score if self._best is not None else None
+                plan = self._evaluate(resident, False, tokens, floor)
+            self._memo[resident] = plan
         if plan is None or (self._best is not None and not self._better(plan, self._best)):
             return False
         self._best = plan
@@ -446,19 +576,24 @@ class _DecisionCtx:
             inside = sorted(cur - self.must)
             for moves in self._neighbourhoods(cur, inside, outside):
                 # evaluate the whole neighbourhood (no short-circuit), keep the best
-                if sum([self._consider(m) for m in moves]):
+                if sum([self._consider(m, sums) for m, sums in moves]):
                     break
             else:
                 return
 
-    def _neighbourhoods(self, cur: frozenset[str], inside: list[str], outside: list[str]) -> Iterator[Iterator[frozenset[str]]]:
+    def _neighbourhoods(self, cur: frozenset[str], inside: list[str], outside: list[str]
+                        ) -> Iterator[Iterator[tuple[frozenset[str], tuple[int, int, int, int, float, float]]]]:
         """The local search's neighbourhoods of ``cur``, in the order they are tried, each built
-        only when the ones before it did not improve."""
-        yield (cur | {a} for a in outside)
-        yield (cur | {a, b} for a, b in itertools.combinations(outside, 2))
-        yield itertools.chain((cur - {a} for a in inside), ((cur - {a}) | {b} for a in inside for b in outside))
+        only when the ones before it did not improve; each R' with its sums, shifted from
+        ``cur``'s by the agents it adds and drops."""
+        base, shift = self._sums(cur), self._shift
+        yield ((cur | {a}, shift(base, (a,))) for a in outside)
+        yield ((cur | {a, b}, shift(base, (a, b))) for a, b in itertools.combinations(outside, 2))
+        yield itertools.chain(((cur - {a}, shift(base, (), (a,))) for a in inside),
+                              (((cur - {a}) | {b}, shift(base, (b,), (a,))) for a in inside for b in outside))
         if self.p.search == "local+":
-            yield ((cur - {a, b}) | {c} for a, b in itertools.combinations(inside, 2) for c in outside)
+            yield (((cur - {a, b}) | {c}, shift(base, (c,), (a, b)))
+                   for a, b in itertools.combinations(inside, 2) for c in outside)
 
     def _better(self, a: _Plan, b: _Plan) -> bool:
         """Higher score; on a tie the smaller change: fewer preemptions, then fewer prefix moves."""

@@ -10,19 +10,22 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from topas.engine.view import RequestView, TaskView
-from topas.policies.topas_terms import expected_longest_path
+from topas.policies.topas_terms import expected_longest_path, longest_path_pair
 
 
 class _TaskCtx:
     """One task during one decision: its unfinished stages, residual times and L_i(H) cache."""
 
-    __slots__ = ("view", "order", "children", "residual", "committed", "g", "_cache", "waiting", "share", "norm")
+    __slots__ = ("view", "order", "children", "residual", "committed", "g", "_cache", "waiting", "share", "norm",
+                 "scalar")
 
     def __init__(self, tv: TaskView, residual: dict[str, Any], committed: frozenset[str], g: float,
-                 share: str = "residual", norm: str = "absolute") -> None:
+                 share: str = "residual", norm: str = "absolute", shape: "_Shape | None" = None,
+                 scalar: bool | None = None) -> None:
         self.view = tv
-        self.order = tuple(s for s in tv.topo_order if s not in tv.done)
-        self.children = {s: tv.stages[s].children for s in self.order}
+        self.order, self.children, _ = shape or task_shape(tv)
+        #: every residual is a number (not the "sampled" estimator's draws)
+        self.scalar = not any(isinstance(v, np.ndarray) for v in residual.values()) if scalar is None else scalar
         self.residual = residual
         self.committed = committed
         self.g = g
@@ -49,7 +52,12 @@ class _TaskCtx:
         frontier = tuple(r.stage_id for r in self.waiting)
         if not frontier:
             return {}
-        total = self.gain(self.committed, frontier)
+        if self.scalar:  # L_i(H) and L_i(H + F) in one pass
+            before, after = longest_path_pair(self.order, self.children, self.residual, self.committed, frontier)
+            self._cache[self.committed] = before
+            total = self.g * (before - after)
+        else:
+            total = self.gain(self.committed, frontier)
         if self.norm != "absolute":
             remaining = self.L(self.committed)
             total = total / remaining if remaining > 0 else 0.0
@@ -63,6 +71,34 @@ class _TaskCtx:
                 else self.residual[s] for s in frontier}
         norm = sum(size.values())
         return {s: total * size[s] / norm if norm > 0 else total / len(frontier) for s in frontier}
+
+
+_Shape = tuple[tuple[str, ...], dict[str, tuple[str, ...]], tuple[tuple[str, str, int], ...]]
+
+
+def task_shape(tv: TaskView) -> _Shape:
+    """The task's unfinished stages in topological order, their children, and each one's
+    ``(stage id, agent, input tokens)``: a function of the (immutable) view, so a policy keeps
+    it while the view is unchanged (``task_shapes``)."""
+    order = tuple(s for s in tv.topo_order if s not in tv.done)
+    st = tv.stages
+    return order, {s: st[s].children for s in order}, tuple((s, st[s].agent, st[s].input_tokens) for s in order)
+
+
+def task_shapes(memo: dict[str, tuple[TaskView, _Shape]], tasks: Mapping[str, TaskView],
+                ids: Iterable[str]) -> tuple[dict[str, _Shape], dict[str, tuple[TaskView, _Shape]]]:
+    """``task_shape`` of each task in ``ids``, from ``memo`` where the task's view is the one it
+    was computed for, and the memo for the next decision (those tasks only)."""
+    out: dict[str, _Shape] = {}
+    carried: dict[str, tuple[TaskView, _Shape]] = {}
+    for tid in ids:
+        tv = tasks[tid]
+        hit = memo.get(tid)
+        if hit is None or hit[0] is not tv:
+            hit = (tv, task_shape(tv))
+        carried[tid] = hit
+        out[tid] = hit[1]
+    return out, carried
 
 
 class _MemoEstimator:

@@ -75,6 +75,42 @@ def _longest_path_scalar(topo_order, children, residual, committed) -> float:
     return best
 
 
+def longest_path_pair(
+    topo_order: Sequence[str],
+    children: Mapping[str, Sequence[str]],
+    residual: Mapping[str, float],
+    committed: Collection[str],
+    admitted: Collection[str],
+) -> tuple[float, float]:
+    """``(L_i(H, t), L_i(H + admitted, t))`` for scalar residuals, in one pass: each is the
+    number :func:`expected_longest_path` computes, by the same operations in the same order."""
+    before: dict[str, float] = {}
+    after: dict[str, float] = {}
+    best_b = best_a = 0.0
+    for v in reversed(topo_order):
+        tail_b = tail_a = 0.0
+        for c in children[v]:
+            t = before.get(c)
+            if t is not None:
+                if t > tail_b:
+                    tail_b = t
+                t = after[c]
+                if t > tail_a:
+                    tail_a = t
+        if v in committed:
+            val_b = before[v] = 0.0 + tail_b
+            val_a = after[v] = 0.0 + tail_a
+        else:
+            z = residual[v]
+            val_b = before[v] = z + tail_b
+            val_a = after[v] = (0.0 if v in admitted else z) + tail_a
+        if val_b > best_b:
+            best_b = val_b
+        if val_a > best_a:
+            best_a = val_a
+    return best_b, best_a
+
+
 def delta_task(
     topo_order: Sequence[str],
     children: Mapping[str, Sequence[str]],
