@@ -49,7 +49,6 @@ from topas.engine.view import Decision, EngineView, RequestView, TaskView
 from topas.policies.base import OMIT_DEFAULT, Policy, register
 from topas.policies.estimates import OperatingPoint, OutputEstimator, make_estimator, stage_residual_time
 from topas.policies.history import WorkflowHistory
-from topas.workload.critical_path import longest_remaining_path
 
 
 @dataclass(frozen=True)
@@ -61,34 +60,44 @@ class SPFParams:
     output_estimator: Literal["online", "prior"] = field(default="online", metadata=OMIT_DEFAULT)
 
 
+#: a stage that is neither running nor waiting: pending, nothing generated
+_PENDING = (0, False)
+
+
+def ready_stages(view: EngineView) -> dict[str, dict[str, tuple[int, bool]]]:
+    """Per task, its running and waiting stages: ``{stage id: (generated tokens, running)}``."""
+    out: dict[str, dict[str, tuple[int, bool]]] = {}
+    for r in view.waiting:
+        out.setdefault(r.task_id, {})[r.stage_id] = (r.generated, False)
+    for r in view.running:  # a stage is never both; running wins as it did
+        out.setdefault(r.task_id, {})[r.stage_id] = (r.generated, True)
+    return out
+
+
 def expected_remaining_path(
     view: EngineView,
     task: TaskView,
     est: OutputEstimator,
     op: OperatingPoint,
-    running: dict[tuple[str, str], RequestView],
-    waiting: dict[tuple[str, str], RequestView],
+    ready: dict[str, tuple[int, bool]],
     memo: dict | None = None,
 ) -> float:
     """The task's expected remaining longest path (s).
 
-    ``running`` and ``waiting`` map ``(task_id, stage_id)`` to the view's running and waiting
-    requests (stages in neither are pending). ``memo`` (optional, one per decision) caches stage
-    times by ``(agent, input tokens, generated, running)``: within one view they depend on nothing
-    else.
+    ``ready`` maps the task's running and waiting stages to ``(generated tokens, running)``
+    (``ready_stages``; stages in neither are pending). ``memo`` (optional, one per decision)
+    caches stage times by ``(agent, input tokens, generated, running)``: within one view they
+    depend on nothing else.
     """
     if memo is None:
         memo = {}
+    done, stages = task.done, task.stages
     times: dict[str, float] = {}
     for sid in task.topo_order:
-        if sid in task.done:
+        if sid in done:
             continue
-        stage = task.stages[sid]
-        r = running.get((task.id, sid))
-        is_running = r is not None
-        if r is None:
-            r = waiting.get((task.id, sid))
-        generated = r.generated if r is not None else 0
+        stage = stages[sid]
+        generated, is_running = ready.get(sid, _PENDING)
         key = (stage.agent, stage.input_tokens, generated, is_running)
         z = memo.get(key)
         if z is None:
@@ -99,8 +108,20 @@ def expected_remaining_path(
                 z = stage_residual_time(view, est, op, stage, generated)
             memo[key] = z
         times[sid] = z
-    children = {sid: task.stages[sid].children for sid in task.topo_order}
-    return longest_remaining_path(task.topo_order, children, lambda v: times.get(v, 0.0), zero=task.done)
+    # longest_remaining_path(topo_order, children, times, zero=done), inlined: this runs for every
+    # task with a waiting request at every decision (the same sums and maxima, in the same order)
+    lp: dict[str, float] = {}
+    best = 0.0
+    for v in reversed(task.topo_order):
+        tail = 0.0
+        for c in stages[v].children:
+            t = lp[c]
+            if t > tail:
+                tail = t
+        val = lp[v] = (0.0 if v in done else times.get(v, 0.0)) + tail
+        if val > best:
+            best = val
+    return best
 
 
 @register
@@ -118,16 +139,13 @@ class SPF(Policy):
     def task_paths(self, view: EngineView) -> dict[str, float]:
         """Expected remaining longest path (s) of every task with a waiting request."""
         op = OperatingPoint.of(view)
-        running = {(r.task_id, r.stage_id): r for r in view.running}
-        waiting = {(r.task_id, r.stage_id): r for r in view.waiting}
+        ready = ready_stages(view)
         memo: dict = {}
         out: dict[str, float] = {}
         tasks = self.history.tasks(view)  # online DAGs: completed from the workflow's history
         for r in view.waiting:
             if r.task_id not in out:
-                out[r.task_id] = expected_remaining_path(
-                    view, tasks[r.task_id], self.est, op, running, waiting, memo
-                )
+                out[r.task_id] = expected_remaining_path(view, tasks[r.task_id], self.est, op, ready[r.task_id], memo)
         return out
 
     def decide(self, view: EngineView) -> Decision:

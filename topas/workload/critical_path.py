@@ -18,7 +18,7 @@ def longest_path_from(
     time_of: Callable[[str], float] | Mapping[str, float],
 ) -> dict[str, float]:
     """``LP(v)`` for every stage: the longest path (sum of times) from ``v`` to a sink, ``v`` included."""
-    get = time_of.__getitem__ if isinstance(time_of, Mapping) else time_of
+    get = time_of if callable(time_of) else time_of.__getitem__
     lp: dict[str, float] = {}
     for v in reversed(topo_order):
         tail = max((lp[c] for c in children[v]), default=0.0)
@@ -37,6 +37,6 @@ def longest_remaining_path(
     Pass the finished stages (and, for TOPAS, the committed set ``H``) as ``zero``. Returns 0 for
     an empty DAG.
     """
-    get = time_of.__getitem__ if isinstance(time_of, Mapping) else time_of
+    get = time_of if callable(time_of) else time_of.__getitem__
     lp = longest_path_from(topo_order, children, lambda v: 0.0 if v in zero else get(v))
     return max(lp.values(), default=0.0)
