@@ -45,6 +45,8 @@ class Cluster(Protocol):
 
 
 class ClusterEngine(Simulator):
+    cache_task_views = False  # other engines finish this engine's tasks' stages
+
     def __init__(self, index: int, cluster: Cluster, trace: Trace, policy: Policy, cost: CostModel,
                  config: EngineConfig | None = None, knowledge: Knowledge | None = None) -> None:
         # tasks arrive at the cluster, not here: the engine gets the trace's agents and no tasks

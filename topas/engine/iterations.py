@@ -112,6 +112,7 @@ class Iterations:
         ts = r.task
         ts.done.add(r.stage.id)
         ts.invalidate()
+        self.active_tasks.touch(ts.task.id)
         self._dirty = True
         for child in ts.task.children[r.stage.id]:
             c = ts.requests[child]

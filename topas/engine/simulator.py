@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import heapq
 import time as _time
-from typing import Callable, Iterable
+from typing import Any, Callable, Iterable
 
 from tqdm.auto import tqdm
 
@@ -59,7 +59,61 @@ class SimulationStuck(RuntimeError):
     """The engine is idle with requests waiting and the policy admits none of them."""
 
 
+class _Viewed(dict):
+    """A dict that keeps each value's view, in the dict's order, built at the first read after
+    the value was set or :meth:`touch`-ed: an engine view then re-views only what changed."""
+
+    __slots__ = ("views", "fresh")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.views: dict[Any, Any] = {}
+        self.fresh: list[Any] = []
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        self.views[key] = None  # (an existing key keeps its place, as in the dict)
+        self.fresh.append(key)
+
+    def __delitem__(self, key: Any) -> None:
+        super().__delitem__(key)
+        del self.views[key]
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        self.views.pop(key, None)
+        return super().pop(key, *default)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return dict.__getitem__(self, key)
+
+    def touch(self, key: Any) -> None:
+        """``key``'s view may have changed: build it again at the next read."""
+        if key in self.views:
+            self.fresh.append(key)
+
+    def viewed(self, view_of: Callable[[Any], Any]) -> dict[Any, Any]:
+        """Each value's view, by key, in the dict's order (live: copy it to keep it)."""
+        views = self.views
+        for key in self.fresh:
+            if key in views:
+                views[key] = view_of(dict.__getitem__(self, key))
+        self.fresh.clear()
+        return views
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("this dict changes by item only (set, del, pop)")
+
+    update = popitem = clear = __ior__ = _refuse  # type: ignore[assignment]
+
+
 class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch):
+    #: ``view`` keeps each task's view until the engine touches the task (``_Viewed``); an engine
+    #: whose tasks' views also change elsewhere (a cluster's, where other engines finish their
+    #: stages) sets this False
+    cache_task_views = True
+
     def __init__(
         self,
         trace: Trace,
@@ -93,10 +147,13 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch)
         #: policy's view (finished requests' leaves, prefixes a managing policy unpinned)
         self.evictable_tokens = 0
         self.tasks: dict[str, TaskState] = {}
-        self.active_tasks: dict[str, TaskState] = {}  # arrived, not finished
+        #: arrived, not finished (each task's view kept until a stage of it finishes or, online,
+        #: becomes ready: ``_Viewed.touch``)
+        self.active_tasks: _Viewed = _Viewed()
         self.finished_tasks = 0
         self.requests: dict[str, Request] = {}
-        self.waiting: dict[str, Request] = {}  # insertion-ordered
+        #: insertion-ordered (a waiting request's view does not change while it waits)
+        self.waiting: _Viewed = _Viewed()
         self.prefill_queue: list[Request] = []
         self.decoding: dict[str, Request] = {}
         self._arrivals = list(trace.tasks)
@@ -243,6 +300,8 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch)
         r.ready_time = t
         r.state_since = t
         r.state = WAITING
+        if self.knowledge.online:
+            self.active_tasks.touch(r.task.task.id)  # its task now shows the stage
         self.waiting[r.rid] = r
         self._dirty = True
         self._set_request_priority(r)
@@ -259,8 +318,11 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch)
             for a, p in self.prefixes.items()
         }
         running = tuple(r.view(now) for r in self._running())
-        waiting = tuple(r.view(now) for r in self.waiting.values())
-        tasks = {tid: ts.view(know.online) for tid, ts in self.active_tasks.items()}
+        waiting = tuple(self.waiting.viewed(lambda r: r.view(now)).values())
+        if self.cache_task_views:
+            tasks = dict(self.active_tasks.viewed(lambda ts: ts.view(know.online)))
+        else:
+            tasks = {tid: ts.view(know.online) for tid, ts in self.active_tasks.items()}
         return EngineView(
             time=now,
             kv_budget=self.budget,
