@@ -26,13 +26,14 @@ def test_the_screen_and_the_bound_never_fall_below_a_prefix_sets_score(exp, monk
 
     def checking_search(self):
         out = search(self)
-        for resident in list(self._memo):
-            if "\0force" in resident:
+        for key in list(self._memo):
+            if key & self._force_bit:
                 continue
+            resident = frozenset(a for a, bit in self._bit.items() if key & bit)
             plan = self._evaluate(resident, False, sum(self.prefix_len[a] for a in resident))
             if plan is None:
                 continue  # infeasible: rejected before either bound
-            tokens, used, _n, _loads, s_w, s_a = self._sums(resident)
+            tokens, used, _n, _loads, s_w, s_a, _key = self._sums(resident)
             free = self._room0 - used
             screen = self._screen(free, s_w, s_a)
             dropped = [a for a in self._busy_order if a not in resident]

@@ -43,6 +43,11 @@ if TYPE_CHECKING:
 _NONE: frozenset[str] = frozenset()
 
 
+#: a prefix set's per-agent sums (``_DecisionCtx._screen_setup``): prefix tokens, tokens + kept
+#: running demand, running requests kept, loads, the screen's weight and gain, the memo key
+_Sums = tuple[int, int, int, int, float, float, int]
+
+
 @dataclass
 class _Plan:
     resident: frozenset[str]
@@ -112,7 +117,7 @@ class _DecisionCtx:
             self.tasks[tid] = _TaskCtx(tv, res, frozenset(running_by_task.get(tid, ())), g,
                                        p.sibling_share, p.admit_norm, shape, rng is None)
         self._lookahead_setup(tasks, gen, view)
-        self._waiting_setup(view, est)
+        self._waiting_setup(view, est, parts)
         self._running_setup(view, est, op)
         self._moves_setup(view)
 
@@ -149,13 +154,17 @@ class _DecisionCtx:
             for q in ps:
                 self._la_by_parent.setdefault(q, []).append(i)
 
-    def _waiting_setup(self, view: EngineView, est: Any) -> None:
-        """Waiting requests: demand d_r(t) and gain g_i(t) * Delta_task share (fixed per decision)."""
+    def _waiting_setup(self, view: EngineView, est: Any, parts: dict[str, dict[tuple[int, int], tuple[float, float]]] | None) -> None:
+        """Waiting requests: demand d_r(t) and gain g_i(t) * Delta_task share (fixed per decision);
+        ``parts``: the residual parts (``Topas.residual_parts``) the tasks' residuals filled, which
+        hold every waiting stage's expected remaining output."""
         p = self.p
         self.demand: dict[str, int] = {}
         for r in view.waiting:
-            pv = view.prefixes[r.agent]
-            rem = est.expected_remaining(r.agent, pv.expected_output_tokens, r.generated)
+            if parts is not None:
+                rem = parts[r.agent][(r.input_tokens, r.generated)][1]
+            else:
+                rem = est.expected_remaining(r.agent, view.prefixes[r.agent].expected_output_tokens, r.generated)
             # The engine also allocates one slot for the prefill's output token and reserves for
             # outputs by their true length; we cannot match that exactly, and the idle fallback
             # guarantees progress when our estimate is short.
@@ -251,12 +260,16 @@ class _DecisionCtx:
         self.must = frozenset(() if p.preempt else self.running_by_agent)
         #: the agents the search may add or drop
         self.pool = tuple(sorted((active | self.r_t) - self.must))
-        self._memo: dict[frozenset[str], _Plan | None] = {}
+        #: each agent's bit: a prefix set's key in the memo is the sum of its members' bits
+        self._bit = {a: 1 << i for i, a in enumerate(view.prefixes)}
+        self._force_bit = 1 << len(self._bit)  # ``evaluate(force=True)``'s plans are kept apart
+        #: the plan of each prefix set scored (None: infeasible, or it cannot beat the incumbent)
+        self._memo: dict[int, _Plan | None] = {}
 
     # ------------------------------------------------------------------ evaluation of one R'
     def evaluate(self, resident: frozenset[str], force: bool = False) -> _Plan | None:
         """The best (R', Q') for this R' (GREEDYPACK), or None if R' is infeasible."""
-        key = resident if not force else resident | {"\0force"}
+        key = sum(map(self._bit.__getitem__, resident)) | (self._force_bit if force else 0)
         if key in self._memo:
             return self._memo[key]
         plan = self._evaluate(resident, force, sum(self.prefix_len[a] for a in resident))
@@ -366,8 +379,8 @@ class _DecisionCtx:
         reuse = dict(self._reuse_max) if p.reuse else {}
         const = 0.0
         #: per agent: (prefix tokens, prefix tokens + kept running demand, running requests,
-        #: 1 if a load, w_a, A_a); a set's sums are the sums of its members'
-        self._agent_sums: dict[str, tuple[int, int, int, int, float, float]] = {}
+        #: 1 if a load, w_a, A_a, its bit); a set's sums are the sums of its members'
+        self._agent_sums: dict[str, _Sums] = {}
         for a, tokens in self.prefix_len.items():
             w = gains.get(a, 0.0) + p.beta * reuse.get(a, 0.0)
             if a in self.r_t:
@@ -383,7 +396,7 @@ class _DecisionCtx:
                 const -= pen
                 w += pen
             self._agent_sums[a] = (tokens, tokens + self.run_demand_by_agent.get(a, 0), self._n_running.get(a, 0),
-                                   int(a not in self.r_t), w, gains.get(a, 0.0))
+                                   int(a not in self.r_t), w, gains.get(a, 0.0), self._bit[a])
         #: free = _room0 - (sum of the members' tokens + kept demand); preempted requests =
         #: _n_busy - (sum of the members' running requests)
         self._room0 = self.view.kv_budget - self._run_demand_total + sum(self.run_demand_by_agent.values())
@@ -395,31 +408,20 @@ class _DecisionCtx:
         self._screen_margin = 1e-9 * (abs(const) + sum(abs(v[4]) for v in self._agent_sums.values())
                                       + sum(gains.values())) + 1e-12
 
-    def _sums(self, resident: frozenset[str]) -> tuple[int, int, int, int, float, float]:
-        """The per-agent sums (``_screen_setup``) of R'."""
-        t = room = n = loads = 0
-        w = a = 0.0
-        for x in resident:
-            v = self._agent_sums[x]
-            t += v[0]
-            room += v[1]
-            n += v[2]
-            loads += v[3]
-            w += v[4]
-            a += v[5]
-        return t, room, n, loads, w, a
+    def _sums(self, resident: frozenset[str]) -> _Sums:
+        """The per-agent sums (``_screen_setup``) of R' (the last, its memo key)."""
+        return self._shift((0, 0, 0, 0, 0.0, 0.0, 0), resident)
 
-    def _shift(self, sums: tuple[int, int, int, int, float, float], added: Iterable[str] = (),
-               removed: Iterable[str] = ()) -> tuple[int, int, int, int, float, float]:
-        """The sums of R' plus the ``added`` agents less the ``removed`` ones."""
-        t, room, n, loads, w, a = sums
+    def _shift(self, sums: _Sums, added: Iterable[str] = (), removed: Iterable[str] = ()) -> _Sums:
+        """The sums of R' plus the ``added`` agents (not in R') less the ``removed`` ones (in R')."""
+        t, room, n, loads, w, a, key = sums
         for x in added:
             v = self._agent_sums[x]
-            t, room, n, loads, w, a = t + v[0], room + v[1], n + v[2], loads + v[3], w + v[4], a + v[5]
+            t, room, n, loads, w, a, key = t + v[0], room + v[1], n + v[2], loads + v[3], w + v[4], a + v[5], key + v[6]
         for x in removed:
             v = self._agent_sums[x]
-            t, room, n, loads, w, a = t - v[0], room - v[1], n - v[2], loads - v[3], w - v[4], a - v[5]
-        return t, room, n, loads, w, a
+            t, room, n, loads, w, a, key = t - v[0], room - v[1], n - v[2], loads - v[3], w - v[4], a - v[5], key - v[6]
+        return t, room, n, loads, w, a, key
 
     def _screen(self, free: int, s_w: float, s_a: float) -> float:
         """The screen's upper bound of Score(R', Q') (``_screen_setup``), looser than ``_bound``'s."""
@@ -532,11 +534,12 @@ class _DecisionCtx:
         """The best post-decision state and the number of prefix sets evaluated."""
         self._best: _Plan | None = None
         self._screen_setup()
-        self._consider(self.r_t)
+        self._consider(self._sums(self.r_t), self.r_t)
         if len(self.pool) <= self.p.M or self.p.search == "exhaustive":
             for k in range(len(self.pool) + 1):
                 for combo in itertools.combinations(self.pool, k):
-                    self._consider(self.must | frozenset(combo))
+                    resident = self.must | frozenset(combo)
+                    self._consider(self._sums(resident), resident)
         else:
             self._local_search()
         best = self._best
@@ -545,14 +548,14 @@ class _DecisionCtx:
         assert best is not None, "the current prefix set is always feasible"
         return best, len(self._memo)
 
-    def _consider(self, resident: frozenset[str], sums: tuple[int, int, int, int, float, float] | None = None) -> bool:
-        """Score R' (``sums``: its per-agent sums, ``_sums``); True if it beats the incumbent."""
-        if sums is None:
-            sums = self._sums(resident)
-        tokens, used, n_kept, loads, s_w, s_a = sums
+    def _consider(self, sums: _Sums, cur: frozenset[str], added: tuple[str, ...] = (),
+                  removed: tuple[str, ...] = ()) -> bool:
+        """Score R' = ``cur`` + ``added`` - ``removed``, whose per-agent sums (``_sums``) are
+        ``sums``; True if it beats the incumbent. The set itself is built only to be scored."""
+        tokens, used, n_kept, loads, s_w, s_a, key = sums
         if tokens > self.view.kv_budget:
             return False
-        plan = self._memo.get(resident, self)
+        plan = self._memo.get(key, self)
         if plan is self:  # not scored yet; None also when it cannot beat the incumbent
             free = self._room0 - used
             if (self._n_busy - n_kept > self._max_preempt or (free < 0 and loads)
@@ -560,8 +563,9 @@ class _DecisionCtx:
                 plan = None  # what ``_evaluate`` would find first, from the sums alone
             else:
                 floor = self._best.score if self._best is not None else None
+                resident = cur.union(added).difference(removed) if added or removed else cur
                 plan = self._evaluate(resident, False, tokens, floor)
-            self._memo[resident] = plan
+            self._memo[key] = plan
         if plan is None or (self._best is not None and not self._better(plan, self._best)):
             return False
         self._best = plan
@@ -574,26 +578,23 @@ class _DecisionCtx:
             cur = self._best.resident if self._best is not None else self.r_t
             outside = [a for a in self.pool if a not in cur]
             inside = sorted(cur - self.must)
-            for moves in self._neighbourhoods(cur, inside, outside):
+            base, shift, consider = self._sums(cur), self._shift, self._consider
+            for moves in self._neighbourhoods(inside, outside):
                 # evaluate the whole neighbourhood (no short-circuit), keep the best
-                if sum([self._consider(m, sums) for m, sums in moves]):
+                if sum([consider(shift(base, add, drop), cur, add, drop) for add, drop in moves]):
                     break
             else:
                 return
 
-    def _neighbourhoods(self, cur: frozenset[str], inside: list[str], outside: list[str]
-                        ) -> Iterator[Iterator[tuple[frozenset[str], tuple[int, int, int, int, float, float]]]]:
-        """The local search's neighbourhoods of ``cur``, in the order they are tried, each built
-        only when the ones before it did not improve; each R' with its sums, shifted from
-        ``cur``'s by the agents it adds and drops."""
-        base, shift = self._sums(cur), self._shift
-        yield ((cur | {a}, shift(base, (a,))) for a in outside)
-        yield ((cur | {a, b}, shift(base, (a, b))) for a, b in itertools.combinations(outside, 2))
-        yield itertools.chain(((cur - {a}, shift(base, (), (a,))) for a in inside),
-                              (((cur - {a}) | {b}, shift(base, (b,), (a,))) for a in inside for b in outside))
+    def _neighbourhoods(self, inside: list[str], outside: list[str]) -> Iterator[Iterator[tuple[tuple[str, ...], tuple[str, ...]]]]:
+        """The local search's neighbourhoods of the incumbent, in the order they are tried, each
+        built only when the ones before it did not improve; each move as the agents it adds (from
+        ``outside``) and drops (from ``inside``)."""
+        yield (((a,), ()) for a in outside)
+        yield (((a, b), ()) for a, b in itertools.combinations(outside, 2))
+        yield itertools.chain((((), (a,)) for a in inside), (((b,), (a,)) for a in inside for b in outside))
         if self.p.search == "local+":
-            yield (((cur - {a, b}) | {c}, shift(base, (c,), (a, b)))
-                   for a, b in itertools.combinations(inside, 2) for c in outside)
+            yield (((c,), (a, b)) for a, b in itertools.combinations(inside, 2) for c in outside)
 
     def _better(self, a: _Plan, b: _Plan) -> bool:
         """Higher score; on a tie the smaller change: fewer preemptions, then fewer prefix moves."""
