@@ -5,7 +5,7 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from topas.experiments.notebooks import NotebookFailed, execute_notebooks, notebook_paths
+from topas.experiments.notebooks import NotebookFailed, children_cpu, execute_notebooks, notebook_paths
 
 
 def _nb(path, *sources):
@@ -29,6 +29,22 @@ def test_runs_each_with_the_parameters_and_keeps_executed_copies(tmp_path):
     done = execute_notebooks({"out": str(target)}, [nb], tmp_path / "executed", progress=False)
     assert target.read_text() == "ran"
     assert [p.name for p in done] == ["01_a.ipynb"] and done[0].is_file()
+
+
+def test_each_notebook_reports_its_wall_time_and_the_cpu_its_kernel_and_workers_spent(tmp_path, capsys):
+    burn = ("from concurrent.futures import ProcessPoolExecutor\n"
+            "with ProcessPoolExecutor(1) as pool:\n"
+            "    pool.submit(sum, range(6 * 10**7)).result()")
+    idle, busy = _nb(tmp_path / "01_idle.ipynb", "x = 1"), _nb(tmp_path / "02_burn.ipynb", burn)
+    spent = []
+    for nb in (idle, busy):
+        before = children_cpu()
+        execute_notebooks({"out": None}, [nb], tmp_path / "executed", progress=False)
+        spent.append(children_cpu() - before)
+    lines = [x for x in capsys.readouterr().out.splitlines() if " done in " in x]
+    assert len(lines) == 2 and all("CPU s:" in x and "cores busy" in x for x in lines)
+    # the worker's ~1 s sum is counted: its CPU time is a (grand)child's once the kernel has exited
+    assert spent[1] - spent[0] >= 0.5
 
 
 def test_a_failure_names_the_notebook_and_the_cell(tmp_path):

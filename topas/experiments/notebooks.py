@@ -119,7 +119,7 @@ def _execute_one(nb: Path, parameters: Mapping[str, Any], executed_dir: Path) ->
     from papermill.exceptions import PapermillExecutionError
 
     print(f"running {nb.name}", flush=True)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), children_cpu()
     out = executed_dir / nb.name
     tmp = executed_dir / f".{nb.stem}.running.ipynb"
     failed = executed_dir / f"{nb.stem}.failed.ipynb"
@@ -137,5 +137,24 @@ def _execute_one(nb: Path, parameters: Mapping[str, Any], executed_dir: Path) ->
         raise
     tmp.replace(out)
     failed.unlink(missing_ok=True)  # an earlier failure of this notebook is out of date
-    print(f"{nb.name} done in {time.perf_counter() - t0:.1f} s", flush=True)
+    wall, cpu1 = time.perf_counter() - t0, children_cpu()
+    busy = "" if cpu0 is None or cpu1 is None else f" ({cpu1 - cpu0:.0f} CPU s: {(cpu1 - cpu0) / wall:.2f} cores busy)"
+    print(f"{nb.name} done in {wall:.1f} s{busy}", flush=True)
     return out
+
+
+def children_cpu() -> float | None:
+    """CPU seconds (user + system) of this process's finished children and theirs: a notebook's
+    kernel and its sweep workers, once the kernel has exited. None where ``resource`` is missing
+    (Windows), or in a thread of a parallel run (the children of the notebooks beside it would
+    count too)."""
+    import threading
+
+    try:
+        import resource
+    except ImportError:
+        return None
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime

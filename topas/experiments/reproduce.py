@@ -451,7 +451,8 @@ def run_notebooks(args: argparse.Namespace) -> int:
     results; a reproduction runs one at a time, since each notebook's sweeps use every core."""
     if args.no_notebooks:
         return 0
-    from topas.experiments.notebooks import NOTEBOOKS_DIR, NotebookFailed, execute_notebooks, notebook_paths
+    from topas.experiments.notebooks import (NOTEBOOKS_DIR, NotebookFailed, children_cpu, execute_notebooks,
+                                             notebook_paths)
 
     executed = NOTEBOOKS_DIR / "executed" / ("quick" if args.quick else "full")
     paths = notebook_paths(NOTEBOOKS_DIR)
@@ -462,14 +463,16 @@ def run_notebooks(args: argparse.Namespace) -> int:
     jobs = (args.jobs or os.cpu_count() or 1) if args.figures_only else 1
     print(f"\nnotebooks -> figures in {args.out_dir}, executed copies in {executed}"
           + (f", {jobs} at a time" if jobs > 1 else ""), flush=True)
-    t = time.perf_counter()
+    t, cpu0 = time.perf_counter(), children_cpu()
     try:
         execute_notebooks({"quick": bool(args.quick), "out_dir": str(args.out_dir)},
                           paths, executed_dir=executed, progress=not args.no_progress, jobs=jobs)
     except NotebookFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"notebooks done in {time.perf_counter() - t:.1f} s", flush=True)
+    wall, cpu1 = time.perf_counter() - t, children_cpu()
+    busy = "" if cpu0 is None or cpu1 is None else f" ({cpu1 - cpu0:.0f} CPU s: {(cpu1 - cpu0) / wall:.2f} cores busy)"
+    print(f"notebooks done in {wall:.1f} s{busy}", flush=True)
     return 0
 
 
