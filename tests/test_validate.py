@@ -448,3 +448,53 @@ def test_built_v2_trace_checks_one_segment_per_id():
     # slicing and re-timing keep the segments (they live in the stages)
     validate_trace(t.head(1))
     assert t.head(1).has_segments
+
+
+# ---- a checked trace is checked once: its first tasks and re-timed copies keep the check
+
+def _validations(monkeypatch) -> list[int]:
+    from topas.workload import validate as v
+
+    calls: list[int] = []
+    full = v._check_all
+    monkeypatch.setattr(v, "_check_all", lambda trace, *a: calls.append(len(trace.tasks)) or full(trace, *a))
+    return calls
+
+
+def test_a_checked_trace_its_head_and_its_retimed_copy_are_not_checked_again(monkeypatch):
+    calls = _validations(monkeypatch)
+    t = trace_from_dict(good(), source=SRC)
+    validate_trace(t, kv_budget=1000)
+    head = t.head(1)
+    retimed = head.with_arrivals([5.0])
+    for x in (t, head, retimed, retimed.with_meta({"rate": 1.0})):
+        validate_trace(x, kv_budget=1000)
+        validate_trace(x)  # no budget rule: what a check under a budget covers
+    assert calls == [2]
+
+
+def test_a_budget_not_checked_before_is_checked_in_full(monkeypatch):
+    calls = _validations(monkeypatch)
+    t = trace_from_dict(good(), source=SRC)
+    validate_trace(t)
+    validate_trace(t.head(1).with_arrivals([0.0]), kv_budget=1000)
+    assert calls == [2, 1]
+    with pytest.raises(TraceError, match="larger than the KV budget of 150 tokens"):
+        validate_trace(t.head(1), kv_budget=150)
+
+
+def test_a_retimed_copy_still_has_its_arrival_times_checked():
+    t = trace_from_dict(good(), source=SRC)
+    validate_trace(t)
+    with pytest.raises(TraceError, match="earlier than the arrival 3.0 of the preceding task t00000"):
+        validate_trace(t.with_arrivals([3.0, 1.0]), source=SRC)
+    with pytest.raises(TraceError, match="arrival must be a finite number >= 0, got nan"):
+        validate_trace(t.with_arrivals([math.nan, 1.0]), source=SRC)
+
+
+def test_a_retimed_task_shares_the_tables_of_its_dag():
+    t = trace_from_dict(good(), source=SRC)
+    retimed = t.with_arrivals([1.0, 2.0])
+    for old, new in zip(t.tasks, retimed.tasks):
+        assert new.arrival != old.arrival and new.stages is old.stages
+        assert new.topo_order is old.topo_order and new.children is old.children and new.stage_map is old.stage_map

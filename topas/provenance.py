@@ -117,7 +117,13 @@ def git_dirty() -> bool | None:
 
 def versions() -> dict[str, str]:
     """``{"python": "3.11.7", "numpy": ..., ...}`` for Python and :data:`VERSIONED`
-    (``"not installed"`` for a missing one)."""
+    (``"not installed"`` for a missing one); read once per process (every stored result records
+    them, and reading a distribution's metadata costs more than a short run's bookkeeping)."""
+    return dict(_versions())
+
+
+@functools.lru_cache(maxsize=1)
+def _versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
     for dist in VERSIONED:
         try:

@@ -60,7 +60,13 @@ from topas import engines as _engines
 from topas.engine.cost import DEFAULT_PROFILE
 from topas.errors import ExperimentError
 from topas.experiments.spec_args import _labels, _norm_params, _positive
-from topas.experiments.traces import _read_trace, available_traces, resolve_trace_path, trace_sha256  # noqa: F401
+from topas.experiments.traces import (  # noqa: F401
+    _read_trace,
+    available_traces,
+    read_head,
+    resolve_trace_path,
+    trace_sha256,
+)
 from topas.provenance import code_fingerprint
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -452,9 +458,7 @@ def prepare(exp: Experiment) -> Prepared:
     policy = exp.make_policy()
     cost = exp.load_cost()
     path = exp.trace_path()
-    trace = _read_trace(path)
-    if exp.n_tasks is not None:
-        trace = trace.head(exp.n_tasks)
+    trace = read_head(path, exp.n_tasks)
     # the budget rules (every prefix and every single request fits) on the tasks that run
     validate_trace(trace, source=str(path), kv_budget=cost.kv_budget_tokens)
     rate = exp.resolve_rate(trace)

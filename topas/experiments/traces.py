@@ -91,6 +91,19 @@ def _read_trace_cached(stamp: tuple[str, int, int], kv_budget: int | None) -> "T
     return read_trace(stamp[0], kv_budget=kv_budget)
 
 
+@lru_cache(maxsize=64)
+def _head_cached(stamp: tuple[str, int, int], n: int) -> "Trace":
+    return _read_trace_cached(stamp, None).head(n)
+
+
+def read_head(path: Path, n: int | None) -> "Trace":
+    """The first ``n`` tasks of a trace (all of them when ``n`` is None), the same object for the
+    same file and ``n`` in a process: a sweep's worker runs many experiments on one ``(trace, n)``,
+    and ``validate_trace`` then checks its tasks once (``topas.workload.model.CHECKED``)."""
+    trace = _read_trace(path)
+    return trace if n is None else _head_cached(_file_stamp(path), n)
+
+
 def _read_trace(path: Path, kv_budget: int | None = None) -> "Trace":
     """Read (and validate) a trace, cached per process: a sweep reads each file once per worker.
 

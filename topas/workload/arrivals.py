@@ -94,7 +94,6 @@ def retime(trace: "Trace", rate: float, seed: int, process: str = "poisson") -> 
     ``meta`` records the new arrivals: ``rate``, ``arrival_seed`` and ``arrival_process``. The
     result is validated.
     """
-    from topas.workload.model import Trace
     from topas.workload.validate import validate_trace
 
     rate = _check_rate(rate)
@@ -102,6 +101,6 @@ def retime(trace: "Trace", rate: float, seed: int, process: str = "poisson") -> 
     t = trace.with_arrivals(poisson_arrivals(len(trace.tasks), rate, seed, process))
     meta = dict(trace.meta)
     meta.update({"rate": rate, "arrival_seed": int(seed), "arrival_process": process})
-    out = Trace(name=t.name, agents=t.agents, tasks=t.tasks, meta=meta)
+    out = t.with_meta(meta)
     validate_trace(out)
     return out

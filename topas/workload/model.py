@@ -147,15 +147,45 @@ class Trace:
         return any(s.segments is not None for t in self.tasks for s in t.stages)
 
     def with_arrivals(self, arrivals: list[float]) -> "Trace":
-        """The same tasks re-timed with new arrival times (one per task, non-decreasing)."""
+        """The same tasks re-timed with new arrival times (one per task, non-decreasing).
+
+        A re-timed task shares its stages with the original, and with them the tables derived
+        from its DAG (``stage_map``, ``children``, ``topo_order``: computed once on the original,
+        which a sweep re-times for every run); the trace keeps what ``validate_trace`` checked
+        of the original (:data:`CHECKED`), bar the arrival times, which it checks each time."""
         if len(arrivals) != len(self.tasks):
             raise ValueError(f"{len(arrivals)} arrival times for {len(self.tasks)} tasks")
-        tasks = tuple(
-            Task(id=t.id, arrival=float(a), stages=t.stages, workflow=t.workflow)
-            for t, a in zip(self.tasks, arrivals)
-        )
-        return Trace(name=self.name, agents=self.agents, tasks=tasks, meta=self.meta)
+        tasks = []
+        for t, a in zip(self.tasks, arrivals):
+            new = Task(id=t.id, arrival=float(a), stages=t.stages, workflow=t.workflow)
+            for name in _DAG_TABLES:  # what cached_property would store, taken from the original
+                new.__dict__[name] = getattr(t, name)
+            tasks.append(new)
+        return _carry_checked(self, Trace(name=self.name, agents=self.agents, tasks=tuple(tasks), meta=self.meta))
+
+    def with_meta(self, meta: Mapping[str, Any]) -> "Trace":
+        """The same trace with ``meta`` in place of its own (what ``validate_trace`` checked stays
+        checked: no rule reads ``meta``)."""
+        return _carry_checked(self, Trace(name=self.name, agents=self.agents, tasks=self.tasks, meta=meta))
 
     def head(self, n: int) -> "Trace":
         """The first ``n`` tasks (for quick runs and tests)."""
-        return Trace(name=self.name, agents=self.agents, tasks=self.tasks[:n], meta=self.meta)
+        return _carry_checked(self, Trace(name=self.name, agents=self.agents, tasks=self.tasks[:n], meta=self.meta))
+
+
+#: The cached DAG tables a re-timed task shares with its original (``Trace.with_arrivals``).
+_DAG_TABLES = ("stage_map", "children", "topo_order")
+
+#: The attribute where ``validate_trace`` records the KV budgets (``None``: no budget rule) under
+#: which it found a trace's agents and tasks valid, arrival times aside. A trace's first ``n``
+#: tasks and its re-timed copy keep the record: every rule but the arrival order holds for a
+#: prefix of the tasks, and none involves the arrival times, which ``validate_trace`` re-checks.
+#: Traces are immutable by convention: one changed in place after a check is not re-checked.
+CHECKED = "_checked_budgets"
+
+
+def _carry_checked(src: Trace, dst: Trace) -> Trace:
+    checked = src.__dict__.get(CHECKED)
+    if checked:
+        dst.__dict__[CHECKED] = checked
+    return dst

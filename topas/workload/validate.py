@@ -45,6 +45,7 @@ in :mod:`topas.workload.dag_order`.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any, Mapping
 
 from topas.workload.dag_order import find_cycle, topological_order
@@ -67,6 +68,7 @@ from topas.workload.trace_rules import (
     _check_tasks,
     _fields,
     _id_problem,
+    _is_number,
     _length_problem,
     _loc,
     _type_name,
@@ -218,9 +220,38 @@ def _segment_table(rows: Any, source: str) -> dict[str, tuple[str, Any, Any, Any
 
 
 def validate_trace(trace: "Trace", kv_budget: int | None = None, source: str | None = None) -> None:
-    """Check an already-built :class:`~topas.workload.model.Trace` with the same rules."""
+    """Check an already-built :class:`~topas.workload.model.Trace` with the same rules.
+
+    A trace checked once (under ``kv_budget``, or under any budget when ``kv_budget`` is None),
+    or the first tasks or re-timed copy of one (``topas.workload.model.CHECKED``), has only its
+    arrival times checked again: a run's trace is checked by the experiment, the re-timing and
+    the simulator in turn, and a sweep runs the same tasks many times."""
+    from topas.workload.model import CHECKED
+
     source = source if source is not None else f"<trace {trace.name}>"
     _check_budget(kv_budget, source)
+    checked = trace.__dict__.get(CHECKED, frozenset())
+    if kv_budget in checked or (kv_budget is None and checked):
+        _check_arrivals(trace, source)
+        return
+    _check_all(trace, kv_budget, source)
+    trace.__dict__[CHECKED] = checked | {kv_budget}
+
+
+def _check_arrivals(trace: "Trace", source: str) -> None:
+    """The arrival rules of ``_check_tasks`` (finite, >= 0, non-decreasing), the same errors."""
+    prev = None
+    for t in trace.tasks:
+        a = t.arrival
+        if not _is_number(a) or not math.isfinite(a) or a < 0:
+            raise TraceError(source, f"arrival must be a finite number >= 0, got {a!r}", task=t.id)
+        if prev is not None and a < prev.arrival:
+            raise TraceError(source, f"arrival {a!r} is earlier than the arrival {prev.arrival!r} of the preceding "
+                             f"task {prev.id} (tasks must be in non-decreasing arrival order)", task=t.id)
+        prev = t
+
+
+def _check_all(trace: "Trace", kv_budget: int | None, source: str) -> None:
     p = _id_problem("name", trace.name)
     if p:
         raise TraceError(source, p, where="top level")
