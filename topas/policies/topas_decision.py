@@ -80,8 +80,6 @@ class _DecisionCtx:
             return prefill_time(x + generated, pv.tokens) + draws * tpot
 
         tasks = policy.history.tasks(view)  # online DAGs: completed from the workflow's history
-        gen: dict[str, int] = {r.rid: r.generated for r in view.running}
-        gen.update({r.rid: r.generated for r in view.waiting})
         running_by_task: dict[str, set[str]] = {}
         for r in view.running:
             running_by_task.setdefault(r.task_id, set()).add(r.stage_id)
@@ -116,19 +114,20 @@ class _DecisionCtx:
             g = aging(view.time, tv.arrival, p.rho, p.H_age, p.aging_form) if p.aging else 1.0
             self.tasks[tid] = _TaskCtx(tv, res, frozenset(running_by_task.get(tid, ())), g,
                                        p.sibling_share, p.admit_norm, shape, rng is None)
-        self._lookahead_setup(tasks, gen, view)
+        self._lookahead_setup(tasks, gen_by_task, view)
         self._waiting_setup(view, est, parts)
         self._running_setup(view, est, op)
         self._moves_setup(view)
 
     # ------------------------------------------------------------------ per-decision set-up
-    def _lookahead_setup(self, tasks: Any, gen: dict[str, int], view: EngineView) -> None:
-        """n_a(t) for Q' = the running set, and the pending stages indexed by parent."""
+    def _lookahead_setup(self, tasks: Any, ready: dict[str, dict[str, int]], view: EngineView) -> None:
+        """n_a(t) for Q' = the running set, and the pending stages indexed by parent (``ready``:
+        per task, its ready stages, the running ones first)."""
         # Pending stages with unfinished parents, all of them ready (waiting or running), are the
         # only ones that can count for some Q': children of the ready stages (in any order:
         # only counts are taken from this list).
         # (agent, unfinished parent rids), kept per task across decisions (``pending_stages``)
-        self.pending, self.policy._pending_memo = pending_stages(self.policy._pending_memo, tasks, gen)
+        self.pending, self.policy._pending_memo = pending_stages(self.policy._pending_memo, tasks, ready)
         # n_a(t) is needed for every candidate Q'; precompute it for Q' = the running set, and
         # for each pending stage how many of its parents run, indexed by parent, so that each
         # Q' only re-counts the stages whose parents it preempts or admits.
@@ -138,21 +137,33 @@ class _DecisionCtx:
         for r in view.running:
             self._running_per_task[r.task_id] = self._running_per_task.get(r.task_id, 0) + 1
         self._la_base = lookahead_counts(self.pending, running_rids)
-        self._la_need = [len(ps) for _, ps in self.pending]
-        self._la_running = [sum(q in running_rids for q in ps) for _, ps in self.pending]
-        self._la_in_base = [n > 0 and k == n for n, k in zip(self._la_need, self._la_running)]
-        #: the most n_a(t) can be for any Q' (every pending stage with a parent counts), times
-        #: the reload time: ``_bound``'s V_reuse
+        #: per pending stage: its unfinished parents, how many of them run, and whether it counts
+        #: in ``_la_base`` (all of them run); per agent, the most n_a(t) can be for any Q' (every
+        #: pending stage with a parent counts: ``_bound``'s V_reuse); the pending stages by parent
+        need: list[int] = []
+        running: list[int] = []
+        in_base: list[bool] = []
         n_max: dict[str, int] = {}
-        for agent, ps in self.pending:
-            if ps:
+        by_parent: dict[str, list[int]] = {}
+        for i, (agent, ps) in enumerate(self.pending):
+            k = 0
+            for q in ps:
+                if q in running_rids:
+                    k += 1
+                at = by_parent.get(q)
+                if at is None:
+                    by_parent[q] = [i]
+                else:
+                    at.append(i)
+            n = len(ps)
+            need.append(n)
+            running.append(k)
+            in_base.append(n > 0 and k == n)
+            if n:
                 n_max[agent] = n_max.get(agent, 0) + 1
+        self._la_need, self._la_running, self._la_in_base, self._la_by_parent = need, running, in_base, by_parent
         move_times = self.policy.move_times_of(view.cost)
         self._reuse_max = [(a, n * move_times(view.prefixes[a].tokens)[0]) for a, n in sorted(n_max.items())]
-        self._la_by_parent: dict[str, list[int]] = {}
-        for i, (_, ps) in enumerate(self.pending):
-            for q in ps:
-                self._la_by_parent.setdefault(q, []).append(i)
 
     def _waiting_setup(self, view: EngineView, est: Any, parts: dict[str, dict[tuple[int, int], tuple[float, float]]] | None) -> None:
         """Waiting requests: demand d_r(t) and gain g_i(t) * Delta_task share (fixed per decision);
@@ -173,16 +184,15 @@ class _DecisionCtx:
             self.tasks[r.task_id].waiting.append(r)
         for tc in self.tasks.values():  # each task's waiting stages in topological order
             if len(tc.waiting) > 1:
-                pos = {s: i for i, s in enumerate(tc.order)}
-                tc.waiting.sort(key=lambda r: pos[r.stage_id])
+                tc.waiting.sort(key=lambda r, pos=tc.position: pos[r.stage_id])
         self.gain: dict[str, float] = {}
         scale = 1.0
         if p.admit_norm == "remaining":  # fractions, in seconds of the decision's mean remaining path
             paths = [tc.L(tc.committed) for tc in self.tasks.values()]
             scale = float(np.mean(paths)) if paths else 1.0
-        for tid, tc in self.tasks.items():
-            for stage, g in tc.frontier_gains().items():
-                self.gain[f"{tid}/{stage}"] = g * scale
+        for tc in self.tasks.values():
+            for r, g in tc.frontier_gains():
+                self.gain[r.rid] = g * scale
         # rank: best gain first (ties: older task, then request id, which is unique); each
         # agent's best candidates_per_agent, in that order
         ranked = sorted((-self.gain[r.rid], self.tasks[r.task_id].view.arrival, r.rid, r) for r in view.waiting)
@@ -208,11 +218,13 @@ class _DecisionCtx:
         self.running_by_agent: dict[str, list[RequestView]] = {}
         self.running_demand = 0
         self.run_demand: dict[str, int] = {}
+        # A running request's generated count moves at every decode step, so a memo would miss:
+        # the estimator itself is asked (the same function ``est`` memoises).
+        remaining, prefixes, reserve = est.est.expected_remaining, view.prefixes, p.output_reserve
         for r in view.running:
             self.running_by_agent.setdefault(r.agent, []).append(r)
-            pv = view.prefixes[r.agent]
-            rem = est.expected_remaining(r.agent, pv.expected_output_tokens, r.generated)
-            self.run_demand[r.rid] = r.kv_tokens + int(p.output_reserve * rem)
+            rem = remaining(r.agent, prefixes[r.agent].expected_output_tokens, r.generated)
+            self.run_demand[r.rid] = r.kv_tokens + int(reserve * rem)
         if p.redo == "reprefill":
             #: expected time to finish of each request that may be in Q' (for the re-wait)
             self.finish_in = {r.rid: est.expected_remaining(r.agent, view.prefixes[r.agent].expected_output_tokens,
@@ -228,7 +240,7 @@ class _DecisionCtx:
         }
         self._run_demand_total = sum(self.run_demand_by_agent.values())
         self._n_running = {a: len(rs) for a, rs in self.running_by_agent.items()}
-        self._aging_now: dict[tuple[float, float], float] = {}  # g_i(t), by (t, task arrival)
+        self._aging_now: dict[float, float] = {}  # g_i(t) at this decision's t, by task arrival
         #: J_revoke's charge of each running request, fixed for the decision
         self.credit = {r.rid: self._credit(r) for r in view.running}
         #: the tasks of each busy agent's running requests (a plan never readmits their stages)
@@ -462,16 +474,15 @@ class _DecisionCtx:
         if not self.p.revalue_credit or not self.p.aging or r.admitted_time is None:
             return lam
         arrival = self.view.tasks[r.task_id].arrival
-        return lam * self._aging(self.view.time, arrival, self._aging_now) / self._aging(
-            r.admitted_time, arrival, self.policy._aging_memo)
-
-    def _aging(self, t: float, arrival: float, memo: dict[tuple[float, float], float]) -> float:
-        """``aging`` with the policy's parameters, memoised in ``memo`` (a pure function)."""
-        g = memo.get((t, arrival))
-        if g is None:
-            p = self.p
-            g = memo[(t, arrival)] = aging(t, arrival, p.rho, p.H_age, p.aging_form)
-        return g
+        p = self.p
+        now = self._aging_now.get(arrival)
+        if now is None:
+            now = self._aging_now[arrival] = aging(self.view.time, arrival, p.rho, p.H_age, p.aging_form)
+        memo = self.policy._aging_memo  # g_i at admission, kept for the run
+        then = memo.get((r.admitted_time, arrival))
+        if then is None:
+            then = memo[(r.admitted_time, arrival)] = aging(r.admitted_time, arrival, p.rho, p.H_age, p.aging_form)
+        return lam * now / then
 
     def _lookahead(self, preempted: set[str], admit: list[tuple[str, float]]) -> dict[str, int]:
         """``lookahead_counts(self.pending, Q')``, by delta from Q' = the running set: only the

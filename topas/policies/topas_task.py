@@ -16,14 +16,14 @@ from topas.policies.topas_terms import expected_longest_path, longest_path_pair
 class _TaskCtx:
     """One task during one decision: its unfinished stages, residual times and L_i(H) cache."""
 
-    __slots__ = ("view", "order", "children", "residual", "committed", "g", "_cache", "waiting", "share", "norm",
-                 "scalar")
+    __slots__ = ("view", "order", "children", "position", "residual", "committed", "g", "_cache", "waiting", "share",
+                 "norm", "scalar")
 
     def __init__(self, tv: TaskView, residual: dict[str, Any], committed: frozenset[str], g: float,
                  share: str = "residual", norm: str = "absolute", shape: "_Shape | None" = None,
                  scalar: bool | None = None) -> None:
         self.view = tv
-        self.order, self.children, _ = shape or task_shape(tv)
+        self.order, self.children, _, self.position = shape or task_shape(tv)
         #: every residual is a number (not the "sampled" estimator's draws)
         self.scalar = not any(isinstance(v, np.ndarray) for v in residual.values()) if scalar is None else scalar
         self.residual = residual
@@ -45,13 +45,14 @@ class _TaskCtx:
         """g_i(t) * Delta_task(stages | H, t)."""
         return self.g * (self.L(h) - self.L(h | frozenset(stages)))
 
-    def frontier_gains(self) -> dict[str, float]:
-        """Each waiting stage's share of g_i(t) * Delta_task(F | H, t), F = the waiting stages
+    def frontier_gains(self) -> list[tuple[RequestView, float]]:
+        """Each waiting request's share of g_i(t) * Delta_task(F | H, t), F = the waiting stages
         (in topological order), split by ``share`` and, unless ``norm == "absolute"``, divided by
         L_i(H, t) (the caller rescales "remaining")."""
-        frontier = tuple(r.stage_id for r in self.waiting)
+        waiting = self.waiting
+        frontier = tuple(r.stage_id for r in waiting)
         if not frontier:
-            return {}
+            return []
         if self.scalar:  # L_i(H) and L_i(H + F) in one pass
             before, after = longest_path_pair(self.order, self.children, self.residual, self.committed, frontier)
             self._cache[self.committed] = before
@@ -62,27 +63,28 @@ class _TaskCtx:
             remaining = self.L(self.committed)
             total = total / remaining if remaining > 0 else 0.0
         if len(frontier) == 1:
-            return {frontier[0]: total}
+            return [(waiting[0], total)]
         if self.share == "equal":
-            return {s: total / len(frontier) for s in frontier}
+            return [(r, total / len(frontier)) for r in waiting]
         if self.share == "last":
-            return {s: total if s == frontier[-1] else 0.0 for s in frontier}
-        size = {s: float(np.mean(self.residual[s])) if isinstance(self.residual[s], np.ndarray)
-                else self.residual[s] for s in frontier}
-        norm = sum(size.values())
-        return {s: total * size[s] / norm if norm > 0 else total / len(frontier) for s in frontier}
+            return [(r, total if r is waiting[-1] else 0.0) for r in waiting]
+        size = [float(np.mean(self.residual[s])) if isinstance(self.residual[s], np.ndarray)
+                else self.residual[s] for s in frontier]
+        norm = sum(size)
+        return [(r, total * z / norm if norm > 0 else total / len(frontier)) for r, z in zip(waiting, size)]
 
 
-_Shape = tuple[tuple[str, ...], dict[str, tuple[str, ...]], tuple[tuple[str, str, int], ...]]
+_Shape = tuple[tuple[str, ...], dict[str, tuple[str, ...]], tuple[tuple[str, str, int], ...], dict[str, int]]
 
 
 def task_shape(tv: TaskView) -> _Shape:
-    """The task's unfinished stages in topological order, their children, and each one's
-    ``(stage id, agent, input tokens)``: a function of the (immutable) view, so a policy keeps
-    it while the view is unchanged (``task_shapes``)."""
+    """The task's unfinished stages in topological order, their children, each one's
+    ``(stage id, agent, input tokens)`` and its position in the order: a function of the
+    (immutable) view, so a policy keeps it while the view is unchanged (``task_shapes``)."""
     order = tuple(s for s in tv.topo_order if s not in tv.done)
     st = tv.stages
-    return order, {s: st[s].children for s in order}, tuple((s, st[s].agent, st[s].input_tokens) for s in order)
+    return (order, {s: st[s].children for s in order}, tuple((s, st[s].agent, st[s].input_tokens) for s in order),
+            {s: i for i, s in enumerate(order)})
 
 
 def task_shapes(memo: dict[str, tuple[TaskView, _Shape]], tasks: Mapping[str, TaskView],
@@ -136,20 +138,18 @@ class _MemoEstimator:
 _Pending = list[tuple[str, tuple[str, ...]]]  # (agent, unfinished parent rids)
 
 
-def pending_stages(memo: dict[str, Any], tasks: Mapping[str, TaskView], ready: Iterable[str]) -> tuple[_Pending, dict[str, Any]]:
+def pending_stages(memo: dict[str, Any], tasks: Mapping[str, TaskView],
+                   ready: Mapping[str, Iterable[str]]) -> tuple[_Pending, dict[str, Any]]:
     """The pending stages ``n_a(t)`` can count for some Q' (``_task_pending`` of each task with a
-    ready request; ``ready``: the ready request ids), and the memo for the next decision.
+    ready request; ``ready``: per task, the ids of its ready (waiting or running) stages), and
+    the memo for the next decision.
 
     A task's pending stages are a function of its (immutable) view and its ready stages, so
     ``memo`` keeps them per task while both are unchanged: a finish or a newly reached stage
     gives the task a new view, an admission or a new ready stage a new ready set."""
-    by_task: dict[str, list[str]] = {}
-    for rid in ready:
-        tid, sid = rid.split("/", 1)
-        by_task.setdefault(tid, []).append(sid)
     out: _Pending = []
     carried: dict[str, Any] = {}
-    for tid, sids in by_task.items():
+    for tid, sids in ready.items():
         tv = tasks[tid]
         hit = memo.get(tid)
         if hit is None or hit[0] is not tv:
@@ -158,7 +158,7 @@ def pending_stages(memo: dict[str, Any], tasks: Mapping[str, TaskView], ready: I
         key = frozenset(sids)
         pend = hit[1].get(key)
         if pend is None:
-            pend = hit[1][key] = _task_pending(tid, tv, sids, key)
+            pend = hit[1][key] = _task_pending(tid, tv, list(sids), key)
         out.extend(pend)
     return out, carried
 
