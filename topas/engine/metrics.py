@@ -55,46 +55,39 @@ def percentile(values: np.ndarray, q: float) -> float:
 def build_result(sim: Any, wall_seconds: float) -> SimResult:
     """The tables and summary of a finished :class:`topas.engine.simulator.Simulator` ``sim``
     (``wall_seconds``: the run's wall time)."""
-    tasks = pd.DataFrame(
-        [
-            {
-                "task_id": ts.task.id,
-                "workflow": ts.task.workflow,
-                "arrival": ts.task.arrival,
-                "finish": ts.finish_time,
-                "jct": ts.finish_time - ts.task.arrival,
-                "n_stages": len(ts.task.stages),
-            }
-            for ts in sim.tasks.values()
-        ],
-        columns=["task_id", "workflow", "arrival", "finish", "jct", "n_stages"],
-    )
-    requests = pd.DataFrame(
-        [
-            {
-                "rid": r.rid,
-                "task_id": r.task.task.id,
-                "stage_id": r.stage.id,
-                "agent": r.agent,
-                "input_tokens": r.x,
-                "output_tokens": r.y,
-                "ready": r.ready_time,
-                "first_admit": r.first_admit_time,
-                "finish": r.finish_time,
-                "queue_time": r.queue_time,
-                "prefill_time": r.prefill_time,
-                "decode_time": r.decode_time,
-                "preemptions": r.preemptions,
-                "retractions": r.retractions,
-                "recomputed_tokens": r.recomputed_tokens,
-                # as the replay defines it from the server's cached_tokens
-                "prefix_hit": r.cached_tokens >= sim.prefixes[r.agent].tokens,
-                "cached_tokens": r.cached_tokens,
-                "prompt_tokens": sim.prefixes[r.agent].tokens + r.x,
-            }
-            for r in sim.requests.values()
-        ]
-    )
+    # built column by column (what pandas infers from a list of row dicts, at a fraction of the cost)
+    states = list(sim.tasks.values())
+    tasks = pd.DataFrame({
+        "task_id": [ts.task.id for ts in states],
+        "workflow": [ts.task.workflow for ts in states],
+        "arrival": [ts.task.arrival for ts in states],
+        "finish": [ts.finish_time for ts in states],
+        "jct": [ts.finish_time - ts.task.arrival for ts in states],
+        "n_stages": [len(ts.task.stages) for ts in states],
+    }, columns=["task_id", "workflow", "arrival", "finish", "jct", "n_stages"])
+    reqs = list(sim.requests.values())
+    prefix_len = [sim.prefixes[r.agent].tokens for r in reqs]
+    requests = pd.DataFrame({
+        "rid": [r.rid for r in reqs],
+        "task_id": [r.task.task.id for r in reqs],
+        "stage_id": [r.stage.id for r in reqs],
+        "agent": [r.agent for r in reqs],
+        "input_tokens": [r.x for r in reqs],
+        "output_tokens": [r.y for r in reqs],
+        "ready": [r.ready_time for r in reqs],
+        "first_admit": [r.first_admit_time for r in reqs],
+        "finish": [r.finish_time for r in reqs],
+        "queue_time": [r.queue_time for r in reqs],
+        "prefill_time": [r.prefill_time for r in reqs],
+        "decode_time": [r.decode_time for r in reqs],
+        "preemptions": [r.preemptions for r in reqs],
+        "retractions": [r.retractions for r in reqs],
+        "recomputed_tokens": [r.recomputed_tokens for r in reqs],
+        # as the replay defines it from the server's cached_tokens
+        "prefix_hit": [r.cached_tokens >= n for r, n in zip(reqs, prefix_len)],
+        "cached_tokens": [r.cached_tokens for r in reqs],
+        "prompt_tokens": [n + r.x for r, n in zip(reqs, prefix_len)],
+    })
     prefix_events = pd.DataFrame(sim.prefix_events, columns=["time", "agent", "event", "tokens", "bytes"])
     timeline = pd.DataFrame(
         sim.timeline, columns=["time", "prefix_tokens", "request_tokens", "decode_batch", "prefill_queue", "waiting",
