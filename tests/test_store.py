@@ -125,6 +125,24 @@ def test_sweep_dedupes_keeps_order_and_runs_in_parallel(tmp_path):
         pd.testing.assert_frame_equal(s.load(e).requests, fresh.requests)
 
 
+def test_a_sweep_on_several_workers_starts_the_longest_runs_first(tmp_path, monkeypatch):
+    import topas.experiments.dispatch as dispatch
+    from topas.experiments.sim_plan import longest_first
+
+    started: list[str] = []
+    monkeypatch.setattr(dispatch, "map_experiments",
+                        lambda fn, exps, **kw: started.extend(e.label() for e in exps) or [fn(e) for e in exps])
+    exps = [Experiment("chain-3", "fcfs", n_tasks=n, seed=0) for n in (2, 6, 4)]
+    summaries = run_sweep(exps, tmp_path, jobs=2, progress=False)
+    assert started == [exps[1].label(), exps[2].label(), exps[0].label()]  # 6, 4, 2 tasks
+    assert list(summaries["n_tasks"]) == [2, 6, 4]  # the summaries in the input order all the same
+    # priced by the plan's per-task costs where they are measured: a costlier policy goes first
+    costs = {"fcfs": {"chain-3": 0.001}, "topas": {"chain-3": 0.01}}
+    mixed = [Experiment("chain-3", "fcfs", n_tasks=6), Experiment("chain-3", "topas", n_tasks=2)]
+    assert [e.policy for e in longest_first(mixed, costs)] == ["topas", "fcfs"]
+    assert [e.policy for e in longest_first(mixed, {})] == ["fcfs", "topas"]
+
+
 def test_sweep_names_a_failing_experiment_and_keeps_finished_results(tmp_path, monkeypatch):
     s = ResultStore(tmp_path)
     real = store_mod.run_experiment

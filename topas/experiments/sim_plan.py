@@ -21,7 +21,8 @@ from typing import Mapping, Sequence
 
 from topas.experiments.spec import Experiment
 
-__all__ = ["CALIBRATION_TASKS", "CALIBRATION_WORKLOADS", "calibrate", "estimate_cpu", "sim_plan_lines"]
+__all__ = ["CALIBRATION_TASKS", "CALIBRATION_WORKLOADS", "cached_costs", "calibrate", "estimate_cpu", "longest_first",
+           "sim_plan_lines"]
 
 CALIBRATION_TASKS = 20
 CALIBRATION_WORKLOADS = ("chain-3", "dag-4", "dag-10-wide")
@@ -61,6 +62,30 @@ def calibrate(policies: Sequence[str], root: Path | None = None) -> dict[str, di
         tmp.write_text(json.dumps(costs, indent=1, sort_keys=True) + "\n")
         tmp.replace(path)
     return costs
+
+
+def cached_costs(root: Path | None = None) -> dict[str, dict[str, float]]:
+    """What :func:`calibrate` last measured for this code in ``root`` (default: the results
+    store's folder), without running anything; ``{}`` when nothing was measured."""
+    from topas.experiments.store import default_store_root
+
+    path = _cache_path(Path(root) if root is not None else default_store_root())
+    try:
+        return json.loads(path.read_text()) if path.is_file() else {}
+    except ValueError:
+        return {}
+
+
+def longest_first(exps: Sequence[Experiment], costs: Mapping[str, Mapping[str, float]]) -> list[Experiment]:
+    """``exps`` by expected CPU time, longest first (ties in input order): a pool that starts the
+    longest runs first does not end on one long run with the other workers idle. Priced by
+    :func:`estimate_cpu` where ``costs`` are known, else by tasks x engines."""
+    def cost(e: Experiment) -> float:
+        if costs:
+            return estimate_cpu(e, costs)
+        return float(e.n_tasks if e.n_tasks is not None else 0) * max(1, int(e.engines))
+
+    return sorted(exps, key=cost, reverse=True)
 
 
 def estimate_cpu(exp: Experiment, costs: Mapping[str, Mapping[str, float]]) -> float:
