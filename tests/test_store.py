@@ -127,7 +127,7 @@ def test_sweep_dedupes_keeps_order_and_runs_in_parallel(tmp_path):
 
 def test_a_sweep_on_several_workers_starts_the_longest_runs_first(tmp_path, monkeypatch):
     import topas.experiments.dispatch as dispatch
-    from topas.experiments.sim_plan import longest_first
+    from topas.experiments.run_cost import longest_first
 
     started: list[str] = []
     monkeypatch.setattr(dispatch, "map_experiments",

@@ -5,7 +5,8 @@ several times FCFS's per decision). :func:`calibrate` measures, on this machine,
 per task of every policy on every synthetic workload: one short run each (:data:`CALIBRATION_TASKS`
 tasks at 1.2x the nominal load, seed 0; a few seconds in all), cached in the results store's
 folder under the code's fingerprint (``plan_costs-<fingerprint>.json``: any change to the engine,
-the policies or the workloads measures again). :func:`estimate_cpu` prices an experiment as its
+the policies or the workloads measures again). :func:`estimate_cpu` (in :mod:`topas.experiments.run_cost`,
+beside the sweeps' longest-first order) prices an experiment as its
 task count x that per-task cost (its own workload's, else the mean over the calibrated
 workloads) x its engine count. The wall time on the jobs it will use is the pool schedule of
 :func:`topas.sglang.pool.schedule` (longest first, each to the first free worker: the rule the
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from topas.experiments.run_cost import _cache_path, cached_costs, estimate_cpu, longest_first  # noqa: F401
 from topas.experiments.spec import Experiment
 
 __all__ = ["CALIBRATION_TASKS", "CALIBRATION_WORKLOADS", "cached_costs", "calibrate", "estimate_cpu", "longest_first",
@@ -26,12 +28,6 @@ __all__ = ["CALIBRATION_TASKS", "CALIBRATION_WORKLOADS", "cached_costs", "calibr
 
 CALIBRATION_TASKS = 20
 CALIBRATION_WORKLOADS = ("chain-3", "dag-4", "dag-10-wide")
-
-
-def _cache_path(root: Path) -> Path:
-    from topas.provenance import engine_fingerprint
-
-    return root / f"plan_costs-{engine_fingerprint('sim')[:16]}.json"
 
 
 def calibrate(policies: Sequence[str], root: Path | None = None) -> dict[str, dict[str, float]]:
@@ -62,49 +58,6 @@ def calibrate(policies: Sequence[str], root: Path | None = None) -> dict[str, di
         tmp.write_text(json.dumps(costs, indent=1, sort_keys=True) + "\n")
         tmp.replace(path)
     return costs
-
-
-def cached_costs(root: Path | None = None) -> dict[str, dict[str, float]]:
-    """What :func:`calibrate` last measured for this code in ``root`` (default: the results
-    store's folder), without running anything; ``{}`` when nothing was measured."""
-    from topas.experiments.store import default_store_root
-
-    path = _cache_path(Path(root) if root is not None else default_store_root())
-    try:
-        return json.loads(path.read_text()) if path.is_file() else {}
-    except ValueError:
-        return {}
-
-
-def longest_first(exps: Sequence[Experiment], costs: Mapping[str, Mapping[str, float]]) -> list[Experiment]:
-    """``exps`` by expected CPU time, longest first (ties in input order): a pool that starts the
-    longest runs first does not end on one long run with the other workers idle. Priced by
-    :func:`estimate_cpu` where ``costs`` are known, else by tasks x engines."""
-    def cost(e: Experiment) -> float:
-        if costs:
-            return estimate_cpu(e, costs)
-        return float(e.n_tasks if e.n_tasks is not None else 0) * max(1, int(e.engines))
-
-    return sorted(exps, key=cost, reverse=True)
-
-
-def estimate_cpu(exp: Experiment, costs: Mapping[str, Mapping[str, float]]) -> float:
-    """Expected CPU seconds of ``exp`` from per-task ``costs`` (:func:`calibrate`)."""
-    per = costs.get(exp.policy) or {}
-    if exp.workload in per:
-        c = per[exp.workload]
-    elif per:
-        c = sum(per.values()) / len(per)
-    else:  # a policy not calibrated: the mean over all
-        vals = [v for d in costs.values() for v in d.values()]
-        c = sum(vals) / len(vals) if vals else 0.0
-    if exp.n_tasks is not None:
-        n = int(exp.n_tasks)
-    else:  # the whole trace: read it
-        from topas.experiments.replay_time import _arrivals
-
-        n = len(_arrivals(exp))
-    return c * n * max(1, int(exp.engines))
 
 
 def sim_plan_lines(stages: Sequence[tuple[str, Sequence[Experiment], int]], jobs: int,

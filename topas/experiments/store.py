@@ -433,7 +433,7 @@ def ensure_stored(
     """Run what ``store`` lacks of ``experiments`` (each result stored as it finishes) and return
     the store and the experiments' keys in the input order: the engine of :func:`run_sweep` and
     :func:`topas.experiments.run_many`. On several workers the runs start longest first
-    (:func:`topas.experiments.sim_plan.longest_first`, priced by the plan's measured costs when
+    (:func:`topas.experiments.run_cost.longest_first`, priced by the plan's measured costs when
     the store holds them), so a sweep does not end on one long run with a core idle."""
     from topas.experiments.dispatch import check_sweep, map_experiments, workers
     from topas.experiments.ray_backend import map_experiments_ray
@@ -458,7 +458,7 @@ def ensure_stored(
         store.root.mkdir(parents=True, exist_ok=True)
         jobs, address = workers(todo, jobs, ray_address)
         if jobs > 1 or address is not None:  # several workers: the longest runs first
-            from topas.experiments.sim_plan import cached_costs, longest_first
+            from topas.experiments.run_cost import cached_costs, longest_first
 
             todo = longest_first(todo, cached_costs(store.root))  # the plan's costs, if measured
         if address is not None:
