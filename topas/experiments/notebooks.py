@@ -137,10 +137,17 @@ def _execute_one(nb: Path, parameters: Mapping[str, Any], executed_dir: Path) ->
         raise
     tmp.replace(out)
     failed.unlink(missing_ok=True)  # an earlier failure of this notebook is out of date
-    wall, cpu1 = time.perf_counter() - t0, children_cpu()
-    busy = "" if cpu0 is None or cpu1 is None else f" ({cpu1 - cpu0:.0f} CPU s: {(cpu1 - cpu0) / wall:.2f} cores busy)"
-    print(f"{nb.name} done in {wall:.1f} s{busy}", flush=True)
+    wall = time.perf_counter() - t0
+    print(f"{nb.name} done in {wall:.1f} s{busy_note(wall, cpu0, children_cpu())}", flush=True)
     return out
+
+
+def busy_note(wall: float, cpu0: float | None, cpu1: float | None) -> str:
+    """`` (N CPU s: X cores busy)`` for the :func:`children_cpu` readings ``cpu0`` and ``cpu1``
+    taken ``wall`` seconds apart; ``""`` when either is unknown."""
+    if cpu0 is None or cpu1 is None:
+        return ""
+    return f" ({cpu1 - cpu0:.0f} CPU s: {(cpu1 - cpu0) / wall:.2f} cores busy)"
 
 
 def children_cpu() -> float | None:

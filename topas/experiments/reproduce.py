@@ -451,8 +451,8 @@ def run_notebooks(args: argparse.Namespace) -> int:
     results; a reproduction runs one at a time, since each notebook's sweeps use every core."""
     if args.no_notebooks:
         return 0
-    from topas.experiments.notebooks import (NOTEBOOKS_DIR, NotebookFailed, children_cpu, execute_notebooks,
-                                             notebook_paths)
+    from topas.experiments.notebooks import (NOTEBOOKS_DIR, NotebookFailed, busy_note, children_cpu,
+                                             execute_notebooks, notebook_paths)
 
     executed = NOTEBOOKS_DIR / "executed" / ("quick" if args.quick else "full")
     paths = notebook_paths(NOTEBOOKS_DIR)
@@ -470,9 +470,8 @@ def run_notebooks(args: argparse.Namespace) -> int:
     except NotebookFailed as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    wall, cpu1 = time.perf_counter() - t, children_cpu()
-    busy = "" if cpu0 is None or cpu1 is None else f" ({cpu1 - cpu0:.0f} CPU s: {(cpu1 - cpu0) / wall:.2f} cores busy)"
-    print(f"notebooks done in {wall:.1f} s{busy}", flush=True)
+    wall = time.perf_counter() - t
+    print(f"notebooks done in {wall:.1f} s{busy_note(wall, cpu0, children_cpu())}", flush=True)
     return 0
 
 
