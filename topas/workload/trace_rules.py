@@ -121,6 +121,20 @@ def _check_agents(agents: Iterable[tuple[str, Any, Any]], source: str) -> None:
             )
 
 
+def check_arrival(tid: str, arrival: Any, prev: tuple[str, float] | None, source: str) -> None:
+    """A task's arrival rules: a finite number >= 0, not earlier than ``prev``'s (the preceding
+    task's id and arrival; None for the first task)."""
+    if not _is_number(arrival) or not math.isfinite(arrival) or arrival < 0:
+        raise TraceError(source, f"arrival must be a finite number >= 0, got {arrival!r}", task=tid)
+    if prev is not None and arrival < prev[1]:
+        raise TraceError(
+            source,
+            f"arrival {arrival!r} is earlier than the arrival {prev[1]!r} of the preceding task "
+            f"{prev[0]} (tasks must be in non-decreasing arrival order)",
+            task=tid,
+        )
+
+
 def _check_tasks(
     tasks: Iterable[tuple[str, Any, list[tuple[str, str, Any, Any, tuple[str, ...]]]]],
     agents: Mapping[str, int],
@@ -143,15 +157,7 @@ def _check_tasks(
         if tid in seen_tasks:
             raise TraceError(source, "duplicate task id (task ids must be unique)", task=tid)
         seen_tasks.add(tid)
-        if not _is_number(arrival) or not math.isfinite(arrival) or arrival < 0:
-            raise TraceError(source, f"arrival must be a finite number >= 0, got {arrival!r}", task=tid)
-        if prev is not None and arrival < prev[1]:
-            raise TraceError(
-                source,
-                f"arrival {arrival!r} is earlier than the arrival {prev[1]!r} of the preceding task "
-                f"{prev[0]} (tasks must be in non-decreasing arrival order)",
-                task=tid,
-            )
+        check_arrival(tid, arrival, prev, source)
         prev = (tid, arrival)
         if not stages:
             raise TraceError(source, "a task must have at least one stage", task=tid)

@@ -45,7 +45,6 @@ in :mod:`topas.workload.dag_order`.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any, Mapping
 
 from topas.workload.dag_order import find_cycle, topological_order
@@ -66,9 +65,9 @@ from topas.workload.trace_rules import (
     _check_budget,
     _check_segments,
     _check_tasks,
+    check_arrival,
     _fields,
     _id_problem,
-    _is_number,
     _length_problem,
     _loc,
     _type_name,
@@ -239,16 +238,11 @@ def validate_trace(trace: "Trace", kv_budget: int | None = None, source: str | N
 
 
 def _check_arrivals(trace: "Trace", source: str) -> None:
-    """The arrival rules of ``_check_tasks`` (finite, >= 0, non-decreasing), the same errors."""
+    """The arrival rules of ``_check_tasks`` alone (``check_arrival``)."""
     prev = None
     for t in trace.tasks:
-        a = t.arrival
-        if not _is_number(a) or not math.isfinite(a) or a < 0:
-            raise TraceError(source, f"arrival must be a finite number >= 0, got {a!r}", task=t.id)
-        if prev is not None and a < prev.arrival:
-            raise TraceError(source, f"arrival {a!r} is earlier than the arrival {prev.arrival!r} of the preceding "
-                             f"task {prev.id} (tasks must be in non-decreasing arrival order)", task=t.id)
-        prev = t
+        check_arrival(t.id, t.arrival, prev, source)
+        prev = (t.id, t.arrival)
 
 
 def _check_all(trace: "Trace", kv_budget: int | None, source: str) -> None:
