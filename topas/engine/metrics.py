@@ -64,7 +64,7 @@ def build_result(sim: Any, wall_seconds: float) -> SimResult:
         "finish": [ts.finish_time for ts in states],
         "jct": [ts.finish_time - ts.task.arrival for ts in states],
         "n_stages": [len(ts.task.stages) for ts in states],
-    }, columns=["task_id", "workflow", "arrival", "finish", "jct", "n_stages"])
+    })
     reqs = list(sim.requests.values())
     prefix_len = [sim.prefixes[r.agent].tokens for r in reqs]
     requests = pd.DataFrame({
