@@ -323,6 +323,7 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch)
             tasks = dict(self.active_tasks.viewed(lambda ts: ts.view(know.online)))
         else:
             tasks = {tid: ts.view(know.online) for tid, ts in self.active_tasks.items()}
+            self.active_tasks.fresh.clear()  # nothing reads the kept views: do not let the list grow
         return EngineView(
             time=now,
             kv_budget=self.budget,
