@@ -34,7 +34,7 @@ def test_the_screen_and_the_bound_never_fall_below_a_prefix_sets_score(exp, monk
             if plan is None:
                 continue  # infeasible: rejected before either bound
             tokens, used, _n, _loads, s_w, s_a, _key = self._sums(resident)
-            free = self._room0 - used
+            free = self.view.kv_budget - used
             screen = self._screen(free, s_w, s_a)
             dropped = [a for a in self._busy_order if a not in resident]
             preempt = [r for a in dropped for r in self.running_by_agent[a]]

@@ -367,7 +367,7 @@ class _DecisionCtx:
         return bound
 
     def _screen_setup(self) -> None:
-        """What :meth:`_consider` needs to reject most R' from per-agent sums, before
+        """What :meth:`_scan` needs to reject most R' from per-agent sums, before
         ``_evaluate`` builds any list: each agent's share of R''s prefix tokens, of the room
         left for admissions, of the running requests R' preempts, whether it is a load, and of
         the screen's bound of the score.
@@ -409,9 +409,8 @@ class _DecisionCtx:
                 w += pen
             self._agent_sums[a] = (tokens, tokens + self.run_demand_by_agent.get(a, 0), self._n_running.get(a, 0),
                                    int(a not in self.r_t), w, gains.get(a, 0.0), self._bit[a])
-        #: free = _room0 - (sum of the members' tokens + kept demand); preempted requests =
+        #: free = B_t - (sum of the members' tokens + kept demand); preempted requests =
         #: _n_busy - (sum of the members' running requests)
-        self._room0 = self.view.kv_budget - self._run_demand_total + sum(self.run_demand_by_agent.values())
         self._n_busy = sum(self._n_running.values())
         self._max_preempt = p.K if p.preempt else 0
         self._screen_needs = list(itertools.accumulate(c[1] for c in self._by_density))
@@ -538,19 +537,16 @@ class _DecisionCtx:
         return admitted, total
 
     # ------------------------------------------------------------------ search over R'
-    def _fits(self, resident: frozenset[str]) -> bool:
-        return sum(self.view.prefixes[a].tokens for a in resident) <= self.view.kv_budget
-
     def search(self) -> tuple[_Plan, int]:
         """The best post-decision state and the number of prefix sets evaluated."""
         self._best: _Plan | None = None
         self._screen_setup()
-        self._consider(self._sums(self.r_t), self.r_t)
+        self._scan(self._sums(self.r_t), self.r_t, [((), ())])
         if len(self.pool) <= self.p.M or self.p.search == "exhaustive":
             for k in range(len(self.pool) + 1):
                 for combo in itertools.combinations(self.pool, k):
                     resident = self.must | frozenset(combo)
-                    self._consider(self._sums(resident), resident)
+                    self._scan(self._sums(resident), resident, [((), ())])
         else:
             self._local_search()
         best = self._best
@@ -559,28 +555,41 @@ class _DecisionCtx:
         assert best is not None, "the current prefix set is always feasible"
         return best, len(self._memo)
 
-    def _consider(self, sums: _Sums, cur: frozenset[str], added: tuple[str, ...] = (),
-                  removed: tuple[str, ...] = ()) -> bool:
-        """Score R' = ``cur`` + ``added`` - ``removed``, whose per-agent sums (``_sums``) are
-        ``sums``; True if it beats the incumbent. The set itself is built only to be scored."""
-        tokens, used, n_kept, loads, s_w, s_a, key = sums
-        if tokens > self.view.kv_budget:
-            return False
-        plan = self._memo.get(key, self)
-        if plan is self:  # not scored yet; None also when it cannot beat the incumbent
-            free = self._room0 - used
-            if (self._n_busy - n_kept > self._max_preempt or (free < 0 and loads)
-                    or (self._best is not None and self._screen(free, s_w, s_a) < self._best.score)):
-                plan = None  # what ``_evaluate`` would find first, from the sums alone
-            else:
-                floor = self._best.score if self._best is not None else None
-                resident = cur.union(added).difference(removed) if added or removed else cur
-                plan = self._evaluate(resident, False, tokens, floor)
-            self._memo[key] = plan
-        if plan is None or (self._best is not None and not self._better(plan, self._best)):
-            return False
-        self._best = plan
-        return True
+    def _scan(self, base: _Sums, cur: frozenset[str],
+              moves: Iterable[tuple[tuple[str, ...], tuple[str, ...]]]) -> bool:
+        """Score each R' = ``cur`` + added - removed of ``moves`` in order (``cur``'s sums are
+        ``base``); True if one beat the incumbent. Most R' are rejected from their sums alone
+        (over the budget, too many preemptions, a load without room, or the screen), as
+        ``_evaluate`` would reject them; the set itself is built only to be scored."""
+        t0, u0, n0, l0, w0, a0, k0 = base
+        sums, memo, budget = self._agent_sums, self._memo, self.view.kv_budget
+        max_busy = self._n_busy - self._max_preempt  # fewer kept running requests: too many preemptions
+        improved = False
+        for added, removed in moves:
+            t, u, n, loads, w, a, key = t0, u0, n0, l0, w0, a0, k0
+            for x in added:
+                v = sums[x]
+                t, u, n, loads, w, a, key = t + v[0], u + v[1], n + v[2], loads + v[3], w + v[4], a + v[5], key + v[6]
+            for x in removed:
+                v = sums[x]
+                t, u, n, loads, w, a, key = t - v[0], u - v[1], n - v[2], loads - v[3], w - v[4], a - v[5], key - v[6]
+            if t > budget:
+                continue
+            plan = memo.get(key, memo)
+            best = self._best
+            if plan is memo:  # not scored yet; None also when it cannot beat the incumbent
+                free = budget - u
+                if n < max_busy or (free < 0 and loads) or (best is not None and self._screen(free, w, a) < best.score):
+                    plan = None
+                else:
+                    resident = cur.union(added).difference(removed)
+                    plan = self._evaluate(resident, False, t, best.score if best is not None else None)
+                memo[key] = plan
+            if plan is None or (best is not None and not self._better(plan, best)):
+                continue
+            self._best = plan
+            improved = True
+        return improved
 
     def _local_search(self) -> None:
         """From R_t: single additions; pair additions when stuck; then deletions and swaps; with
@@ -589,10 +598,10 @@ class _DecisionCtx:
             cur = self._best.resident if self._best is not None else self.r_t
             outside = [a for a in self.pool if a not in cur]
             inside = sorted(cur - self.must)
-            base, shift, consider = self._sums(cur), self._shift, self._consider
+            base = self._sums(cur)
             for moves in self._neighbourhoods(inside, outside):
                 # evaluate the whole neighbourhood (no short-circuit), keep the best
-                if sum([consider(shift(base, add, drop), cur, add, drop) for add, drop in moves]):
+                if self._scan(base, cur, moves):
                     break
             else:
                 return
