@@ -141,6 +141,10 @@ def test_a_sweep_on_several_workers_starts_the_longest_runs_first(tmp_path, monk
     mixed = [Experiment("chain-3", "fcfs", n_tasks=6), Experiment("chain-3", "topas", n_tasks=2)]
     assert [e.policy for e in longest_first(mixed, costs)] == ["topas", "fcfs"]
     assert [e.policy for e in longest_first(mixed, {})] == ["fcfs", "topas"]
+    # a run of the whole trace is priced by the trace's tasks, with or without measured costs
+    whole = Experiment("chain-3", "fcfs")
+    for c in (costs, {}):
+        assert longest_first([exps[1], whole], c)[0] is whole
 
 
 def test_sweep_names_a_failing_experiment_and_keeps_finished_results(tmp_path, monkeypatch):

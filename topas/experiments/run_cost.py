@@ -36,9 +36,18 @@ def longest_first(exps: Sequence[Experiment], costs: Mapping[str, Mapping[str, f
     def cost(e: Experiment) -> float:
         if costs:
             return estimate_cpu(e, costs)
-        return float(e.n_tasks if e.n_tasks is not None else 0) * max(1, int(e.engines))
+        return float(_tasks(e) * max(1, int(e.engines)))
 
     return sorted(exps, key=cost, reverse=True)
+
+
+def _tasks(exp: Experiment) -> int:
+    """The tasks ``exp`` runs: its ``n_tasks``, else its whole trace's (read once per experiment)."""
+    if exp.n_tasks is not None:
+        return int(exp.n_tasks)
+    from topas.experiments.replay_time import _arrivals
+
+    return len(_arrivals(exp))
 
 
 def estimate_cpu(exp: Experiment, costs: Mapping[str, Mapping[str, float]]) -> float:
@@ -51,10 +60,4 @@ def estimate_cpu(exp: Experiment, costs: Mapping[str, Mapping[str, float]]) -> f
     else:  # a policy not calibrated: the mean over all
         vals = [v for d in costs.values() for v in d.values()]
         c = sum(vals) / len(vals) if vals else 0.0
-    if exp.n_tasks is not None:
-        n = int(exp.n_tasks)
-    else:  # the whole trace: read it
-        from topas.experiments.replay_time import _arrivals
-
-        n = len(_arrivals(exp))
-    return c * n * max(1, int(exp.engines))
+    return c * _tasks(exp) * max(1, int(exp.engines))
