@@ -7,6 +7,10 @@ best of ``--repeat`` runs (CPU time of this process, so other work on the machin
 than for wall time); each beside FCFS's on the same trace. The target for TOPAS is at most 2x
 FCFS on both workloads.
 
+Then, where TOPAS's time goes on each workload: one run split into the decisions' set-up, the
+search and the rest (the engine with its views), and the time per decision the 2x target would
+leave with the rest unchanged.
+
 Part 2, decision latency: ``benchmarks/decision_latency.py``'s DAG-10-Wide run (its first
 ``--latency-tasks`` tasks at 1.5x nominal) under TOPAS and TOPAS+: wall time per decision, mean
 and p99, beside the paper's 1.9 ms mean inside SGLang (docs/method.md "What the paper reports").
@@ -66,6 +70,53 @@ def latency(trace, policy: str, cost) -> tuple[float, float, int]:
     return float(w.mean()), float(np.percentile(w, 99)), len(w)
 
 
+def topas_split(trace, cost) -> dict[str, float]:
+    """One TOPAS run of ``trace``, its time by part (wall seconds in this process, whose timer is
+    cheaper to read than its CPU clock; ``run``: the whole run; ``setup``: the
+    decisions' set-up, ``_DecisionCtx.__init__``; ``search``: ``_DecisionCtx.search``; ``rest``:
+    the engine, its views, the policy's bookkeeping and the timers) and what an average decision
+    sees (``waiting``, ``running``, ``tasks``: with a waiting request, ``pending``: stages whose
+    parents are all ready, ``agents``, ``sets``: distinct prefix sets scored, ``full``: of them
+    scored in full, not rejected from their sums); ``decisions``: how many. The timers wrap the
+    two methods for this run only."""
+    from topas.policies import topas_decision
+
+    ctx = topas_decision._DecisionCtx
+    init, search, evaluate = ctx.__init__, ctx.search, ctx._evaluate
+    spent = {"setup": 0.0, "search": 0.0}
+    seen = {k: 0 for k in ("waiting", "running", "tasks", "pending", "agents", "sets", "full", "decisions")}
+
+    def timed_init(self, policy, view):
+        t0 = time.perf_counter()
+        init(self, policy, view)
+        spent["setup"] += time.perf_counter() - t0
+
+    def timed_search(self):
+        t0 = time.perf_counter()
+        out = search(self)
+        spent["search"] += time.perf_counter() - t0
+        for k, v in (("waiting", len(self.view.waiting)), ("running", len(self.view.running)), ("tasks", len(self.tasks)),
+                     ("pending", len(self.pending)), ("agents", len(self.view.prefixes)), ("sets", out[1]), ("decisions", 1)):
+            seen[k] += v
+        return out
+
+    def counted_evaluate(self, *a, **kw):
+        seen["full"] += 1
+        return evaluate(self, *a, **kw)
+
+    ctx.__init__, ctx.search, ctx._evaluate = timed_init, timed_search, counted_evaluate
+    try:
+        t0 = time.perf_counter()
+        simulate(trace, make_policy("topas"), cost)
+        run = time.perf_counter() - t0
+    finally:
+        ctx.__init__, ctx.search, ctx._evaluate = init, search, evaluate
+    n = max(seen["decisions"], 1)
+    out = {"run": run, **spent, "rest": run - spent["setup"] - spent["search"], "decisions": float(seen["decisions"])}
+    out.update({k: seen[k] / n for k in seen if k != "decisions"})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", type=int, default=400, help="tasks per workload for the CPU table (default 400)")
@@ -107,6 +158,22 @@ def main(argv: list[str] | None = None) -> int:
         worst = max(per_k[w, "topas"] / per_k[w, "fcfs"] for w in WORKLOADS)
         print(f"\ntarget     TOPAS <= {TOPAS_RATIO_TARGET:g}x FCFS's CPU on both: "
               f"{'MET' if worst <= TOPAS_RATIO_TARGET else 'MISSED'} (worst {worst:.2f}x)")
+
+        print("\nwhere TOPAS's time goes (one run each, wall s in this process; per decision: us, and what it sees on average)")
+        print(f"{'workload':14s}{'run':>7s}{'rest':>8s}{'set-up':>8s}{'search':>8s}{'decisions':>10s}"
+              f"{'FCFS run':>9s}{'FCFS dec':>9s}{'us/dec':>8s}{'2x needs':>9s}  waiting running tasks pending agents sets (full)")
+        for w in WORKLOADS:
+            tr = trace_at_load(w, args.tasks, args.load, args.seed)
+            sp = topas_split(tr, cost)
+            fcfs = per_k[w, "fcfs"] * len(tr.tasks) / 1000
+            fcfs_decisions = len(simulate(tr, make_policy("fcfs"), cost).decisions)  # its scheduling points
+            n = sp["decisions"]
+            # the time per decision that would bring the run to the target, the rest unchanged
+            room = (TOPAS_RATIO_TARGET * fcfs - sp["rest"]) / n * 1e6
+            print(f"{w:14s}{sp['run']:7.2f}{sp['rest']:8.2f}{sp['setup']:8.2f}{sp['search']:8.2f}{n:10.0f}"
+                  f"{fcfs:9.2f}{fcfs_decisions:9d}{(sp['setup'] + sp['search']) / n * 1e6:8.0f}{room:9.0f}  {sp['waiting']:7.1f}"
+                  f"{sp['running']:8.1f}{sp['tasks']:6.1f}{sp['pending']:8.1f}{sp['agents']:7.1f}{sp['sets']:5.1f}"
+                  f" ({sp['full']:.1f})")
 
     tr = dag10wide(args.latency_tasks, 1.5, args.seed)
     print(f"\ndecision latency (wall ms per decision), DAG-10-Wide, first {len(tr.tasks)} tasks at 1.5x nominal; "

@@ -1,0 +1,44 @@
+"""benchmarks/policy_cost.py's split of a TOPAS run: the parts add up to the run, the counts are
+what the decisions saw, and the timers are gone once it returns."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def policy_cost():
+    sys.path.insert(0, str(BENCH))  # it imports its sibling decision_latency
+    try:
+        spec = importlib.util.spec_from_file_location("policy_cost", BENCH / "policy_cost.py")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        yield mod
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def test_a_topas_run_splits_into_set_up_search_and_the_rest(policy_cost):
+    from topas.engine.cost import DEFAULT_PROFILE, load_profile
+    from topas.engine.simulator import simulate
+    from topas.policies import make_policy
+    from topas.policies.topas_decision import _DecisionCtx
+
+    methods = (_DecisionCtx.__init__, _DecisionCtx.search, _DecisionCtx._evaluate)
+    trace, cost = policy_cost.trace_at_load("dag-10-wide", 15, 1.5, 0), load_profile(DEFAULT_PROFILE)
+    sp = policy_cost.topas_split(trace, cost)
+    assert sp["rest"] + sp["setup"] + sp["search"] == pytest.approx(sp["run"])
+    assert min(sp["rest"], sp["setup"], sp["search"]) > 0
+    assert (_DecisionCtx.__init__, _DecisionCtx.search, _DecisionCtx._evaluate) == methods  # restored
+    decisions = simulate(trace, make_policy("topas"), cost).decisions
+    decisions = decisions[decisions["n_waiting"] > 0]  # an empty queue is not searched
+    assert sp["decisions"] == len(decisions)
+    assert sp["waiting"] == pytest.approx(decisions["n_waiting"].mean())
+    assert sp["sets"] == pytest.approx(decisions["info_candidates"].mean())
+    assert 0 < sp["full"] <= sp["sets"] and sp["agents"] == len(trace.agents)
