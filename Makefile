@@ -138,7 +138,7 @@ traces-metagpt: metagpt-env  ## record MetaGPT-SOP/TL runs (offline responder) -
 profiles: $(STAMP)  ## refit the engine cost-model profiles in data/profiles/
 	$(VPY) scripts/fit_profile.py
 
-bench: $(STAMP)  ## benchmarks: simulator speed (FCFS), each policy's CPU s per 1,000 tasks vs FCFS, TOPAS's decision latency
+bench: $(STAMP)  ## benchmarks: simulator speed (FCFS), each policy's CPU s per 1,000 tasks vs FCFS, where TOPAS's time goes, TOPAS's decision latency
 	$(VPY) benchmarks/sim_speed.py --no-progress
 	$(VPY) benchmarks/policy_cost.py $(ARGS)
 
