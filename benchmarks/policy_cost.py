@@ -78,7 +78,7 @@ def topas_split(trace, cost) -> dict[str, float]:
     sees (``waiting``, ``running``, ``tasks``: with a waiting request, ``pending``: stages whose
     parents are all ready, ``agents``, ``sets``: distinct prefix sets scored, ``full``: of them
     scored in full, not rejected from their sums); ``decisions``: how many. The timers wrap the
-    two methods for this run only."""
+    set-up, the search and ``_evaluate`` (counted) for this run only."""
     from topas.policies import topas_decision
 
     ctx = topas_decision._DecisionCtx
