@@ -276,8 +276,8 @@ def simulated_plan(args: argparse.Namespace, stages_exps: list[tuple[str, list]]
 
     store = ResultStore()
     jobs = args.jobs or os.cpu_count() or 1
-    print("planning (a short calibration run of each policy the first time per code version) ...", flush=True)
-    costs = calibrate(policies)
+    print("planning (a short calibration run of each policy on each of its workloads the first time per code "
+          "version) ...", flush=True)
     notebooks = args.grid != "gpu-afternoon" and not args.no_notebooks
     if notebooks:  # planned only: notebook 16 runs it with its stopping rule
         from topas.experiments import protocol_study as ps
@@ -290,12 +290,14 @@ def simulated_plan(args: argparse.Namespace, stages_exps: list[tuple[str, list]]
         seen.update(e.key() for e in exps)
         left = [e for e in exps if not store.has(e)]
         stages.append((name, left, len(exps) - len(left)))
+    costs = calibrate(policies, pairs={(e.policy, e.workload) for _, left, _ in stages for e in left})
     lines, _, _ = sim_plan_lines(stages, jobs, costs)
     print(f"plan (grid {args.grid}, on the simulator):", flush=True)
     print("\n".join(lines), flush=True)
     if notebooks:
         print("  (the protocol's grid is the most its stopping rule can run: a pair stops at its first load where a "
-              "seed grows, so it runs fewer; runs past capacity cost more per task than the calibration's; "
+              "seed grows, so it runs fewer; runs past capacity cost more per task than the calibration's, runs well "
+              "below it less; "
               "notebooks 01 and 09-13 run their own studies, not planned here)", flush=True)
     return -1 if args.plan else 0
 

@@ -1,16 +1,19 @@
 """How long a sweep of simulations takes, before it starts: a per-policy cost model measured here.
 
-A simulation's CPU time grows with its task count and with its policy (TOPAS's search costs
-several times FCFS's per decision). :func:`calibrate` measures, on this machine, the CPU seconds
-per task of every policy on every synthetic workload: one short run each (:data:`CALIBRATION_TASKS`
-tasks at 1.2x the nominal load, seed 0; a few seconds in all), cached in the results store's
-folder under the code's fingerprint (``plan_costs-<fingerprint>.json``: any change to the engine,
-the policies or the workloads measures again). :func:`estimate_cpu` (in :mod:`topas.experiments.run_cost`,
-beside the sweeps' longest-first order) prices an experiment as its
-task count x that per-task cost (its own workload's, else the mean over the calibrated
-workloads) x its engine count. The wall time on the jobs it will use is the pool schedule of
-:func:`topas.sglang.pool.schedule` (longest first, each to the first free worker: the rule the
-GPU plan uses), a lower bound for a process pool that also loads traces and writes results.
+A simulation's CPU time grows with its task count, its policy (TOPAS's search costs several times
+FCFS's per decision) and its workload (a MetaGPT task costs several synthetic ones).
+:func:`calibrate` measures, on this machine, the CPU seconds per task of each policy on each
+workload a plan runs it on (and on the synthetic ones): one short run each
+(:data:`CALIBRATION_TASKS` tasks at 1.2x the nominal load, seed 0; a few seconds in all), cached
+in the results store's folder under the code's fingerprint (``plan_costs-<fingerprint>.json``:
+any change to the engine, the policies or the workloads measures again). :func:`estimate_cpu`
+(in :mod:`topas.experiments.run_cost`, beside the sweeps' longest-first order) prices an
+experiment as its task count x that per-task cost (its own workload's, else the mean over the
+policy's calibrated workloads) x its engine count. The wall time on the jobs it will use is the
+pool schedule of :func:`topas.sglang.pool.schedule` (longest first, each to the first free
+worker: the rule the GPU plan uses), a lower bound for a process pool that also loads traces and
+writes results. Short runs at one load miss how a queue's growth raises the cost per task: runs
+well below the calibration's load cost less than priced, runs past capacity more.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
+
+from tqdm.auto import tqdm
 
 from topas.experiments.run_cost import _cache_path, cached_costs, estimate_cpu, longest_first  # noqa: F401
 from topas.experiments.spec import Experiment
@@ -30,10 +35,15 @@ CALIBRATION_TASKS = 20
 CALIBRATION_WORKLOADS = ("chain-3", "dag-4", "dag-10-wide")
 
 
-def calibrate(policies: Sequence[str], root: Path | None = None) -> dict[str, dict[str, float]]:
-    """``{policy: {workload: CPU seconds per task}}`` on this machine (module docstring); read from
-    the cache in ``root`` (default: the results store's folder) when it has every policy."""
-    from topas.experiments.spec import run_experiment
+def calibrate(policies: Sequence[str], root: Path | None = None,
+              pairs: Iterable[tuple[str, str]] = ()) -> dict[str, dict[str, float]]:
+    """``{policy: {workload: CPU seconds per task}}`` on this machine (module docstring): every
+    policy on every :data:`CALIBRATION_WORKLOADS` workload and every ``(policy, workload)`` of
+    ``pairs`` (a plan's own: the MetaGPT workloads cost 5-8x the synthetic ones per task), each
+    measured once per code version and kept in the cache in ``root`` (default: the results
+    store's folder). A workload's trace is read before its runs are timed: a sweep's worker reads
+    it once for all its runs."""
+    from topas.experiments.spec import prepare, run_experiment
     from topas.experiments.store import default_store_root
 
     root = Path(root) if root is not None else default_store_root()
@@ -44,14 +54,17 @@ def calibrate(policies: Sequence[str], root: Path | None = None) -> dict[str, di
             costs = json.loads(path.read_text())
         except ValueError:
             costs = {}
-    todo = [p for p in policies if p not in costs]
-    for p in todo:
-        costs[p] = {}
-        for w in CALIBRATION_WORKLOADS:
-            exp = Experiment(w, p, load=1.2, seed=0, n_tasks=CALIBRATION_TASKS)
-            t = time.process_time()
-            run_experiment(exp)
-            costs[p][w] = (time.process_time() - t) / CALIBRATION_TASKS
+    wanted = {(p, w) for p in policies for w in CALIBRATION_WORKLOADS} | set(pairs)
+    todo = sorted((w, p) for p, w in wanted if w not in costs.get(p, {}))
+    warm: set[str] = set()
+    for w, p in tqdm(todo, desc="calibrating", unit="run", disable=len(todo) < 20, leave=False):
+        exp = Experiment(w, p, load=1.2, seed=0, n_tasks=CALIBRATION_TASKS)
+        if w not in warm:
+            prepare(exp)  # the trace read and checked, outside the timing
+            warm.add(w)
+        t = time.process_time()
+        run_experiment(exp)
+        costs.setdefault(p, {})[w] = (time.process_time() - t) / CALIBRATION_TASKS
     if todo:
         root.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
