@@ -290,7 +290,8 @@ def simulated_plan(args: argparse.Namespace, stages_exps: list[tuple[str, list]]
         seen.update(e.key() for e in exps)
         left = [e for e in exps if not store.has(e)]
         stages.append((name, left, len(exps) - len(left)))
-    costs = calibrate(policies, pairs={(e.policy, e.workload) for _, left, _ in stages for e in left})
+    costs = calibrate(policies, pairs={(e.policy, e.workload) for _, left, _ in stages for e in left},
+                      progress=not args.no_progress)
     lines, _, _ = sim_plan_lines(stages, jobs, costs)
     print(f"plan (grid {args.grid}, on the simulator):", flush=True)
     print("\n".join(lines), flush=True)

@@ -36,13 +36,13 @@ CALIBRATION_WORKLOADS = ("chain-3", "dag-4", "dag-10-wide")
 
 
 def calibrate(policies: Sequence[str], root: Path | None = None,
-              pairs: Iterable[tuple[str, str]] = ()) -> dict[str, dict[str, float]]:
+              pairs: Iterable[tuple[str, str]] = (), progress: bool = True) -> dict[str, dict[str, float]]:
     """``{policy: {workload: CPU seconds per task}}`` on this machine (module docstring): every
     policy on every :data:`CALIBRATION_WORKLOADS` workload and every ``(policy, workload)`` of
     ``pairs`` (a plan's own: the MetaGPT workloads cost 5-8x the synthetic ones per task), each
     measured once per code version and kept in the cache in ``root`` (default: the results
     store's folder). A workload's trace is read before its runs are timed: a sweep's worker reads
-    it once for all its runs."""
+    it once for all its runs. ``progress``: a bar on stderr while 20 or more runs are measured."""
     from topas.experiments.spec import prepare, run_experiment
     from topas.experiments.store import default_store_root
 
@@ -57,7 +57,7 @@ def calibrate(policies: Sequence[str], root: Path | None = None,
     wanted = {(p, w) for p in policies for w in CALIBRATION_WORKLOADS} | set(pairs)
     todo = sorted((w, p) for p, w in wanted if w not in costs.get(p, {}))
     warm: set[str] = set()
-    for w, p in tqdm(todo, desc="calibrating", unit="run", disable=len(todo) < 20, leave=False):
+    for w, p in tqdm(todo, desc="calibrating", unit="run", disable=not progress or len(todo) < 20, leave=False):
         exp = Experiment(w, p, load=1.2, seed=0, n_tasks=CALIBRATION_TASKS)
         if w not in warm:
             prepare(exp)  # the trace read and checked, outside the timing
