@@ -338,3 +338,23 @@ def test_make_passes_args_and_the_new_variables_through():
     for part in ("--engine sglang", "--grid gpu-afternoon", "--servers http://a:1,http://b:2", "--yes",
                  "--tasks 2 --plan"):
         assert part in line
+
+
+def test_a_free_port_for_a_server_is_one_no_socket_bound_to_port_0_can_take(monkeypatch):
+    """The server binds its port minutes after it is chosen: below the ephemeral range, no other
+    socket is handed it in between; where the range cannot be read, the kernel picks one."""
+    import socket
+
+    from topas.sglang import launcher
+
+    low = launcher._ephemeral_low()
+    for _ in range(20):
+        port = launcher.free_port()
+        if low is not None:
+            assert launcher.PORT_FLOOR <= port < low
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))  # free
+    monkeypatch.setattr(launcher, "_ephemeral_low", lambda: None)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        assert launcher.free_port() != s.getsockname()[1]  # a bound port is never offered

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -58,10 +59,39 @@ def launch_command(sglang_args: Sequence[str], python: str | None = None) -> lis
     return [python or sys.executable, "-m", "sglang.launch_server", *sglang_args]
 
 
+#: where :func:`free_port` looks below the kernel's ephemeral range
+PORT_FLOOR = 10000
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on ``host`` now, for a server to bind later. Chosen at random below the
+    kernel's ephemeral port range where that range can be read (Linux): a server binds its port
+    only once its model is loaded, and until then a port from that range can be handed to any
+    socket bound to port 0 or connecting out (SGLang's own processes open several), which then
+    holds the server's address ("address already in use"). Elsewhere, one the kernel picks."""
+    low = _ephemeral_low()
+    if low is not None and low > PORT_FLOOR + 100:
+        pick = random.Random()  # unseeded: two test sessions at once should not pick the same
+        for _ in range(200):
+            port = pick.randrange(PORT_FLOOR, low)
+            with socket.socket() as s:
+                try:
+                    s.bind((host, port))
+                except OSError:
+                    continue
+                return port
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def _ephemeral_low() -> int | None:
+    """The lowest port of the kernel's ephemeral range, or None where it cannot be read."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 #: Model configs shipped under ``data/models/`` (config.json only, no weights): SGLang builds the
