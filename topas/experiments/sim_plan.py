@@ -47,13 +47,7 @@ def calibrate(policies: Sequence[str], root: Path | None = None,
     from topas.experiments.store import default_store_root
 
     root = Path(root) if root is not None else default_store_root()
-    path = _cache_path(root)
-    costs: dict[str, dict[str, float]] = {}
-    if path.is_file():
-        try:
-            costs = json.loads(path.read_text())
-        except ValueError:
-            costs = {}
+    costs = cached_costs(root)
     wanted = {(p, w) for p in policies for w in CALIBRATION_WORKLOADS} | set(pairs)
     todo = sorted((w, p) for p, w in wanted if w not in costs.get(p, {}))
     warm: set[str] = set()
@@ -67,6 +61,7 @@ def calibrate(policies: Sequence[str], root: Path | None = None,
         costs.setdefault(p, {})[w] = (time.process_time() - t) / CALIBRATION_TASKS
     if todo:
         root.mkdir(parents=True, exist_ok=True)
+        path = _cache_path(root)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(costs, indent=1, sort_keys=True) + "\n")
         tmp.replace(path)
