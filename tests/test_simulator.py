@@ -27,7 +27,7 @@ from conftest import ROUND_COST as C
 from conftest import chain3_task, dag4_task, stage, task, trace
 from topas.engine.config import LEGACY_ENGINE, EngineConfig
 from topas.engine.metrics import WALL_CLOCK_KEYS, SimResult
-from topas.engine.simulator import SimulationStuck, Simulator, simulate
+from topas.engine.simulator import SimulationStuck, Simulator, _Viewed, simulate
 from topas.engine.view import Decision, EngineView, InfeasibleDecision
 from topas.policies.base import Policy
 from topas.policies.fcfs import FCFS
@@ -504,3 +504,27 @@ def test_a_prefix_evicted_before_its_first_prefill_finished_is_dropped_not_swapp
     assert events == [("P", "load_prefill"), ("P", "evict_free"),
                       ("Q", "load_prefill"), ("P", "load_prefill")]
     assert res.summary["bytes_swapped"] == 0.0
+
+
+def test_a_viewed_dict_views_again_only_what_was_set_or_touched_and_forgets_what_it_viewed():
+    calls: list[str] = []
+
+    def view_of(v: str) -> str:
+        calls.append(v)
+        return v.upper()
+
+    d = _Viewed()
+    d["a"], d["b"] = "x", "y"
+    assert d.viewed(view_of) == {"a": "X", "b": "Y"} and calls == ["x", "y"]
+    d.touch("b")
+    d.touch("gone")  # a key it does not hold is not viewed
+    d["c"] = "z"
+    assert d.viewed(view_of) == {"a": "X", "b": "Y", "c": "Z"} and calls == ["x", "y", "y", "z"]
+    d.touch_all()  # a cluster engine: every view again, in the dict's order
+    assert d.viewed(view_of) == {"a": "X", "b": "Y", "c": "Z"} and calls[4:] == ["x", "y", "z"]
+    assert d.fresh == []  # nothing waits to be viewed once viewed, whatever was touched
+    del d["a"]
+    d.pop("b")
+    assert d.viewed(view_of) == {"c": "Z"} and len(calls) == 7
+    with pytest.raises(TypeError):
+        d.update({"d": "w"})

@@ -93,6 +93,10 @@ class _Viewed(dict):
         if key in self.views:
             self.fresh.append(key)
 
+    def touch_all(self) -> None:
+        """Every value's view may have changed: build them all again at the next read."""
+        self.fresh = list(self.views)
+
     def viewed(self, view_of: Callable[[Any], Any]) -> dict[Any, Any]:
         """Each value's view, by key, in the dict's order (live: copy it to keep it)."""
         views = self.views
@@ -319,11 +323,9 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch)
         }
         running = tuple(r.view(now) for r in self._running())
         waiting = tuple(self.waiting.viewed(lambda r: r.view(now)).values())
-        if self.cache_task_views:
-            tasks = dict(self.active_tasks.viewed(lambda ts: ts.view(know.online)))
-        else:
-            tasks = {tid: ts.view(know.online) for tid, ts in self.active_tasks.items()}
-            self.active_tasks.fresh.clear()  # nothing reads the kept views: do not let the list grow
+        if not self.cache_task_views:
+            self.active_tasks.touch_all()
+        tasks = dict(self.active_tasks.viewed(lambda ts: ts.view(know.online)))
         return EngineView(
             time=now,
             kv_budget=self.budget,

@@ -420,18 +420,13 @@ class _DecisionCtx:
                                       + sum(gains.values())) + 1e-12
 
     def _sums(self, resident: frozenset[str]) -> _Sums:
-        """The per-agent sums (``_screen_setup``) of R' (the last, its memo key)."""
-        return self._shift((0, 0, 0, 0, 0.0, 0.0, 0), resident)
-
-    def _shift(self, sums: _Sums, added: Iterable[str] = (), removed: Iterable[str] = ()) -> _Sums:
-        """The sums of R' plus the ``added`` agents (not in R') less the ``removed`` ones (in R')."""
-        t, room, n, loads, w, a, key = sums
-        for x in added:
+        """The per-agent sums (``_screen_setup``) of R', each the sum of its members' (the last,
+        its memo key); :meth:`_scan` adds and subtracts the same terms per move."""
+        t = room = n = loads = key = 0
+        w = a = 0.0
+        for x in resident:
             v = self._agent_sums[x]
             t, room, n, loads, w, a, key = t + v[0], room + v[1], n + v[2], loads + v[3], w + v[4], a + v[5], key + v[6]
-        for x in removed:
-            v = self._agent_sums[x]
-            t, room, n, loads, w, a, key = t - v[0], room - v[1], n - v[2], loads - v[3], w - v[4], a - v[5], key - v[6]
         return t, room, n, loads, w, a, key
 
     def _screen(self, free: int, s_w: float, s_a: float) -> float:

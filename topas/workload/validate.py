@@ -65,12 +65,12 @@ from topas.workload.trace_rules import (
     _check_budget,
     _check_segments,
     _check_tasks,
-    check_arrival,
     _fields,
     _id_problem,
     _length_problem,
     _loc,
     _type_name,
+    check_arrival,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
