@@ -24,6 +24,7 @@ from topas.policies import PolicyError, make_policy, policy_class
 from topas.policies.base import key_params
 from topas.policies.estimates import OperatingPoint
 from topas.policies.topas import TopasParams, _DecisionCtx
+from topas.policies.topas_params import EARLIER_PLAN
 from topas.policies.topas_terms import aging
 from tests.conftest import stage, task, trace
 
@@ -35,9 +36,12 @@ FIXTURE = Path(__file__).parent / "fixtures" / "topas_default_jcts.json"
 
 
 @pytest.mark.parametrize("run", json.loads(FIXTURE.read_text())["runs"], ids=lambda r: r["workload"])
-def test_topas_with_no_parameters_gives_the_jcts_of_the_code_before_the_readings(run):
-    res = run_experiment(Experiment(run["workload"], "topas", {}, load=run["load"], seed=0,
-                                    n_tasks=run["n_tasks"], engine_options=run["engine_options"]))
+def test_topas_with_the_earlier_plan_gives_the_jcts_of_the_code_before_the_readings(run):
+    # the readings' defaults are that code's; the plan = execution switches (in_batch_guard,
+    # demand, reuse_cost) and the engine's recheck_on_insert at their earlier values give it back
+    res = run_experiment(Experiment(run["workload"], "topas", dict(EARLIER_PLAN), load=run["load"], seed=0,
+                                    n_tasks=run["n_tasks"],
+                                    engine_options={**run["engine_options"], "recheck_on_insert": False}))
     assert [round(x, 6) for x in res.tasks["jct"].tolist()] == run["jct"]
 
 
@@ -307,12 +311,13 @@ def test_the_simulator_shows_a_managing_policy_its_unpinned_but_cached_prefixes_
             seen.append(view)
             return super().decide(view)
 
-    res = simulate(tr, Spy(), COST, EngineConfig(kv_budget=300))
+    # (the estimate plan: its d_r, with the prior's output, does not fit P, Q and Q's call in 300)
+    res = simulate(tr, Spy(**EARLIER_PLAN), COST, EngineConfig(kv_budget=300))
     at20 = next(v for v in seen if v.time == 20.0).prefixes["P"]
     assert (at20.resident, at20.cached, at20.on_host) == (False, True, False)
     assert "load_cached" in set(res.prefix_events["event"]) and not any(v.host_tier for v in seen)
     seen.clear()
-    simulate(tr, Spy(), COST, EngineConfig(kv_budget=300, host_tier=True))
+    simulate(tr, Spy(**EARLIER_PLAN), COST, EngineConfig(kv_budget=300, host_tier=True))
     at20 = next(v for v in seen if v.time == 20.0).prefixes["P"]
     assert (at20.resident, at20.cached, at20.on_host) == (False, False, True) and all(v.host_tier for v in seen)
 

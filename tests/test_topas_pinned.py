@@ -17,6 +17,7 @@ import pytest
 
 from topas.engine.metrics import WALL_CLOCK_KEYS
 from topas.experiments import Experiment, run_experiment
+from topas.policies.topas_params import EARLIER_PLAN
 
 #: (name, experiment): workloads of different shapes (chain, fork-join, wide, >M agents), the
 #: ablations and the readings' non-default branches, each small enough to run in about a second.
@@ -33,17 +34,27 @@ RUNS = {
     "dag-10-wide/topas-sampled": Experiment("dag-10-wide", "topas", {"estimator": "sampled", "samples": 4},
                                             load=1.5, seed=0, n_tasks=15),
     "dag-4/topas-request-only": Experiment("dag-4", "topas-request-only", {}, load=1.2, seed=0, n_tasks=40),
+    # the earlier plan (no in-batch guard, d_r estimated, V_reuse at swap prices) on the engine
+    # without recheck_on_insert: these decisions are those of the code before those switches
+    "dag-4/topas-earlier-plan": Experiment("dag-4", "topas", dict(EARLIER_PLAN), load=1.0, seed=0, n_tasks=60,
+                                           engine_options={"recheck_on_insert": False}),
+    "dag-10-wide/topas-earlier-plan": Experiment("dag-10-wide", "topas", dict(EARLIER_PLAN), load=1.5, seed=0,
+                                                 n_tasks=30, engine_options={"recheck_on_insert": False}),
+    "dag-4/topas-preempt-off": Experiment("dag-4", "topas", {"preempt": False}, load=1.3, seed=0, n_tasks=60),
 }
 
 #: sha256 of each run's decision table (wall-clock columns dropped) and deterministic summary
 EXPECTED: dict[str, str] = {
-    'chain-3/topas-no-reuse': '7ee3b50c5950c73e11c3c99c09039a0589524825bebbccee8723466936bbc840',
-    'dag-10-wide/topas': 'f29cd8a69e87d8bdda2a8043909bef36847b8e484248ec2824f6a7ebd2d94136',
-    'dag-10-wide/topas-sampled': '40b9c79ee788b12b6db280d7584bc558d20487975460822f8da1b005723ede4a',
-    'dag-4/topas': '45d3697f4227756a7c75600ca1d65f73233b40bf8b2994ecdc26ddb410a6de09',
-    'dag-4/topas-request-only': '1f1f4cdaa50edda553bf69fbe4071c10e42823a4452a48549fcce63b60c2f016',
-    'metagpt-sop/topas-readings': '753de69aea0828b9773f8c119e62e3825af8b3f03d3967b9e264f641dde60fe4',
-    'metagpt-tl/topas-local+': '3e7e7dd12b6287abd2242083395b1ab51fae74dca7c8baf12f8310d5a3c0f028',
+    'chain-3/topas-no-reuse': 'a700afc505b62d3abd9aac271bd9c2361b32cc6be869f5f5ac2d2d4845f3819a',
+    'dag-10-wide/topas': 'b7e8f6814f4023263f095b17eba0d37030b052266ff1c465431c4853aafb9ba4',
+    'dag-10-wide/topas-earlier-plan': '2f1e2dc3f6d7c65592b05eafed2ce833cbc4e3c2c8422b35ec5b40fb09164240',
+    'dag-10-wide/topas-sampled': '647774a5b8fd7b425d54057289b245bb7b96789c93f897e35c535920200aea08',
+    'dag-4/topas': 'a69efa2e4f3b51edf154a45a3285ca7ce533644fc6e1655e8d35c12a1e776efd',
+    'dag-4/topas-earlier-plan': '3e3eb2e4c6391a08e05fec5fdfddfe16547b47208137502ad6ccbd71366da36c',
+    'dag-4/topas-preempt-off': '23aac3cc6957e758f6f2c44f83fcc8f8fa984b304637f1d90f00c8ab15602529',
+    'dag-4/topas-request-only': '890fa211e576d83bc29e886d74556d99f43cd006c7d2c0b052b891f8c0bd6cf9',
+    'metagpt-sop/topas-readings': 'd3f0142a5856e2b7919e9db341edd967929d06146ecfc4f0e136919f43980f31',
+    'metagpt-tl/topas-local+': 'c554db64a857d46d76f362b58954b313bbf548224fa67392ff0dd586c7fb4e34',
 }
 
 

@@ -100,10 +100,14 @@ def test_groups_keep_a_cold_agents_requests_together():
     # 1/2 -> 1), z at C since 60 s (g 1, share 1 -> 1, readied after y); prefixes b and c are cold
     (tx, x), (ty, y), (tz, z) = chain_at("x", "C"), chain_at("y", "B"), chain_at("z", "C", 60.0, 60.0)
     view = engine_view(60.0, PRIORS, [tx, ty, tz], [x, y, z], resident=("a",))
-    assert admit(make_policy("topas-plus"), view) == ["x/C", "y/B", "z/C"]  # "off": request by request
+    unguarded = {"in_batch_guard": False}
+    assert admit(make_policy("topas-plus", **unguarded), view) == ["x/C", "y/B", "z/C"]  # "off": request by request
     # groups: agent c (x, z) ahead of b (y), by its summed priority (3 vs 1) or by its best request
-    assert admit(make_policy("topas-plus", group="sum"), view) == ["x/C", "z/C", "y/B"]
-    assert admit(make_policy("topas-plus", group="max"), view) == ["x/C", "z/C", "y/B"]
+    assert admit(make_policy("topas-plus", group="sum", **unguarded), view) == ["x/C", "z/C", "y/B"]
+    assert admit(make_policy("topas-plus", group="max", **unguarded), view) == ["x/C", "z/C", "y/B"]
+    # the in-batch guard: c's prefix is not in the tree, so one of its requests (x, the first) is
+    # offered and z waits until the prefix is cached
+    assert admit(make_policy("topas-plus"), view) == ["x/C", "y/B"]
 
 
 def test_output_lengths_come_from_the_prior_then_from_finished_calls_only():
@@ -134,13 +138,13 @@ class _Spy(LPM):
 
 
 def test_with_fcfs_inside_the_tiers_it_is_lpm_by_residency():
-    # the residency tiers with FCFS inside (no aging, no groups) give the order of an LPM that
+    # the residency tiers with FCFS inside (no aging, no groups, no guard) give the order of an LPM that
     # matches every resident prefix (also one still being computed) and does not deprioritize
     # in-batch duplicates, starting from arrival order: exactly, on every view of a busy run with
     # equal prefixes (LPM's length key is then constant)
     spy = _Spy()
     simulate(_dag4_trace(n=30), spy, load_profile().with_budget(12_000))
-    plus = make_policy("topas-plus", rank="fcfs", H_age=0.0)
+    plus = make_policy("topas-plus", rank="fcfs", H_age=0.0, in_batch_guard=False)
     busy = [v for v in spy.views if len(v.waiting) > 1 and 0 < len(v.resident) < len(v.prefixes)]
     assert len(busy) > 10
     for v in busy:

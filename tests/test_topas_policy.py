@@ -34,10 +34,13 @@ from topas.engine.view import EngineView, PrefixView, RequestView, StageView, Ta
 from topas.policies import PolicyError, available_policies
 from topas.policies import make_policy as _make_policy
 from topas.policies.topas import _DecisionCtx
+from topas.policies.topas_params import EARLIER_PLAN
 
 #: The TOPAS parameters every hand computation here assumes. The shipped defaults are chosen by
 #: scripts/sweep_topas_defaults.py and may change; these tests pin their own.
-HAND = {"output_reserve": 1.0, "rho": 1.0, "beta": 1.0, "H_age": 60.0, "revalue_credit": False}
+#: The plan here is the estimate one (``EARLIER_PLAN``: d_r by ``output_reserve``, V_reuse at swap
+#: prices, no in-batch guard); what the engine-rule plan does is tests/test_plan_execution.py's.
+HAND = {"output_reserve": 1.0, "rho": 1.0, "beta": 1.0, "H_age": 60.0, "revalue_credit": False, **EARLIER_PLAN}
 
 
 def make_policy(name, **params):

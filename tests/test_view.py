@@ -87,8 +87,15 @@ def walk(obj, path="view"):
 
 
 # Outputs 301..399 (distinct); prefixes and inputs >= 400, so KV counts and token totals are
-# either 0 or >= 401 and cannot coincide with an output length.
+# either 0 or >= 401 and cannot coincide with an output length. Each call carries a
+# max_new_tokens cap (the client's, a request parameter a scheduler reads) 1,000 above its output,
+# so the engine's reservations, which follow the cap, do not reveal the output either.
 _Y = iter(range(301, 400))
+CAP = 1000
+
+
+def _capped(s):
+    return dataclasses.replace(s, max_new_tokens=s.output_tokens + CAP)
 
 
 def _busy_trace():
@@ -99,7 +106,7 @@ def _busy_trace():
                   stage("B", "Q", 420 + k, next(_Y), "A"),
                   stage("C", "R", 410 + i, next(_Y), "A"),
                   stage("D", "P", 400, next(_Y), "BC")]
-        tasks.append(task(f"job{i}", 1.5 * i, *stages))
+        tasks.append(task(f"job{i}", 1.5 * i, *map(_capped, stages)))
     return trace({"P": 500, "Q": 450, "R": 400}, tasks)
 
 
@@ -139,6 +146,8 @@ def test_no_object_in_the_view_carries_the_true_output_length(spied):
         for path, name, value in walk(view):
             if path.endswith(".generated"):
                 continue  # tokens produced so far (checked below: always short of the request's total)
+            if path.endswith(".reserve"):
+                continue  # the engine's reservation, from the cap (checked below)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value in truths:
                 # allowed: a finished stage's observed output, under TaskView.observed_output
                 assert ".observed_output[" in path, f"{path} = {value}: a true output length is visible"
@@ -148,6 +157,10 @@ def test_no_object_in_the_view_carries_the_true_output_length(spied):
                 assert y == TRUE_Y[f"{t.id}/{s}"]  # correct, and only once the stage finished
         for r in (*view.waiting, *view.running):
             assert 0 <= r.generated < TRUE_Y[r.rid]  # progress so far, never the total
+        for r in view.waiting:  # a waiting request's reservation: its whole remaining cap
+            assert r.reserve == TRUE_Y[r.rid] + CAP - r.generated
+        for r in view.running:  # a running one's: new_token_ratio of it
+            assert 0 <= r.reserve <= TRUE_Y[r.rid] + CAP - r.generated
 
 
 def test_the_view_covers_exactly_the_arrived_unfinished_tasks(spied):

@@ -137,6 +137,10 @@ def simulate_summary_lines(prepared, result, out: Path | None = None) -> list[st
         f"swapped {_fmt_bytes(s['bytes_swapped'])}",
         f"rework       recomputed {s['recomputed_tokens']:,} tokens; retractions {s['retractions']}, "
         f"preemptions {s['preemptions']}",
+        f"plan         prefix copies {s['prefix_dup_copies']} ({s['prefix_dup_tokens']:,} tokens computed twice); "
+        + (f"admitted {s['admitted']:,} of {s['planned_admits']:,} planned"
+           if s.get("planned_admits") is not None else f"admitted {s['admitted']:,}")
+        + f"; preemptions whose room went unused {s['preempt_unused']}",
         *cluster_lines(prepared, s),
         f"decisions    {s['n_decisions']:,}, mean {s['decision_wall_mean_ms']:.3f} ms wall "
         f"(p99 {s['decision_wall_p99_ms']:.3f} ms), {100 * s['decision_wall_share']:.3f}% of simulated time",

@@ -109,6 +109,8 @@ def build_cluster_result(sim: Any, wall_seconds: float) -> ClusterResult:
         decode_batch_area=sum(e.decode_batch_area for e in engines),
         decode_steps=sum(e.decode_steps for e in engines), busy_time=sum(e.busy_time for e in engines),
         budget=sum(e.budget for e in engines),
+        dup_copies=sum(e.dup_copies for e in engines), dup_tokens=sum(e.dup_tokens for e in engines),
+        preempt_unused=sum(e.preempt_unused for e in engines),
     )
     whole = build_result(shim, wall_seconds)  # type: ignore[arg-type]
     s = whole.summary

@@ -102,6 +102,17 @@ class EngineConfig:
     #: (a real scheduler knows its hardware), so TOPAS, whose J_move and V_reuse are priced with
     #: ``B_swap``, decides differently even without a host tier.
     swap_bandwidth_scale: float = 1.0
+    #: The in-batch guard for every policy (ours; ``topas.engine.view.admit_cap``): walking a
+    #: policy's admission order, of an agent whose prefix is not in the radix tree the engine
+    #: admits one request (it computes the prefix) and holds the others back for a later
+    #: decision, none while a request computes it; so no request computes its own copy of a
+    #: prefix. Off (stock SGLang): only the cache-aware policies guard, in their own ordering
+    #: (``lpm``: SGLang's in-batch check, which deprioritizes rather than holds back).
+    in_batch_guard: bool = False
+    #: A prefix entering the radix tree while requests of its agent wait is a scheduling event:
+    #: the policy is asked again (SGLang re-runs its scheduling at every iteration; the simulator
+    #: otherwise re-asks only at arrivals, finishes and every ``recheck_steps`` decode steps).
+    recheck_on_insert: bool = True
     #: The radix cache's eviction order (SGLang ``--radix-eviction-policy``, with
     #: ``--radix-eviction-policy-config`` as ``NAME:key=value,...``): ``lru`` (stock), ``lfu``,
     #: ``slru``, ``priority``, ``tlru`` (``topas.engine.eviction``; ``topas evictions`` lists them).
@@ -138,6 +149,7 @@ LEGACY_ENGINE: Mapping[str, Any] = {
     "prefill_prefix_sharing": True,
     "admission_gate": False,
     "full_output_reserve": False,
+    "recheck_on_insert": False,
 }
 
 def engine_config(options: Mapping[str, Any] | None = None, **base: Any) -> EngineConfig:

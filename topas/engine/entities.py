@@ -79,8 +79,10 @@ class Request:
         self.state_since = now
         self._waiting_view = None
 
-    def view(self, now: float) -> RequestView:
-        if self.state == WAITING and self._waiting_view is not None:
+    def view(self, now: float, reserve: int = 0) -> RequestView:
+        """The request as a policy sees it; ``reserve``: the engine's output reservation for it
+        now (``topas.engine.reservation``)."""
+        if self.state == WAITING and self._waiting_view is not None and self._waiting_view.reserve == reserve:
             return self._waiting_view
         running = self.state in (PREFILL, DECODE)
         service = self.service_time + (now - self.state_since if running else 0.0)
@@ -96,6 +98,7 @@ class Request:
             service_time=service,
             preemptions=self.preemptions + self.retractions,
             admitted_time=self.admitted_time if running else None,
+            reserve=reserve,
         )
         if self.state == WAITING:
             self._waiting_view = v

@@ -36,6 +36,9 @@ class Iterations:
         r.recomputed_tokens += r.generated
         r.admitted_time = self.now
         r.own_prefix = copy
+        if copy:
+            self.dup_copies += 1
+            self.dup_tokens += copy
         matched = 0
         if self._tree is not None and not copy and p.prefill_left == 0:
             nodes, matched, _ = self._seg_match(r)  # (as _admit matched it)
@@ -134,6 +137,7 @@ class Iterations:
         for a in self._cached_after_next:
             if self.prefixes[a].prefill_left == 0:  # (not evicted and loaded again meanwhile)
                 self._computing.discard(a)
+                self._entered_tree(a)
         self._cached_after_next = []
         for r in self._free_after_next:
             self._drop_own_prefix(r)  # (0 if it finished or was stopped meanwhile)
@@ -142,6 +146,13 @@ class Iterations:
             for r in self._insert_after_next:
                 self._seg_insert(r)
             self._insert_after_next = []
+
+    def _entered_tree(self, agent: str) -> None:
+        """``agent``'s prefix has just entered the radix tree: with ``recheck_on_insert``, ask the
+        policy again if a request of that agent waits (SGLang schedules at every iteration, so a
+        request held back while the prefix was computed is admitted at the next one)."""
+        if self.config.recheck_on_insert and any(r.agent == agent for r in self.waiting.values()):
+            self._dirty = True
 
     def _drop_own_prefix(self, r: Request) -> None:
         """The radix tree keeps one copy of a prefix: free the copy ``r`` computed itself."""
@@ -181,6 +192,7 @@ class Iterations:
         else:
             for a in computed:
                 self._computing.discard(a)  # cached now: later requests match it
+                self._entered_tree(a)
         for r in progressed:
             if r.prefill_left == 0:
                 self.prefill_queue.remove(r)
@@ -222,6 +234,8 @@ class Iterations:
         recheck = self.waiting and not self._gated()  # a shut gate opens only at a finish (an event)
         if recheck:
             n = min(n, max(1, self.config.recheck_steps - self._steps_since_check))
+            if self._dirty:  # a prefix just entered the tree (_entered_tree): decide after this step
+                n = 1
         kv0 = sum(self.prefixes[r.agent].tokens + r.kv + r.seg_ctx for r in self.decoding.values())
         t_next = self._next_event()
         if t_next is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 
 from topas.engine.entities import WAITING, Prefix, Request
+from topas.engine.reservation import output_reserve
 
 
 #: ``Simulator._merged`` value: a prefix loaded whose computing request has not started yet
@@ -27,12 +28,9 @@ class KVMemory:
         output token, allocated at admission, this is ``add_one_req``'s strict
         ``extend_input_len + max_new_tokens < rem_total_tokens``), in full for a running
         ``ignore_eos`` request, else by ``new_token_ratio``."""
-        remaining = max(min(r.max_new - r.generated, self.config.clip_max_new_tokens), 0)
-        if r.state == WAITING and self.config.full_output_reserve:
-            return remaining
-        if r.state != WAITING and self.config.ignore_eos:
-            return remaining
-        return int(self.new_token_ratio * remaining)
+        cfg = self.config
+        full = cfg.full_output_reserve if r.state == WAITING else cfg.ignore_eos
+        return output_reserve(r.max_new, r.generated, cfg.clip_max_new_tokens, full, self.new_token_ratio)
 
     def _reserved(self) -> int:
         return sum(self._reserve(r) for r in self._running())

@@ -133,6 +133,14 @@ def build_result(sim: Any, wall_seconds: float) -> SimResult:
         "bytes_swapped": float(prefix_events["bytes"].sum()) if len(prefix_events) else 0.0,
         "recomputed_tokens": int(requests["recomputed_tokens"].sum()) if len(requests) else 0,
         "preemptions": int(requests["preemptions"].sum()) if len(requests) else 0,
+        # plan against execution (docs/design.md "Plan and execution"): duplicate prefix copies,
+        # admissions planned (policies that plan them) and made, preemptions whose room went unused
+        "prefix_dup_copies": int(sim.dup_copies),
+        "prefix_dup_tokens": int(sim.dup_tokens),
+        "planned_admits": (int(decisions["n_proposed"].sum()) if getattr(sim.policy, "plans_admissions", False)
+                           else None),
+        "admitted": int(decisions["n_admitted"].sum()),
+        "preempt_unused": int(sim.preempt_unused),
         "retractions": int(requests["retractions"].sum()) if len(requests) else 0,
         "queue_time_mean": float(requests["queue_time"].mean()) if len(requests) else float("nan"),
         "kv_util_mean": _time_weighted_util(timeline, sim.budget),

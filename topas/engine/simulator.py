@@ -49,7 +49,8 @@ from topas.engine.memory import KVMemory
 from topas.engine.metrics import SimResult, build_result
 from topas.engine.prefetch import Prefetch
 from topas.engine.segments import SegmentMemory
-from topas.engine.view import Decision, EngineView, InfeasibleDecision, PrefixView
+from topas.engine.view import (Decision, EngineView, InfeasibleDecision, PrefixView, admission_tokens, admit_cap,
+    within_caps)
 from topas.policies.base import Policy
 from topas.workload.model import Trace
 from topas.workload.validate import validate_trace
@@ -211,6 +212,11 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch)
         self.decisions: list[tuple] = []
         self.decode_steps = 0
         self.decode_batch_area = 0  # sum over decode steps of the batch size
+        #: requests started with their own copy of a prefix another request computes, and the
+        #: copies' tokens; preempted requests whose room the decision's admissions left unused
+        self.dup_copies = 0
+        self.dup_tokens = 0
+        self.preempt_unused = 0
         self.busy_time = 0.0
 
     # ------------------------------------------------------------------ main loop
@@ -318,11 +324,15 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch)
             a: PrefixView(a, p.tokens, know.prior(a, p.agent.expected_output_tokens), p.resident, p.on_host,
                           p.refcount, p.last_used, self._ghost.get(a, False),
                           p.resident and p.prefill_left == 0 and a not in self._computing
-                          and a not in self._loading)
+                          and a not in self._loading,
+                          a in self._computing)
             for a, p in self.prefixes.items()
         }
-        running = tuple(r.view(now) for r in self._running())
-        waiting = tuple(self.waiting.viewed(lambda r: r.view(now)).values())
+        reserve = self._reserve
+        running = tuple(r.view(now, reserve(r)) for r in self._running())
+        if not self.config.full_output_reserve:
+            self.waiting.touch_all()  # a waiting request's reservation follows new_token_ratio
+        waiting = tuple(self.waiting.viewed(lambda r: r.view(now, reserve(r))).values())
         if not self.cache_task_views:
             self.active_tasks.touch_all()
         tasks = dict(self.active_tasks.viewed(lambda ts: ts.view(know.online)))
@@ -339,6 +349,7 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch)
             decode_batch=len(self.decoding),
             host_tier=self.config.host_tier,
             segment_match=self._seg_matches(),
+            prefill_prefix_sharing=self.config.prefill_prefix_sharing,
         )
 
     def _running(self) -> Iterable[Request]:
@@ -401,8 +412,10 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch)
                 raise InfeasibleDecision(f"policy {pname!r} preempts {rid}, which is not running")
             if rid in d.admit:
                 raise InfeasibleDecision(f"policy {pname!r} both preempts and admits {rid}")
-        for rid in d.preempt:
-            self._stop(self.requests[rid], by_engine=False)
+        preempted = [(self.requests[rid], self.requests[rid].kv, self._reserve(self.requests[rid]))
+                     for rid in d.preempt]
+        for r, _, _ in preempted:
+            self._stop(r, by_engine=False)
         # 2. evictions
         for a in d.evict:
             p = self._prefix(a, pname)
@@ -425,9 +438,41 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch)
                 )
             self._load(p)
         # 4. admissions, SGLang PrefillAdder style; then the allocation's evictions
-        admitted = self._admit(d.admit)
+        admit = self._guarded(d.admit) if self.config.in_batch_guard else d.admit
+        admitted = self._admit(admit)
+        if preempted:
+            self._count_unused_preemptions(preempted, set(d.evict))
         self._settle()
         return admitted
+
+    def _guarded(self, admit: tuple[str, ...]) -> tuple[str, ...]:
+        """``admit`` under the in-batch guard (``EngineConfig.in_batch_guard``): the requests of an
+        agent past its :func:`~topas.engine.view.admit_cap` (one for a prefix not in the tree, none
+        while a request computes it) are held back for a later decision."""
+        keep, held = within_caps([self.waiting[rid] for rid in admit], self._admit_cap)
+        return tuple(r.rid for r in keep) if held else admit
+
+    def _admit_cap(self, agent: str) -> int | None:
+        """The engine's own :func:`~topas.engine.view.admit_cap` of ``agent`` (what the view shows)."""
+        p = self.prefixes[agent]
+        in_tree = p.resident and p.prefill_left == 0 and agent not in self._computing and agent not in self._loading
+        restorable = not p.resident and (p.on_host or self._ghost.get(agent, False))
+        return admit_cap(in_tree, agent in self._computing, restorable, self.config.prefill_prefix_sharing)
+
+    def _count_unused_preemptions(self, preempted: list[tuple[Request, int, int]], evicted: set[str]) -> None:
+        """Count the preempted requests whose room the admission walk left unused: in the order
+        preempted, each that would still fit, with its KV, its reservation and (if the decision
+        evicted it) its prefix, in what the walk left free (``PrefillAdder``'s remaining tokens)."""
+        left = self.budget - self.request_tokens - self._locked_prefix_tokens() - self._reserved()
+        counted: set[str] = set()
+        for r, kv, reserve in preempted:
+            need = kv + reserve
+            if r.agent in evicted and r.agent not in counted:
+                need += self.prefixes[r.agent].tokens
+            if need <= left:
+                left -= need
+                counted.add(r.agent)
+                self.preempt_unused += 1
 
     def _admit(self, admit: tuple[str, ...]) -> int:
         """Admit the (validated, waiting) requests of ``admit`` in order while they fit; stop at
@@ -454,7 +499,7 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch)
                         f"policy {pname!r} admits {rid} but its prefix {r.agent!r} is not resident or loaded"
                     )
                 # it computes the prefix itself: prefix + its prompt (+ the slot of its first token)
-                if not self._fits(p.tokens + r.x + r.generated + 1 + own_reserve + reserved, exclude=p):
+                if not self._fits(p.tokens + admission_tokens(r.x, r.generated, own_reserve) + reserved, exclude=p):
                     break
                 self._load(p)
                 copy = 0
@@ -468,7 +513,7 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch)
                 if self._tree is not None and not copy and p.prefill_left == 0:
                     _, matched, seg_lock = self._seg_match(r)
                     lock += seg_lock
-                if not self._fits(lock + copy + r.x - matched + r.generated + 1 + own_reserve + reserved,
+                if not self._fits(lock + copy - matched + admission_tokens(r.x, r.generated, own_reserve) + reserved,
                                   exclude=p):
                     break
             self._start(r, p, copy)

@@ -16,7 +16,7 @@ plugin, so a policy runs unchanged on either engine.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from topas.engine.cost import CostModel
 
@@ -62,6 +62,12 @@ class RequestView:
     on a trace with segments, its context held in the radix tree beyond the agent prefix (a node
     shared by several running requests counted for each).
     ``service_time`` is the time it has spent in running batches so far, all admissions summed.
+    ``reserve`` is the KV the engine reserves now for the request's future output, by the
+    engine's own rule (``topas.engine.reservation``; SGLang's ``PrefillAdder``): for a waiting
+    request what its admission will reserve, its whole remaining ``max_new_tokens`` (clipped);
+    for a running one ``new_token_ratio`` of it. A real scheduler computes it from the request's
+    ``max_new_tokens`` and its own ratio; a policy that plans memory reads it (``admit_tokens``,
+    ``hold_tokens``) instead of estimating it, so that what it plans is what the engine admits.
     """
 
     rid: str
@@ -75,6 +81,26 @@ class RequestView:
     service_time: float
     preemptions: int
     admitted_time: float | None = None  # last admission (running requests only)
+    reserve: int = 0
+
+    @property
+    def admit_tokens(self) -> int:
+        """A waiting request's pool tokens beyond its prefix that the engine's admission check
+        asks for (:func:`admission_tokens`)."""
+        return admission_tokens(self.input_tokens, self.generated, self.reserve)
+
+    @property
+    def hold_tokens(self) -> int:
+        """A running request's pool tokens now and promised: its KV plus its reservation."""
+        return self.kv_tokens + self.reserve
+
+
+def admission_tokens(input_tokens: int, generated: int, reserve: int) -> int:
+    """The tokens SGLang's ``PrefillAdder.add_one_req`` asks of a request beyond its cached
+    prefix: its prompt to prefill (suffix input, plus the generated tokens a preempted request
+    recomputes), the slot of the token its prefill produces, and its output ``reserve``. The
+    simulator's admission walk uses this function; so does a policy that plans memory."""
+    return input_tokens + generated + 1 + reserve
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +126,7 @@ class PrefixView:
     last_used: float
     cached: bool = False
     in_tree: bool = False
+    computing: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +154,9 @@ class EngineView:
     #: holds for its prompt now (segment traces only; empty otherwise): what SGLang's
     #: ``match_prefix`` finds past the prefix, read from the tree as a real scheduler reads it
     segment_match: Mapping[str, int] = field(default_factory=dict)
+    #: whether requests of one prefill batch share a prefix still being computed (a server
+    #: setting; stock SGLang does not: each computes its own copy)
+    prefill_prefix_sharing: bool = False
 
     @property
     def free_tokens(self) -> int:
@@ -136,6 +166,48 @@ class EngineView:
     def resident(self) -> frozenset[str]:
         """R_t: agents whose prefix KV is on the GPU."""
         return frozenset(a for a, p in self.prefixes.items() if p.resident)
+
+    def admit_cap(self, agent: str) -> int | None:
+        """How many requests of ``agent`` one admission can start without a duplicate copy of
+        its prefix (:func:`admit_cap`)."""
+        p = self.prefixes[agent]
+        return admit_cap(p.in_tree, p.computing, not p.resident and (p.on_host or p.cached),
+                         self.prefill_prefix_sharing)
+
+
+def admit_cap(in_tree: bool, computing: bool, restorable: bool, sharing: bool) -> int | None:
+    """How many requests of one agent an admission can start without a duplicate copy of the
+    agent's prefix, as the engine computes prefixes (SGLang inserts a prompt into the radix tree
+    only when its prefill ends): any number (None) when the prefix is in the tree, when loading
+    it restores a whole copy (``restorable``: from host memory, or a re-pin of a prefix still
+    cached) or when the engine shares it inside a batch (``sharing``); none while a request
+    computes it (``computing``); else one, which computes it (each other would compute its own).
+    The simulator's in-batch guard and the policies' (TOPAS, TOPAS+) read this one rule."""
+    if in_tree or restorable or sharing:
+        return None
+    return 0 if computing else 1
+
+
+def within_caps(queue: Sequence[Any], cap_of: Callable[[str], int | None]) -> tuple[list[Any], list[Any]]:
+    """``queue`` (requests with an ``agent``) split, in order, into the requests that keep their
+    place and those held back because their agent's :func:`admit_cap` (``cap_of``) is reached."""
+    keep: list[Any] = []
+    held: list[Any] = []
+    used: dict[str, int] = {}
+    caps: dict[str, int | None] = {}
+    for r in queue:
+        a = r.agent
+        if a not in caps:
+            caps[a] = cap_of(a)
+        cap = caps[a]
+        if cap is not None:
+            n = used.get(a, 0)
+            if n >= cap:
+                held.append(r)
+                continue
+            used[a] = n + 1
+        keep.append(r)
+    return keep, held
 
 
 @dataclass(frozen=True)
@@ -157,6 +229,29 @@ class Decision:
     evict: tuple[str, ...] = ()
     load: tuple[str, ...] = ()
     info: Mapping[str, float] = field(default_factory=dict, compare=False)
+
+
+def in_batch_deprioritized(queue: Sequence[RequestView], match: Callable[[RequestView], int],
+                           prefixes: Mapping[str, PrefixView], check_tokens: int = 32,
+                           deprioritize_tokens: int = 32) -> set[str]:
+    """SGLang's in-batch prefix check (``SchedulePolicy._compute_prefix_matches``, the
+    ``IN_BATCH_PREFIX_CACHING_*`` thresholds): walking ``queue`` in order, a request that matches
+    at most ``check_tokens`` cached tokens (``match``) is looked up among the earlier such
+    requests; if it shares at least ``deprioritize_tokens`` with one (an earlier request of its
+    agent, when the agent's prefix is that long) it is deprioritized, else it joins them. So of
+    several requests waiting on one uncached prefix the first goes ahead and computes it, the
+    others wait and match it later. Returns the deprioritized request ids."""
+    checked: set[str] = set()  # agents with a request in the scratch tree
+    out: set[str] = set()
+    for r in queue:
+        if match(r) > check_tokens:
+            continue
+        shared = prefixes[r.agent].tokens if r.agent in checked else 0
+        if shared >= deprioritize_tokens:
+            out.add(r.rid)
+        else:
+            checked.add(r.agent)
+    return out
 
 
 class InfeasibleDecision(ValueError):

@@ -37,6 +37,10 @@ class Policy(ABC):
     #: this (a prefix-managing policy always may): the engine stops those requests, frees their
     #: KV and rebuilds their generated tokens on readmission, as for TOPAS's preemptions
     may_preempt: ClassVar[bool] = False
+    #: the admit list is a plan (the requests the policy means to start now, sized to the memory
+    #: it expects), not an order of the whole queue: runs then report ``planned_admits`` beside
+    #: ``admitted`` (topas.engine.metrics)
+    plans_admissions: ClassVar[bool] = False
 
     def __init__(self, **params: Any) -> None:
         self.params = make_params(self.Params, params, policy=self.name)

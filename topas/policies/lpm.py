@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from topas.engine.view import Decision, EngineView, RequestView
+from topas.engine.view import Decision, EngineView, RequestView, in_batch_deprioritized
 from topas.policies.base import Policy, register
 from topas.policies.queue import WaitingQueue
 
@@ -63,21 +63,9 @@ class LPM(Policy):
                 p = prefixes[r.agent]
                 return p.tokens + beyond.get(r.rid, 0) if p.in_tree else 0
 
-            deprioritized = self._in_batch_deprioritized(queue, match, view)
+            q = self.params
+            deprioritized = in_batch_deprioritized(queue, match, prefixes, q.in_batch_check_tokens,
+                                                   q.in_batch_deprioritize_tokens)
             queue.sort(key=lambda r: float("inf") if r.rid in deprioritized else -match(r))
         self._queue.keep(queue)
         return Decision(admit=tuple(r.rid for r in queue))
-
-    def _in_batch_deprioritized(self, queue: list[RequestView], match, view: EngineView) -> set[str]:
-        """Step 2: the requests that wait behind an earlier queued request of their agent."""
-        checked: set[str] = set()  # agents whose prompt is in the scratch tree
-        out: set[str] = set()
-        for r in queue:
-            if match(r) > self.params.in_batch_check_tokens:
-                continue
-            shared = view.prefixes[r.agent].tokens if r.agent in checked else 0
-            if shared >= self.params.in_batch_deprioritize_tokens:
-                out.add(r.rid)
-            else:
-                checked.add(r.agent)
-        return out

@@ -57,7 +57,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Mapping
 
-from topas.engine.view import Decision, EngineView, RequestView
+from topas.engine.view import Decision, EngineView, RequestView, within_caps
 from topas.policies.base import Policy, PolicyError, register
 from topas.policies.estimates import make_estimator
 from topas.policies.history import WorkflowHistory
@@ -73,6 +73,7 @@ class Topas(Policy):
     name = "topas"
     Params = TopasParams
     manages_prefixes = True
+    plans_admissions = True
     #: parameters an ablation fixes (cannot be overridden)
     FIXED: Mapping[str, Any] = {}
 
@@ -204,7 +205,7 @@ _ablation("topas-base", "TOPAS without V_reuse and without aging.", reuse=False,
 
 @register
 class TopasRequestOnly(Topas):
-    """TOPAS's admission utility without the prefix search.
+    """TOPAS's admission utility without the prefix search (an order, not a plan).
 
     Waiting requests are ordered by GREEDYPACK over every agent (as if all prefixes could be
     resident), i.e. by age-weighted sequentially conditioned progress; prefixes are left to the
@@ -214,6 +215,7 @@ class TopasRequestOnly(Topas):
 
     name = "topas-request-only"
     manages_prefixes = False
+    plans_admissions = False
 
     def decide(self, view: EngineView) -> Decision:
         self._decisions += 1
@@ -227,4 +229,8 @@ class TopasRequestOnly(Topas):
         rest = sorted((r for r in view.waiting if r.rid not in taken), key=lambda r: (r.ready_time, r.rid))
         for rid, lam in admit:
             self.credits[rid] = lam
-        return Decision(admit=tuple(first) + tuple(r.rid for r in rest))
+        by_id = {r.rid: r for r in view.waiting}
+        order = [by_id[rid] for rid in first] + rest
+        if self.params.in_batch_guard:  # past an agent's admit cap: held back until its prefix is cached
+            order, _ = within_caps(order, view.admit_cap)
+        return Decision(admit=tuple(r.rid for r in order))

@@ -162,8 +162,16 @@ class _DecisionCtx:
             if n:
                 n_max[agent] = n_max.get(agent, 0) + 1
         self._la_need, self._la_running, self._la_in_base, self._la_by_parent = need, running, in_base, by_parent
+        self.reload = self._reload_prices(view)
+        self._reuse_max = [(a, n * self.reload[a]) for a, n in sorted(n_max.items())]
+
+    def _reload_prices(self, view: EngineView) -> dict[str, float]:
+        """V_reuse's price of one later use of each agent's resident prefix (``reuse_cost``): the
+        swap ``mu * l_a / B_swap`` (the paper's), or what the engine pays to bring the prefix
+        back once evicted: a prefill of ``l_a`` without a host tier, a swap with one."""
         move_times = self.policy.move_times_of(view.cost)
-        self._reuse_max = [(a, n * move_times(view.prefixes[a].tokens)[0]) for a, n in sorted(n_max.items())]
+        recompute = self.p.reuse_cost == "engine" and not view.host_tier
+        return {a: move_times(pv.tokens)[1 if recompute else 0] for a, pv in view.prefixes.items()}
 
     def _waiting_setup(self, view: EngineView, est: Any, parts: dict[str, dict[tuple[int, int], tuple[float, float]]] | None) -> None:
         """Waiting requests: demand d_r(t) and gain g_i(t) * Delta_task share (fixed per decision);
@@ -172,13 +180,14 @@ class _DecisionCtx:
         p = self.p
         self.demand: dict[str, int] = {}
         for r in view.waiting:
+            if p.demand == "engine":  # the engine's admission check (its own reservation rule)
+                self.demand[r.rid] = r.admit_tokens
+                continue
+            # an estimate: the engine may refuse it (the idle fallback keeps progress)
             if parts is not None:
                 rem = parts[r.agent][(r.input_tokens, r.generated)][1]
             else:
                 rem = est.expected_remaining(r.agent, view.prefixes[r.agent].expected_output_tokens, r.generated)
-            # The engine also allocates one slot for the prefill's output token and reserves for
-            # outputs by their true length; we cannot match that exactly, and the idle fallback
-            # guarantees progress when our estimate is short.
             self.demand[r.rid] = r.input_tokens + r.generated + int(p.output_reserve * rem)
         for r in view.waiting:
             self.tasks[r.task_id].waiting.append(r)
@@ -206,6 +215,14 @@ class _DecisionCtx:
                 taken[r.agent] = n + 1
                 self.cands.append(r)
         self._packable = [(r.rid, r.agent, r.task_id, self.gain[r.rid], self.demand[r.rid]) for r in self.cands]
+        #: the in-batch guard: per agent whose prefix is not in the tree, how many of its requests
+        #: one decision may admit (``EngineView.admit_cap``: 1, or 0 while a request computes it)
+        self._caps: dict[str, int] = {}
+        if p.in_batch_guard:
+            for a in {r.agent for r in self.cands}:
+                cap = view.admit_cap(a)
+                if cap is not None:
+                    self._caps[a] = cap
         #: the candidates with a positive gain by gain per token (``_bound``'s fractional knapsack)
         self._by_density = sorted(((c[3], c[4], c[1], c[2]) for c in self._packable if c[3] > 0),
                                   key=lambda c: -c[0] / c[1] if c[1] > 0 else -float("inf"))
@@ -221,10 +238,14 @@ class _DecisionCtx:
         # A running request's generated count moves at every decode step, so a memo would miss:
         # the estimator itself is asked (the same function ``est`` memoises).
         remaining, prefixes, reserve = est.est.expected_remaining, view.prefixes, p.output_reserve
+        engine = p.demand == "engine"
         for r in view.running:
             self.running_by_agent.setdefault(r.agent, []).append(r)
-            rem = remaining(r.agent, prefixes[r.agent].expected_output_tokens, r.generated)
-            self.run_demand[r.rid] = r.kv_tokens + int(reserve * rem)
+            if engine:  # its KV and the engine's reservation for it
+                self.run_demand[r.rid] = r.hold_tokens
+            else:
+                rem = remaining(r.agent, prefixes[r.agent].expected_output_tokens, r.generated)
+                self.run_demand[r.rid] = r.kv_tokens + int(reserve * rem)
         if p.redo == "reprefill":
             #: expected time to finish of each request that may be in Q' (for the re-wait)
             self.finish_in = {r.rid: est.expected_remaining(r.agent, view.prefixes[r.agent].expected_output_tokens,
@@ -251,11 +272,9 @@ class _DecisionCtx:
         p = self.p
         self.move_in: dict[str, float] = {}
         self.move_out: dict[str, float] = {}
-        self.reload: dict[str, float] = {}
         move_times = self.policy.move_times_of(view.cost)
         for a, pv in view.prefixes.items():
             swap, prefill = move_times(pv.tokens)
-            self.reload[a] = swap
             self.move_in[a] = swap if pv.on_host else prefill
             self.move_out[a] = 0.0 if pv.on_host else swap
             if p.move_cost == "engine":
@@ -515,6 +534,8 @@ class _DecisionCtx:
         total = 0.0
         K = self.p.K
         min_after = self._min_need_after
+        caps = self._caps
+        used: dict[str, int] = {}
         for i, (rid, agent, task_id, gain, need) in enumerate(self._packable):
             if len(admitted) >= K:
                 break
@@ -526,6 +547,13 @@ class _DecisionCtx:
                 continue  # a plan never swaps a running stage for a waiting one of the same task
             if need > free:
                 continue
+            if caps:
+                cap = caps.get(agent)
+                if cap is not None:
+                    n = used.get(agent, 0)
+                    if n >= cap:
+                        continue  # the in-batch guard: it would compute its own copy of the prefix
+                    used[agent] = n + 1
             free -= need
             admitted.append((rid, gain))  # lambda_r = the credit recorded at admission
             total += gain
@@ -641,4 +669,6 @@ class _DecisionCtx:
         admit = [(r.rid, self.gain.get(r.rid, 0.0))] + [a for a in plan.admit if a[0] != r.rid] if plan else []
         if not admit:
             admit = [(r.rid, 0.0)]
+        if r.agent in self._caps:  # the in-batch guard: that request computes the prefix alone
+            admit = admit[:1]
         return _Plan(frozenset({r.agent}), admit, [], plan.score if plan else 0.0, plan.terms if plan else {})

@@ -79,6 +79,23 @@ class TopasParams:
     #: cached (free); with one, as "swap")
     move_cost: Literal["swap", "engine"] = field(default="swap", metadata=OMIT_DEFAULT)
 
+    # ---- plan = execution (docs/method.md "The plan and the engine"): what a decision scores is
+    # what the engine then does; each switch's other value is the earlier reading, for ablation.
+    #: of an agent whose prefix is not in the radix tree, admit at most one request (it computes
+    #: the prefix; the others wait until it is cached, as SGLang's in-batch check makes LPM do),
+    #: none while a request computes it. Off: GREEDYPACK packs every request of a just-loaded
+    #: agent, and the engine computes one copy of the prefix per request
+    in_batch_guard: bool = True
+    #: d_r(t): "engine" (the engine's admission rule, read from the view: a waiting request's
+    #: prompt + its first token's slot + its whole remaining max_new_tokens, a running one's KV +
+    #: its reservation) or "estimate" (suffix input + generated + output_reserve x the expected
+    #: remaining output; the engine may then refuse what the plan admits)
+    demand: Literal["engine", "estimate"] = "engine"
+    #: V_reuse's price of one later use of a resident prefix: "engine" (what the engine pays to
+    #: bring it back: a prefill of l_a without a host tier, a swap with one) or "swap" (the
+    #: paper's mu * l_a / B_swap, whatever the engine)
+    reuse_cost: Literal["engine", "swap"] = "engine"
+
     def __post_init__(self) -> None:
         checks = {
             "beta": self.beta >= 0, "rho": self.rho >= 0, "H_age": self.H_age > 0, "M": self.M >= 0,
@@ -92,3 +109,9 @@ class TopasParams:
             choices = typing.get_args(typ) if typing.get_origin(typ) is Literal else ()
             if choices and getattr(self, name) not in choices:
                 raise PolicyError(f"topas parameter {name}={getattr(self, name)!r} is not one of {choices}")
+
+
+#: The plan = execution switches at their earlier values (docs/method.md "The plan and the
+#: engine"): TOPAS then plans as it did before them (with the engine's ``recheck_on_insert`` off,
+#: bit for bit: ``tests/test_readings.py``).
+EARLIER_PLAN: dict[str, object] = {"in_batch_guard": False, "demand": "estimate", "reuse_cost": "swap"}

@@ -14,9 +14,12 @@ part is the critical-path view of a task. TOPAS+ keeps that part and drops the r
 * **residency first** (tier 1): requests whose agent prefix is resident come before the others,
   as in LPM (without LPM's FCFS fallback above 128 waiting requests), so a prefix is recomputed
   only when its agents' queues have run dry. Unlike SGLang's LPM (``topas.policies.lpm``) the
-  tier counts a prefix a prefill is still computing as resident, and it does not deprioritize
-  a cold agent's second request behind other agents (TOPAS+ was selected before LPM was made
-  to do either, and is kept as selected);
+  tier counts a prefix a prefill is still computing as resident;
+* **the in-batch guard** (``in_batch_guard``, on; ``topas.engine.view.admit_cap``, the rule
+  TOPAS's plans follow): of an agent whose prefix is not in the radix tree, the order holds one
+  request (it computes the prefix) and the others wait for a later decision, none while a
+  request computes it, so the engine never computes one copy of the prefix per request (TOPAS+
+  was first selected without it; docs/topas_plus.md);
 * **critical-path priority** inside a tier: a task's priority is ``g_i(t) * Delta_i / L_i``, the
   share of its remaining expected critical path ``L_i(H, t)`` that admitting its whole ready
   frontier commits (``Delta_i = Delta_task(F | H, t)``, TOPAS's J_admit term, but normalised by
@@ -43,7 +46,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from topas.engine.view import Decision, EngineView, RequestView
+from topas.engine.view import Decision, EngineView, RequestView, within_caps
 from topas.policies.base import Policy, PolicyError, register
 from topas.policies.estimates import OperatingPoint, make_estimator
 from topas.policies.history import WorkflowHistory
@@ -68,6 +71,11 @@ class TopasPlusParams:
     prior_weight: int = 1
     #: output lengths: "online" (learned from finished calls) or "prior" (see estimates)
     output_estimator: Literal["online", "prior"] = "online"
+    #: the in-batch guard (``topas.engine.view.admit_cap``): of an agent whose prefix is not in
+    #: the radix tree, one request in the order (none while a request computes the prefix); the
+    #: others wait until it is cached instead of each computing a copy. Off: the order as first
+    #: selected
+    in_batch_guard: bool = True
 
     def __post_init__(self) -> None:
         checks = {"H_age": self.H_age >= 0, "starve_s": self.starve_s >= 0, "prior_weight": self.prior_weight >= 0}
@@ -165,4 +173,7 @@ class TopasPlus(Policy):
             else:  # groups keep the order of their best request (dicts keep insertion order)
                 ranked = list(groups)
             cold = [r for a in ranked for r in groups[a]]
-        return Decision(admit=tuple(r.rid for r in head + hot + cold))
+        order = head + hot + cold
+        if p.in_batch_guard:  # past an agent's admit cap: held back until its prefix is cached
+            order, _ = within_caps(order, view.admit_cap)
+        return Decision(admit=tuple(r.rid for r in order))
