@@ -12,6 +12,7 @@ import matplotlib
 POLICY_ORDER: tuple[str, ...] = (
     "fcfs",
     "lpm",
+    "k-lpm",
     "spf",
     "parrot-fcfs",
     "autellix-las",
@@ -28,6 +29,7 @@ POLICY_ORDER: tuple[str, ...] = (
 POLICY_LABELS: dict[str, str] = {
     "fcfs": "FCFS",
     "lpm": "LPM",
+    "k-lpm": "k-LPM",
     "spf": "SPF",
     "parrot-fcfs": "Parrot-FCFS",
     "autellix-las": "Autellix-LAS",
@@ -46,6 +48,7 @@ POLICY_LABELS: dict[str, str] = {
 POLICY_COLORS: dict[str, str] = {
     "fcfs": "#7F7F7F",  # grey
     "lpm": "#56B4E9",  # sky blue
+    "k-lpm": "#66A61E",  # olive green
     "spf": "#009E73",  # bluish green
     "parrot-fcfs": "#0072B2",  # blue
     "autellix-las": "#CC79A7",  # reddish purple
@@ -63,6 +66,7 @@ POLICY_COLORS: dict[str, str] = {
 POLICY_MARKERS: dict[str, str] = {
     "fcfs": "s",
     "lpm": "D",
+    "k-lpm": "d",
     "spf": "^",
     "parrot-fcfs": "v",
     "autellix-las": "P",

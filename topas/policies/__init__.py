@@ -13,7 +13,7 @@ from topas.policies.base import (
     policy_class,
     register,
 )
-from topas.policies import autellix, fcfs, lpm, parrot, spf, topas, topas_both, topas_plus  # noqa: F401  (registration)
+from topas.policies import autellix, fcfs, klpm, lpm, parrot, spf, topas, topas_both, topas_plus  # noqa: F401  (registration)
 
 __all__ = [
     "Policy",
