@@ -49,6 +49,9 @@ EXPECTED: dict[str, list[str]] = {
         "mechanism_kv_occupancy.png", "mechanism_kv_occupancy.pdf",
         "mechanism_queueing.png", "mechanism_queueing.pdf",
         "mechanism_table.csv", "mechanism_table.md",
+        "mechanism_case.png", "mechanism_case.pdf", "mechanism_case_kv.png", "mechanism_case_kv.pdf",
+        *(f"{n}.{ext}" for n in ("plan_execution_table", "plan_terms_table", "mechanism_case_table")
+          for ext in ("csv", "md")),
     ],
     "07_sensitivity.ipynb": [
         "sensitivity_beta_rho.png", "sensitivity_beta_rho.pdf",
@@ -86,7 +89,8 @@ EXPECTED: dict[str, list[str]] = {
     "16_protocol.ipynb": [
         *(f"protocol_{n}.{ext}" for n in ("capacity", "verdicts") for ext in ("png", "pdf")),
         *(f"{n}.{ext}" for n in ("capacity_table", "verdict_table", "overload_table", "convergence_table",
-                                 "protocol_runs") for ext in ("csv", "md")),
+                                 "protocol_runs", "capacity_table_guarded", "verdict_table_guarded")
+          for ext in ("csv", "md")),
     ],
 }
 

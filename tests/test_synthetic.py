@@ -110,8 +110,8 @@ def test_committed_traces_regenerate_bit_for_bit(tmp_path, capsys):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     written = mod.main(["--out", str(tmp_path)])
-    assert sorted(p.name for p in written) == ["chain-3.json.gz", "dag-10-wide.json.gz", "dag-4-10k.json.gz",
-                                               "dag-4.json.gz"]
+    assert sorted(p.name for p in written) == ["chain-2.json.gz", "chain-3.json.gz", "dag-10-wide.json.gz",
+                                               "dag-4-10k.json.gz", "dag-4.json.gz"]
     assert "wrote" in capsys.readouterr().out
     for p in written:
         committed = (TRACES / p.name).read_bytes()

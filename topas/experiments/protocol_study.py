@@ -58,6 +58,7 @@ from topas.experiments.spec import Experiment
 __all__ = [
     "BASELINES",
     "CANDIDATES",
+    "GUARDED_BASELINES",
     "CAPACITY_COLUMNS",
     "CONVERGENCE_COLUMNS",
     "EVIDENCE_COLUMNS",
@@ -88,8 +89,12 @@ __all__ = [
     "seed_verdicts",
 ]
 
-#: The baselines and the candidates (ours and TOPAS as we read it).
-BASELINES = ("fcfs", "lpm", "spf")
+#: The baselines (stock: as SGLang runs them; k-LPM, the literature's strongest simple rule beside
+#: LPM), the same baselines with the in-batch guard TOPAS's plans follow (``topas.policies.guarded``:
+#: the verdict is reported against both sets, so no claim rests on the baselines lacking it), and
+#: the candidates (ours and TOPAS as we read it).
+BASELINES = ("fcfs", "lpm", "spf", "k-lpm")
+GUARDED_BASELINES = tuple(f"{b}-guarded" for b in BASELINES)
 CANDIDATES = ("topas", "topas-plus")
 #: Workloads TOPAS's defaults and TOPAS+ were selected on (docs/topas_plus.md): results there are
 #: in-sample, even on evaluation seeds. Every other workload of the grid is held out.
@@ -134,7 +139,7 @@ class ProtocolSize:
 #: (600 on the MetaGPT traces, whose runs have ~27 requests per task).
 FULL = ProtocolSize(
     workloads=IN_SAMPLE + HELD_OUT,
-    policies=BASELINES + CANDIDATES,
+    policies=BASELINES + GUARDED_BASELINES + CANDIDATES,
     loads=_loads(0.75, 2.0, 0.125),
     n_seeds=5,
     n_tasks={**{w: 1000 for w in IN_SAMPLE}, "metagpt-sop": 600, "metagpt-tl": 600,
@@ -143,7 +148,7 @@ FULL = ProtocolSize(
 #: The notebook's quick run: two workloads, three policies, a coarse grid, 3 seeds of 100 tasks.
 QUICK = ProtocolSize(
     workloads=("chain-3", "random-dag-1000"),
-    policies=("fcfs", "lpm", "topas-plus"),
+    policies=("fcfs", "lpm", "lpm-guarded", "topas-plus"),
     loads=(0.5, 1.0, 1.5, 2.0),
     n_seeds=3,
     n_tasks={"chain-3": 100, "random-dag-1000": 100},
@@ -493,7 +498,11 @@ def protocol_tables(quick: bool = False, store: Any = None, evidence_path: Path 
     if workloads is not None:
         size = restricted(size, (w for w in size.workloads if w in set(workloads)))
     runs = capacity_grid_runs(size, store, evidence_path, jobs, progress)
+    guarded = [b for b in GUARDED_BASELINES if b in size.policies]
     return {"runs": runs, "capacity": capacity_rows(runs), "latency": latency_rows(runs),
+            # the same claims against the guarded baselines (each candidate, and each stock baseline)
+            "capacity_guarded": capacity_rows(runs, guarded),
+            "latency_guarded": latency_rows(runs, baselines=guarded),
             "overload": overload_rows(runs), "convergence": convergence_rows(size, store, evidence_path, jobs, progress)}
 
 

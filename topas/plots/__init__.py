@@ -38,7 +38,7 @@ from topas.plots.workloads import (draw_workflow, plot_workflows, workflow_layou
 from topas.plots.load import (LOAD_LABEL, METRIC_LABELS, PAPER_LABEL, ablation_table, jct_table,
     needs_log_scale, plot_ablation_bars, plot_metric_vs_load, trace_status)  # noqa: F401
 from topas.plots.mechanism import (plot_decision_time, plot_engine_model, plot_kv_occupancy,
-    plot_paper_vs_ours, plot_sensitivity, plot_stage_queueing)  # noqa: F401
+    plot_mechanism_case, plot_paper_vs_ours, plot_sensitivity, plot_stage_queueing)  # noqa: F401
 from topas.plots.explorer import (H_AGE_CHOICES, plot_jct_ecdf, slider_choices)  # noqa: F401
 from topas.plots.robustness import (ROBUST_XLABELS, plot_estimator_convergence, plot_robustness)  # noqa: F401
 from topas.plots.claims import (FRACTION_LABEL, plot_capacity_jct, plot_headroom, plot_reading_space)  # noqa: F401
@@ -94,6 +94,7 @@ __all__ = [
     "plot_headroom",
     "plot_jct_ecdf",
     "plot_kv_occupancy",
+    "plot_mechanism_case",
     "plot_metric_vs_load",
     "plot_paper_vs_ours",
     "plot_reading_space",

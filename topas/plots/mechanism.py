@@ -268,3 +268,27 @@ def plot_engine_model(table: pd.DataFrame, policy: str = "topas"):
     fig.legend(handles, labels_, loc="outside upper center", ncol=min(3, len(models)))
     _hide_stale_ticklabels(fig)
     return fig
+
+
+def plot_mechanism_case(table: pd.DataFrame):
+    """The mechanism case (notebook 06, ``topas.experiments.plan_study.mechanism_table``): mean JCT
+    and the average decode batch against load, one line per policy; a run past capacity
+    (``overload``) is drawn hollow, since its JCT grows with the run's length."""
+    fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.4))
+    for p in policy_order(table["policy"].unique()):
+        g = table[table["policy"] == p].sort_values("load")
+        for ax, col in zip(axes, ("jct_mean", "avg_decode_batch")):
+            ax.plot(g["load"], g[col], color=policy_color(p), lw=1.2, label=policy_label(p))
+            ok, over = g[~g["overload"]], g[g["overload"]]
+            ax.scatter(ok["load"], ok[col], color=policy_color(p), s=22, zorder=3)
+            ax.scatter(over["load"], over[col], facecolors="none", edgecolors=policy_color(p), s=22, zorder=3)
+    axes[0].set_yscale("log")
+    axes[0].set_ylabel("mean JCT (s, log)")
+    axes[1].set_ylabel("avg decode batch")
+    for ax in axes:
+        ax.set_xlabel("load (x nominal)")
+    axes[0].set_title("Chain-2: JCT (hollow: overload)")
+    axes[1].set_title("requests per decode step")
+    axes[1].legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
+    fig.tight_layout()
+    return fig

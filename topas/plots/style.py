@@ -16,6 +16,10 @@ POLICY_ORDER: tuple[str, ...] = (
     "spf",
     "parrot-fcfs",
     "autellix-las",
+    "fcfs-guarded",
+    "lpm-guarded",
+    "k-lpm-guarded",
+    "spf-guarded",
     "topas",
     "topas-plus",
     "topas-both",
@@ -33,6 +37,10 @@ POLICY_LABELS: dict[str, str] = {
     "spf": "SPF",
     "parrot-fcfs": "Parrot-FCFS",
     "autellix-las": "Autellix-LAS",
+    "fcfs-guarded": "FCFS (guarded)",
+    "lpm-guarded": "LPM (guarded)",
+    "k-lpm-guarded": "k-LPM (guarded)",
+    "spf-guarded": "SPF (guarded)",
     "topas": "TOPAS",
     "topas-plus": "TOPAS+ (ours)",
     "topas-both": "TOPAS-both (ours)",
@@ -52,6 +60,11 @@ POLICY_COLORS: dict[str, str] = {
     "spf": "#009E73",  # bluish green
     "parrot-fcfs": "#0072B2",  # blue
     "autellix-las": "#CC79A7",  # reddish purple
+    # the guarded baselines (in-batch guard): paler shades of their baseline's colour
+    "fcfs-guarded": "#BFBFBF",
+    "lpm-guarded": "#9ECAE1",
+    "k-lpm-guarded": "#B8E186",
+    "spf-guarded": "#7FCDBB",
     "topas": "#D55E00",  # vermillion
     "topas-plus": "#000000",  # ours, not the paper's: black, so it never reads as TOPAS
     "topas-both": "#6A3D9A",  # ours too (TOPAS+ with its eviction order): purple
@@ -70,6 +83,10 @@ POLICY_MARKERS: dict[str, str] = {
     "spf": "^",
     "parrot-fcfs": "v",
     "autellix-las": "P",
+    "fcfs-guarded": "x",
+    "lpm-guarded": "H",
+    "k-lpm-guarded": "+",
+    "spf-guarded": "8",
     "topas": "o",
     "topas-plus": "*",
     "topas-both": "p",

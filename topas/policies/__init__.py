@@ -14,6 +14,7 @@ from topas.policies.base import (
     register,
 )
 from topas.policies import autellix, fcfs, klpm, lpm, parrot, spf, topas, topas_both, topas_plus  # noqa: F401  (registration)
+from topas.policies import guarded  # noqa: F401  (registration; after the baselines it wraps)
 
 __all__ = [
     "Policy",

@@ -44,16 +44,20 @@ SHAPES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
         *((s, ("A",)) for s in "BCDEFGHI"),
         ("J", tuple("BCDEFGHI")),
     ),
+    "chain-2": (("A", ()), ("B", ("A",))),
 }
 
 #: Agent-name prefix of each workload.
-AGENT_PREFIX = {"chain-3": "chain3", "dag-4": "dag4", "dag-10-wide": "dag10wide"}
+AGENT_PREFIX = {"chain-3": "chain3", "dag-4": "dag4", "dag-10-wide": "dag10wide", "chain-2": "chain2"}
 
 #: Default generator parameters per workload (lengths in tokens, rate in tasks/s).
 DEFAULTS: dict[str, dict[str, float | int]] = {
     "chain-3": {"prefix_tokens": 4096, "input_tokens": 512, "output_tokens": 256, "rate": 0.2},
     "dag-4": {"prefix_tokens": 3072, "input_tokens": 512, "output_tokens": 256, "rate": 0.15},
     "dag-10-wide": {"prefix_tokens": 2048, "input_tokens": 512, "output_tokens": 256, "rate": 0.06},
+    # the mechanism case (MECHANISM): two prefixes of 6,144 tokens leave room for about seven
+    # requests beside them; one prefix leaves room for fifteen
+    "chain-2": {"prefix_tokens": 6144, "input_tokens": 512, "output_tokens": 256, "rate": 0.3},
 }
 
 DEFAULT_N_TASKS = 1000
@@ -64,6 +68,8 @@ DESCRIPTIONS = {
     "dag-4": "DAG-4: A -> {B, C} -> D, one agent per stage, fixed-length queries and outputs",
     "dag-10-wide": "DAG-10-Wide: A -> {B..I, 8 parallel stages} -> J, one agent per stage, "
     "fixed-length queries and outputs",
+    "chain-2": "Chain-2 (the mechanism case, not the paper's): A -> B, one agent per stage, prefixes so long "
+    "that both beside a useful batch do not fit the KV budget",
 }
 
 
@@ -173,6 +179,27 @@ def dag10_wide(
 #: Workload name -> generator. ``SYNTHETIC[name](**meta["params"], rate=meta["rate"],
 #: seed=meta["seed"])`` regenerates a committed trace.
 SYNTHETIC: dict[str, Callable[..., Trace]] = {"chain-3": chain3, "dag-4": dag4, "dag-10-wide": dag10_wide}
+
+
+def chain2(
+    n_tasks: int = DEFAULT_N_TASKS,
+    rate: float | None = None,
+    seed: int = DEFAULT_SEED,
+    prefix_tokens: Lengths | None = None,
+    input_tokens: Lengths | None = None,
+    output_tokens: Lengths | None = None,
+) -> Trace:
+    """Chain-2, the mechanism case (notebook 06; not a workload of the paper): A -> B. Defaults:
+    prefix 6144, input 512, output 256 tokens; 0.3 tasks/s. Both prefixes take 12,288 of the
+    default budget's 18,358 tokens, so serving the two agents at once halves the batch that one
+    agent alone would run: whether a scheduler keeps one prefix and a full batch or both prefixes
+    and half a batch decides the capacity."""
+    return generate("chain-2", n_tasks, rate, seed, prefix_tokens, input_tokens, output_tokens)
+
+
+#: The mechanism case's generator (committed as ``data/traces/chain-2.json.gz`` beside the
+#: synthetic workloads; never part of the paper's grid)
+MECHANISM: dict[str, Callable[..., Trace]] = {"chain-2": chain2}
 
 
 #: Lengths (tokens) and nominal rate of the scaled-down variants (:func:`scaled_down`): the same
