@@ -8,6 +8,7 @@ CPU SGLang server, request by request (topas.fidelity.contention).
     python scripts/fidelity_contention.py --compare-only --engine-model base
     python scripts/fidelity_contention.py --compare-only --arrivals scheduler --tag sim-scheduler
     python scripts/fidelity_contention.py --cases evict-freq,evict-reuse --modes evict-lru,evict-lfu,evict-priority
+    python scripts/fidelity_contention.py --cases cold-burst --modes plugin-guard-off,plugin-guard-on,sglang-fcfs,sglang-lpm
 
 Measuring starts the CPU test server once per mode (the topas plugin; stock SGLang with
 --schedule-policy fcfs / lpm), on 127.0.0.1, and stops it. Must run in the SGLang environment
@@ -39,7 +40,9 @@ def main(argv: list[str] | None = None) -> int:
                          "the needs='radix' ones, e.g. ctx-evict, only when named)")
     ap.add_argument("--modes", default=",".join(ct.MODES),
                     help="comma-separated (default: %(default)s; the eviction modes: "
-                         + ",".join(ct.EVICTION_MODES) + ", recorded on " + ",".join(ct.EVICTION_CASES) + ")")
+                         + ",".join(ct.EVICTION_MODES) + ", recorded on " + ",".join(ct.EVICTION_CASES)
+                         + "; TOPAS with and without its in-batch guard: " + ",".join(ct.GUARD_MODES)
+                         + ", recorded on " + ",".join(ct.GUARD_CASES) + ")")
     ap.add_argument("--policies", default=None,
                     help="comma-separated: measure only these of each mode's policies (default: all)")
     ap.add_argument("--repeats", type=int, default=3)
@@ -57,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         cases = [ct.CASES[c] for c in args.cases.split(",") if c]
         modes = [ct.find_mode(m) for m in args.modes.split(",") if m]
     except KeyError as e:
-        ap.error(f"unknown case or mode {e}; cases: {', '.join(ct.CASES)}; modes: {', '.join([*ct.MODES, *ct.EVICTION_MODES])}")
+        ap.error(f"unknown case or mode {e}; cases: {', '.join(ct.CASES)}; modes: {', '.join(ct.all_modes())}")
     if args.policies:
         keep = [p for p in args.policies.split(",") if p]
         modes = [dataclasses.replace(m, policies=tuple(p for p in m.policies if p in keep)) for m in modes]

@@ -93,7 +93,8 @@ def test_case_traces_are_deterministic_and_fit_their_pool():
         t1, t2 = ct.case_trace(case), ct.case_trace(case)
         assert [(t.id, t.arrival) for t in t1.tasks] == [(t.id, t.arrival) for t in t2.tasks]
         assert len(t1.agents) == case.agents
-        assert 2 * case.prefix_tokens < case.pool_tokens < 3 * case.prefix_tokens  # about two prefixes
+        if case.name not in ct.GUARD_CASES:  # (the cold burst: one agent's prefix, copies of it)
+            assert 2 * case.prefix_tokens < case.pool_tokens < 3 * case.prefix_tokens  # about two prefixes
     burst = ct.case_trace(ct.CASES["burst-3x3"])
     assert [t.stages[0].agent[-1] for t in burst.tasks] == list("abcabcabc")
     assert burst.tasks[-1].arrival == pytest.approx(8 * 0.002)
@@ -316,3 +317,45 @@ def test_the_eviction_cases_agree_request_by_request_under_every_policy(name):
         assert set(last) == set(ct.EVICTION_MODES)
         assert {m: set(v) for m, v in last.items()} == {m: {p} if m == "evict-priority-steps" else {0}
                                                          for m in ct.EVICTION_MODES}
+
+
+def test_a_cold_agents_burst_duplicates_its_prefix_unless_the_in_batch_guard_holds_it():
+    """The recorded CPU-server runs of ``cold-burst`` (one cold agent, six requests at once;
+    3 runs per mode; the first request reaches the server alone and is prefilled alone). TOPAS
+    without its in-batch guard admits the next three while that prefill's prefix is not in the
+    tree yet: each computes its own copy (``cached_tokens`` 0), the last two hit it later; with
+    the guard it holds them until the prefix is in the tree, then all five hit. The simulator
+    gives every request the server's ``cached_tokens`` and admission wave in every run of both.
+    Stock fcfs and lpm (whose in-batch check only sorts the copies behind other requests, and
+    there are none) duplicate the prefix as TOPAS without the guard; the simulator agrees
+    request by request in at least 2 of their 3 runs (the other: a follow-up reaching the
+    scheduler within a few ms of the first prefill's end, on one side of it on the server and on
+    the other in the calibrated simulation)."""
+    case = ct.CASES["cold-burst"]
+    p = case.prefix_tokens
+    dup, guarded = [0, 0, 0, 0, p, p], [0, p, p, p, p, p]
+    for name in ("plugin-guard-off", "plugin-guard-on", "sglang-fcfs", "sglang-lpm"):
+        mode = ct.find_mode(name)
+        reqs, runs = ct.compare_runs(ct.OUT_DIR / case.name / name, case, mode, "sglang", ct.OUT_DIR / "traces",
+                                     "observed")
+        assert len(runs) == 3, name
+        server = [g.sort_values("rid")["cached_server"].astype(int).tolist() for _, g in reqs.groupby("repeat")]
+        if name.startswith("plugin-"):
+            assert (runs["cached_agree"] == 1.0).all() and (runs["wave_agree"] == 1.0).all(), \
+                (name, runs[["repeat", "cached_agree", "wave_agree"]])
+            assert server == [guarded if name == "plugin-guard-on" else dup] * 3, (name, server)
+        else:
+            assert (runs["cached_agree"] == 1.0).sum() >= 2, (name, runs[["repeat", "cached_agree"]])
+            assert server.count(dup) >= 2, (name, server)
+    # the simulator counts the copies (the trace's times: the six requests reach it together,
+    # the guard admits one, then five; without it four start at once, three with their own copy)
+    from topas.engine.cost import load_profile
+    from topas.engine.simulator import simulate
+    from topas.fidelity.run import sim_engine
+    from topas.paths import REPO_ROOT
+    from topas.policies.base import make_policy
+
+    cost, config = sim_engine(load_profile(REPO_ROOT / "data/profiles/cpu_tiny-llama.json"), case.pool_tokens)
+    for guard, copies in ((False, 3), (True, 0)):
+        s = simulate(ct.case_trace(case), make_policy("topas", {"in_batch_guard": guard}), cost, config).summary
+        assert (s["prefix_dup_copies"], s["prefix_dup_tokens"]) == (copies, copies * p)

@@ -70,8 +70,10 @@ class Mirror(Simulator):
     def _decide(self):
         snap = Snapshot(
             now=self.now,
-            waiting=tuple(ReqSnap(rid, _meta(self, r), r.generated, 0) for rid, r in self.waiting.items()),
-            running=tuple(ReqSnap(r.rid, _meta(self, r), r.generated, r.kv) for r in self._running()),
+            # (the plugin computes each reservation from SGLang's own state, Controller.reserve)
+            waiting=tuple(ReqSnap(rid, _meta(self, r), r.generated, 0, self._reserve(r))
+                          for rid, r in self.waiting.items()),
+            running=tuple(ReqSnap(r.rid, _meta(self, r), r.generated, r.kv, self._reserve(r)) for r in self._running()),
             kv_budget=self.budget, finished=tuple(self._finished),
             # what SGLang's radix tree holds: a prefix being computed is not in it yet
             cached=frozenset(a for a, p in self.prefixes.items()
@@ -193,6 +195,83 @@ def test_a_prefix_in_use_is_in_the_tree_only_when_the_probe_finds_it():
         assert agent in ad.probe_agents()
         p = ad.view(snap, 0.2).prefixes[agent]
         assert p.resident and p.in_tree == in_tree
+
+
+def test_a_managing_policy_sees_the_tree_too_computing_and_reservations():
+    """TOPAS (which manages prefixes) reads the radix tree through the same probe: a prefix its
+    pin holds but a running request is still computing is resident, not in the tree and
+    ``computing`` (its in-batch guard admits none of the agent's requests then); once the probe
+    finds it, it is in the tree; an unpinned prefix the tree still holds is ``cached``. Each
+    request's ``reserve`` is what the snapshot says the engine reserves."""
+    from topas.engine.view import PrefixView, RequestView
+
+    trace = scaled_down("chain-3", 2, rate=10.0)
+    ad = Adapter(make_policy("topas"), load_profile())
+    m0, m1 = _req_meta(trace, "t00000", "A", 0.0), _req_meta(trace, "t00001", "A", 0.1)
+    agent = m0.dag[0][1]
+    ad.step(_snap(100.0, [ReqSnap("e0", m0, 0, 0, 16)]))
+    ad.on_admitted(["e0"], 100.0)
+    assert agent in ad.pinned
+    for found in (False, True):
+        snap = dataclasses.replace(_snap(100.2, [ReqSnap("e1", m1, 0, 0, 16)], [ReqSnap("e0", m0, 1, 41, 15)]),
+                                   probe=lambda a, hit=found: hit and a == agent)
+        v = ad.view(snap, ad.observe(snap))
+        p = v.prefixes[agent]
+        assert p.resident and p.refcount == 1 and p.in_tree == found
+        if "computing" in PrefixView.__dataclass_fields__:
+            assert p.computing == (not found)
+        if "reserve" in RequestView.__dataclass_fields__:
+            assert (v.waiting[0].reserve, v.running[0].reserve) == (16, 15)
+    # a locked pin (Snapshot.cached) is in the tree without a probe
+    assert ad.view(_snap(100.2, [ReqSnap("e1", m1)], [ReqSnap("e0", m0, 1, 41)]), 0.2).prefixes[agent].in_tree is False
+    snap = dataclasses.replace(_snap(100.2, [ReqSnap("e1", m1)], [ReqSnap("e0", m0, 1, 41)]),
+                               cached=frozenset({agent}), probe=lambda a: False)
+    assert ad.view(snap, 0.2).prefixes[agent].in_tree
+    # unpinned and idle, but still in the tree: cached (a load re-pins it for free)
+    ad.pinned.discard(agent)
+    snap = dataclasses.replace(_snap(100.3, [ReqSnap("e1", m1)]), probe=lambda a: a == agent)
+    p = ad.view(snap, 0.3).prefixes[agent]
+    assert not p.resident and p.cached and not p.in_tree
+
+
+def test_a_prefix_entering_the_tree_is_a_decision_point():
+    """Requests waiting on a prefix that is not in the tree are re-decided as soon as the probe
+    finds it there (the simulator's ``recheck_on_insert``), not only at the next event or after
+    ``recheck_steps`` iterations."""
+    trace = scaled_down("chain-3", 2, rate=10.0)
+    m0, m1 = _req_meta(trace, "t00000", "A", 0.0), _req_meta(trace, "t00001", "A", 0.1)
+    agent = m0.dag[0][1]
+    for on in (True, False):
+        ad = Adapter(make_policy("fcfs"), load_profile(), recheck_steps=100, recheck_on_insert=on)
+        ad.step(_snap(100.0, [ReqSnap("e0", m0)]))
+        ad.on_admitted(["e0"], 100.0)
+        state = {"in": False}
+        probe = lambda a: state["in"] and a == agent  # noqa: E731
+        a = ad.step(dataclasses.replace(_snap(100.1, [ReqSnap("e1", m1)], [ReqSnap("e0", m0, 0, 40)]), probe=probe))
+        assert a.decided and ad.held == ({agent} if on else set())  # e1 arrived: waiting on a prefix not in the tree
+        a = ad.step(dataclasses.replace(_snap(100.2, [ReqSnap("e1", m1)], [ReqSnap("e0", m0, 1, 41)]), probe=probe))
+        assert not a.decided
+        state["in"] = True
+        a = ad.step(dataclasses.replace(_snap(100.3, [ReqSnap("e1", m1)], [ReqSnap("e0", m0, 2, 42)]), probe=probe))
+        assert a.decided == on
+
+
+def test_the_reservation_is_sglangs_prefill_adder_rule():
+    from topas.sglang.snapshot import output_reserve_of
+
+    # waiting: the whole remaining output, clipped; running: new_token_ratio of it, or all with ignore_eos
+    assert output_reserve_of(16, 0, False, False, 0.5) == 16
+    assert output_reserve_of(10_000, 3, False, False, 0.5) == 4096
+    assert output_reserve_of(10_000, 3, False, False, 0.5, clip=100) == 100
+    assert output_reserve_of(16, 5, True, False, 0.7) == int(0.7 * 11) == 7
+    assert output_reserve_of(16, 5, True, True, 0.7) == 11
+    assert output_reserve_of(16, 20, True, True, 0.7) == 0
+    try:
+        from topas.engine.reservation import output_reserve
+    except ImportError:  # pragma: no cover
+        return
+    for mx, g, running, eos, ratio in [(16, 0, False, False, 0.3), (5000, 7, True, False, 0.42), (64, 9, True, True, 0.1)]:
+        assert output_reserve_of(mx, g, running, eos, ratio) == output_reserve(mx, g, 4096, not running or eos, ratio)
 
 
 class _Boom:

@@ -342,3 +342,29 @@ def test_two_calls_of_a_task_share_its_context_on_the_server(server, tmp_path):
     assert cached["t0/y"] == 450 and cached["t1/y"] == 450
     assert cached["t1/x"] == 150
     assert cached["t0/x"] == 0
+
+
+def test_topas_computes_a_cold_prefix_once(server, tmp_path):
+    """The in-batch guard on the server (topas.fidelity.contention's ``cold-burst``: one cold
+    agent, six requests at once): TOPAS admits one request of the agent while its prefix is not
+    in the radix tree and holds the others until it is, so every other request reports the whole
+    prefix cached (no request computes its own copy), whenever the burst's requests reach the
+    scheduler; the held requests are admitted at the first decision after the prefix entered the
+    tree, not at the next finish."""
+    from topas.fidelity import contention as ct
+
+    case = ct.CASES["cold-burst"]
+    trace_file = ct.write_case_trace(case, tmp_path)
+    trace = ct.case_trace(case)
+    prep = Prepared(None, trace, trace_file, None, None, make_policy("topas", {"in_batch_guard": True}),
+                    load_profile(ROOT / "data/profiles/cpu_tiny-llama.json"), EngineConfig())
+    res = run_replay(prep, server["url"], decision_log=server["log"], timeout_s=300, wait_healthy_s=30)
+    _check_complete(trace, res)
+    recs = [r for r in read_decision_log(server["log"], "") if r.get("run") == res.summary["run_id"]]
+    assert not [r for r in recs if r["kind"] == "decision" and r["fallback"]]
+    _check_admission_follows_decisions(recs)
+    req = res.requests.sort_values("first_admit")
+    first, rest = req.iloc[0], req.iloc[1:]
+    assert first["cached_tokens"] == 0
+    assert (rest["cached_tokens"] >= case.prefix_tokens).all(), req[["rid", "cached_tokens"]]
+    assert rest["first_admit"].max() < first["finish"], "the held requests waited for the first finish"

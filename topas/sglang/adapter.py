@@ -33,6 +33,16 @@ How SGLang's state maps onto the view (choices where the engines differ, see als
   unlocks it, leaving it to SGLang's LRU), as in the simulator, where such a policy owns the
   resident set; for the other policies, while it is fully cached in the radix tree (probed at
   each decision). ``on_host`` is set only with a host tier.
+* For every policy, ``in_tree`` is whether the prefix is fully in the radix tree now (a locked
+  pin is; the others are probed at each decision), so a request admitted now would match it;
+  ``computing``: a running request of the agent and the prefix not in the tree (its prefill, or,
+  under the overlap scheduler, the batch whose result is not processed yet); ``cached`` (a
+  managing policy's unpinned prefix): still in the tree. Requests waiting on a prefix not in the
+  tree make its entry into the tree a decision point (probed each iteration for those agents
+  only), as the simulator's ``EngineConfig.recheck_on_insert``.
+* ``RequestView.reserve`` is what SGLang's ``PrefillAdder`` reserves for the request's output,
+  computed by the plugin from the request's ``max_new_tokens``, output so far and
+  ``ignore_eos`` and the scheduler's new-token ratio (:func:`topas.sglang.snapshot.output_reserve_of`).
 * Requests without topas metadata (SGLang's warm-up, health checks) are not shown to the policy
   and are never held back.
 * Times are seconds since the replay run's start (``RequestMeta.t0``, the client's clock; the
@@ -55,7 +65,12 @@ from topas.workload.model import Stage, Task
 # the metadata and the snapshot/actions types, re-exported: the plugin and the replay import them from here
 from topas.sglang.metadata import (DECISION_COLUMNS, META_KEY, META_VERSION, RID_META_MARK,  # noqa: F401
                                    RequestMeta, meta_from_custom_params, meta_from_request, rid_with_meta, short_rid)
-from topas.sglang.snapshot import Actions, ReqSnap, Snapshot  # noqa: F401
+from topas.sglang.snapshot import Actions, ReqSnap, Snapshot, output_reserve_of  # noqa: F401
+
+#: whether this topas's RequestView carries ``reserve`` (the engine's output reservation)
+_VIEW_RESERVE = "reserve" in RequestView.__dataclass_fields__
+#: whether this topas's PrefixView carries ``computing`` (a running request computes the prefix)
+_VIEW_COMPUTING = "computing" in PrefixView.__dataclass_fields__
 
 
 # ----------------------------------------------------------------------------- per-request state
@@ -76,6 +91,7 @@ class _Req:
     preemptions: int = 0
     retractions: int = 0
     first_admit: float | None = None
+    reserve: int = 0  # the engine's output reservation now (ReqSnap.reserve)
 
     def view(self, now: float) -> RequestView:
         running = self.state == _RUNNING
@@ -86,6 +102,7 @@ class _Req:
             generated=self.generated, ready_time=self.ready_time, kv_tokens=self.kv if running else 0,
             service_time=service, preemptions=self.preemptions + self.retractions,
             admitted_time=self.admitted_time if running else None,
+            **({"reserve": self.reserve} if _VIEW_RESERVE else {}),
         )
 
 
@@ -148,11 +165,16 @@ class Adapter:
         recorder: Callable[[dict], None] | None = None,
         policy_factory: Callable[[str, Mapping[str, Any]], Policy] | None = None,
         clock: Callable[[], float] = _time.perf_counter,
+        recheck_on_insert: bool = True,
     ) -> None:
         self.default_policy = policy
         self.policy = policy
         self.base_cost = cost
         self.recheck_steps = recheck_steps
+        #: a prefix entering the radix tree while requests of its agent wait is a decision point
+        #: (the simulator's ``EngineConfig.recheck_on_insert``): checked each iteration by probing
+        #: only the agents that had requests waiting on a prefix not in the tree at the last view
+        self.recheck_on_insert = recheck_on_insert
         self.recorder = recorder
         self.policy_factory = policy_factory
         self.clock = clock
@@ -169,6 +191,7 @@ class Adapter:
         self.tasks: dict[str, _Task] = {}
         self.prefixes: dict[str, _Prefix] = {}
         self.pinned: set[str] = set()
+        self.held: frozenset[str] = frozenset()  # agents waiting on a prefix not in the tree (last view)
         self.dirty = False
         self.steps_since = 0
         self.n_decisions = 0
@@ -193,12 +216,15 @@ class Adapter:
             self._cost_budget = budget
         return self._cost
 
-    def probe_agents(self) -> list[str]:
-        """Agents whose prefix the plugin should probe in the radix tree before the next
-        :meth:`step`: the known agents not pinned. One that a running request uses is resident
-        anyway, but its prefix may still be being computed: the probe says whether a request
-        admitted now would match it (``PrefixView.in_tree``, which LPM reads)."""
-        return [a for a in self.prefixes if a not in self.pinned]
+    def probe_agents(self, known: frozenset[str] | set[str] = frozenset()) -> list[str]:
+        """Agents whose prefix the plugin should probe in the radix tree at a decision: every
+        known agent but those already ``known`` to be in it (``Snapshot.cached``: the plugin's
+        locked pins). A resident prefix may still be being computed (a running request's
+        prefill, or a pinned prefix not computed yet): the probe says whether a request admitted
+        now would match it (``PrefixView.in_tree``, which LPM and TOPAS's in-batch guard read);
+        for a prefix-managing policy it also says whether an unpinned prefix is still cached
+        (``PrefixView.cached``: loading it again is free)."""
+        return [a for a in self.prefixes if a not in known]
 
     def prefix_tokens_of(self, agent: str) -> int:
         return self.prefixes[agent].tokens
@@ -255,6 +281,7 @@ class Adapter:
                 r.retractions += 1
                 self.policy.on_preempt(view, now, True)
             r.generated = s.generated
+            r.reserve = s.reserve
         for s in snap.running:
             if s.meta is None:
                 continue
@@ -270,6 +297,7 @@ class Adapter:
                 self._start(r, now)
             r.generated = s.generated
             r.kv = s.kv_tokens
+            r.reserve = s.reserve
         return now
 
     def _start(self, r: _Req, now: float) -> None:
@@ -314,6 +342,14 @@ class Adapter:
             if r is not None and r.state == _WAITING:
                 self._start(r, now)
 
+    def _entered_tree(self, snap: Snapshot) -> bool:
+        """Whether a prefix that requests were waiting on (:attr:`held`) is in the radix tree now."""
+        waiting = {self.reqs[e].meta.agent for e in self.waiting_order}
+        for a in self.held:
+            if a in waiting and (a in snap.cached or (snap.probe is not None and snap.probe(a))):
+                return True
+        return False
+
     # ------------------------------------------------------------------ the view
     def view(self, snap: Snapshot, now: float) -> EngineView:
         running = [self.reqs[s.rid] for s in snap.running if s.rid in self.reqs]
@@ -325,20 +361,27 @@ class Adapter:
         # SGLang's radix cache decides, so a prefix is resident while it is fully cached.
         manages = self.policy.manages_prefixes
         in_tree = set(snap.cached)  # agents whose prefix is fully in the radix tree
-        if snap.probe is not None and not manages:
-            in_tree.update(a for a in self.probe_agents() if snap.probe(a))
+        if snap.probe is not None:  # every policy: in_tree (LPM's match, TOPAS's guard) and cached
+            in_tree.update(a for a in self.probe_agents(in_tree) if snap.probe(a))
         cached = set() if manages else in_tree
         prefixes = {}
         prefix_tokens = 0
         for a, p in self.prefixes.items():
-            resident = a in self.pinned or a in cached or refs.get(a, 0) > 0
+            refcount = refs.get(a, 0)
+            resident = a in self.pinned or a in cached or refcount > 0
             if resident:
                 prefix_tokens += p.tokens
             # a managing policy's unpinned prefix that the radix tree still holds (a load re-pins it)
-            still_cached = manages and not resident and a in snap.cached
+            still_cached = manages and not resident and a in in_tree
+            # a running request of the agent whose prefix is not in the tree is computing it (its
+            # prefill, or under the overlap scheduler the batch whose result is not processed yet)
+            extra = {"computing": refcount > 0 and a not in in_tree} if _VIEW_COMPUTING else {}
             prefixes[a] = PrefixView(a, p.tokens, self.knowledge.prior(a, p.expected_output), resident,
-                                     a in snap.host, refs.get(a, 0), p.last_used, still_cached,
-                                     resident and a in in_tree)
+                                     a in snap.host, refcount, p.last_used, still_cached,
+                                     resident and a in in_tree, **extra)
+        waiting = tuple(self.reqs[e].view(now) for e in self.waiting_order)
+        if self.recheck_on_insert:
+            self.held = frozenset(r.agent for r in waiting if r.agent not in in_tree)
         return EngineView(
             time=now,
             kv_budget=snap.kv_budget,
@@ -346,7 +389,7 @@ class Adapter:
             request_tokens=sum(r.kv for r in running),
             prefixes=prefixes,
             running=tuple(r.view(now) for r in running),
-            waiting=tuple(self.reqs[e].view(now) for e in self.waiting_order),
+            waiting=waiting,
             tasks={tid: ts.view(self.knowledge.online) for tid, ts in self.tasks.items()},
             cost=self.cost(snap.kv_budget),
             decode_batch=len(running) if snap.n_decoding is None else snap.n_decoding,
@@ -360,6 +403,8 @@ class Adapter:
         if not self.waiting_order:
             return Actions(restrict=False, pinned=frozenset(self.pinned))
         self.steps_since += 1
+        if not force and not self.dirty and self.held and self.steps_since < self.recheck_steps:
+            self.dirty = self._entered_tree(snap)
         if not force and not self.dirty and self.steps_since < self.recheck_steps:
             return Actions(restrict=True, pinned=frozenset(self.pinned))
         self.dirty = False

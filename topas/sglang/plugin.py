@@ -63,7 +63,7 @@ _LOCK = threading.Lock()
 #: Version of what the plugin reports in ``/server_info`` and of its scheduling behaviour; part of
 #: an ``engine="sglang"`` result's key (with the topas version), so a changed plugin never reuses a
 #: result measured with the old one.
-PLUGIN_PROTOCOL = 1
+PLUGIN_PROTOCOL = 2
 #: How many recent runs the ``/server_info`` block keeps decision counts of.
 RUNS_KEPT = 256
 
@@ -116,6 +116,11 @@ class Controller:
         self.actions = None
         self.requeue: list[Any] = []
         self.page = int(getattr(scheduler, "page_size", 1) or 1)
+        try:  # SGLang's CLIP_MAX_NEW_TOKENS (env SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION, default 4096)
+            from sglang.srt.managers.schedule_policy import CLIP_MAX_NEW_TOKENS as clip
+        except Exception:
+            clip = int(os.environ.get("SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION", "4096"))
+        self.clip = int(clip)
         self.log.write("start", {"policy": name, "params": params, "pid": os.getpid(), "rank": rank,
                                  "kv_budget": self.budget()})
         logger.info("topas plugin: policy %s %s, decision log %s", name, params, path)
@@ -164,6 +169,28 @@ class Controller:
                 self.meta_cache[rid] = None
         return self.meta_cache[rid]
 
+    def reserve(self, req: Any, running: bool) -> int:
+        """The KV SGLang's ``PrefillAdder`` reserves for ``req``'s future output at this
+        iteration (:func:`topas.sglang.snapshot.output_reserve_of`): its ``max_new_tokens`` left,
+        clipped at ``CLIP_MAX_NEW_TOKENS``; in full while waiting or with ``ignore_eos``, else
+        the scheduler's new-token ratio of it (:meth:`new_token_ratio`)."""
+        from topas.sglang.snapshot import output_reserve_of
+
+        sp = req.sampling_params
+        max_new = getattr(sp, "max_new_tokens", None)
+        if max_new is None:
+            return 0
+        return output_reserve_of(max_new, len(req.output_ids), running, bool(getattr(sp, "ignore_eos", False)),
+                                 self.new_token_ratio(), self.clip)
+
+    def new_token_ratio(self) -> float:
+        """The ratio this iteration's ``PrefillAdder`` gets: ``new_token_ratio_tracker.current``
+        (SGLang 0.5.23), ``new_token_ratio`` on older schedulers."""
+        tracker = getattr(self.sched, "new_token_ratio_tracker", None)
+        if tracker is not None:
+            return float(tracker.current)
+        return float(getattr(self.sched, "new_token_ratio", 1.0))
+
     def snapshot(self, running_batch: Any):
         from topas.sglang.adapter import ReqSnap, Snapshot
 
@@ -175,13 +202,13 @@ class Controller:
         waiting = []
         for r in s.waiting_queue:
             m = self.meta(r)
-            waiting.append(ReqSnap(r.rid, m, len(r.output_ids), 0))
+            waiting.append(ReqSnap(r.rid, m, len(r.output_ids), 0, self.reserve(r, False) if m is not None else 0))
         running = []
         for r in running_reqs:
             m = self.meta(r)
             gen = len(r.output_ids)
             kv = (m.input_tokens + gen) if m is not None else len(r.origin_input_ids) + gen
-            running.append(ReqSnap(r.rid, m, gen, kv))
+            running.append(ReqSnap(r.rid, m, gen, kv, self.reserve(r, True) if m is not None else 0))
         present = {r.rid for r in running_reqs} | {r.rid for r in s.waiting_queue}
         finished, aborted = [], []
         for rid, r in self.last_running.items():
@@ -193,8 +220,10 @@ class Controller:
                 aborted.append(rid)
             self.meta_cache.pop(rid, None)
         self.last_running = {r.rid: r for r in running_reqs}
+        # a locked pin is in the tree (the lock keeps it there); the probe asks for the others
         return Snapshot(now=now, waiting=tuple(waiting), running=tuple(running), kv_budget=self.budget(),
-                        finished=tuple(finished), aborted=tuple(aborted), probe=self.is_cached,
+                        finished=tuple(finished), aborted=tuple(aborted), cached=frozenset(self.locks),
+                        probe=self.is_cached,
                         n_decoding=len(running_batch.reqs))
 
     # ------------------------------------------------------------------ prefixes

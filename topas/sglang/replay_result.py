@@ -202,6 +202,10 @@ def build_replay_result(trace: Trace, policy_name: str, done: list[_Done], task_
         "recomputed_tokens": nan,
         "preemptions": int(requests["preemptions"].sum()) if have_log else nan,
         "retractions": int(requests["retractions"].sum()),
+        # what the simulator counts inside the engine (duplicate prefix copies, the plan against the
+        # admissions, unused preemptions): not observable from the server's replies
+        "prefix_dup_copies": nan, "prefix_dup_tokens": nan, "planned_admits": nan, "admitted": nan,
+        "preempt_unused": nan,
         "queue_time_mean": float(requests["queue_time"].mean()) if have_log else nan,
         "kv_util_mean": nan,
         "n_decisions": len(dec) if have_log else nan,

@@ -20,6 +20,21 @@ class ReqSnap:
     meta: RequestMeta | None
     generated: int = 0  # output tokens produced so far (kept across a retraction)
     kv_tokens: int = 0  # own KV now (running requests), x_v + generated
+    #: the KV the engine reserves now for the request's future output (``RequestView.reserve``:
+    #: SGLang's ``PrefillAdder`` rule, :func:`output_reserve_of`)
+    reserve: int = 0
+
+
+def output_reserve_of(max_new_tokens: int, generated: int, running: bool, ignore_eos: bool,
+                      new_token_ratio: float, clip: int = 4096) -> int:
+    """What SGLang 0.5.23's ``PrefillAdder`` reserves for a request's future output, as the
+    simulator counts it (:func:`topas.engine.reservation.output_reserve`): ``min(max_new_tokens
+    - generated, clip)`` (``clip``: ``CLIP_MAX_NEW_TOKENS``, env
+    ``SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION``, 4096), in full for a waiting request
+    (``add_one_req`` checks its whole remaining output) and for a running ``ignore_eos`` one
+    (``_get_running_request_total_token_offset``'s ratio 1), else ``int(new_token_ratio * it)``."""
+    remaining = max(min(int(max_new_tokens) - int(generated), int(clip)), 0)
+    return remaining if (not running or ignore_eos) else int(new_token_ratio * remaining)
 
 
 @dataclass(frozen=True)
@@ -29,8 +44,9 @@ class Snapshot:
     ``now`` is seconds since the epoch (converted to run time with the run's ``t0``).
     ``finished`` lists requests that left the running batch done since the last snapshot:
     (SGLang rid, output tokens, epoch time); ``aborted`` those that left without finishing.
-    ``cached`` the agents whose prefix is known to be fully in the radix tree (``probe`` asks
-    for the others lazily, only at a decision), ``host`` those with a host-tier copy.
+    ``cached`` the agents whose prefix is known to be fully in the radix tree (the plugin: the
+    ones it holds locked; ``probe`` asks for the others lazily, only at a decision), ``host``
+    those with a host-tier copy.
     """
 
     now: float

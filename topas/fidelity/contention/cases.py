@@ -71,7 +71,11 @@ class Mode:
     default, lru, no flag), with ``eviction_config`` (``--radix-eviction-policy-config``, sorted
     key/value pairs); the simulation runs with the same (``EngineConfig.eviction``).
     ``priority``: the rule of :mod:`topas.sglang.priority` that gives every request its
-    top-level ``priority`` (sent by the replay; the simulated policy's ``request_priority``)."""
+    top-level ``priority`` (sent by the replay; the simulated policy's ``request_priority``).
+    ``params``: parameters of the mode's policies (sorted key/value pairs; the plugin gets them
+    with each request's metadata, the simulation makes the policy with them), e.g. TOPAS's
+    ``in_batch_guard``; a mode's runs are stored apart (``<case>/<mode>/``), so two modes may run
+    one policy with different parameters."""
 
     name: str
     plugin: bool
@@ -80,6 +84,7 @@ class Mode:
     eviction: str | None = None
     eviction_config: tuple[tuple[str, Any], ...] = ()
     priority: str | None = None
+    params: tuple[tuple[str, Any], ...] = ()
 
 
 #: The pool of every case: two 1,024-token prefixes plus about four requests' KV and reservations.
@@ -130,6 +135,12 @@ CASES: dict[str, Case] = {c.name: c for c in (
     # a task's 7 calls took up to 5.6 s on the loaded 2-core machine (4 s apart, they overlapped)
     Case("evict-steps", "context", agents=3, prefix_tokens=1024, input_tokens=64, output_tokens=16,
          pool_tokens=POOL, chain=("b", "a", "c", "b", "c", "a", "a"), n_tasks=2, gap_s=10.0),
+    # one agent, cold, six requests at once (GUARD_MODES): its 512-token prefix is in no tree, so
+    # every request admitted with the first one computes its own copy of it (each copy 560 tokens
+    # with prompt and output: four fit the pool); the in-batch guard admits one, the rest once
+    # the prefix is in the tree
+    Case("cold-burst", "burst", agents=1, prefix_tokens=512, input_tokens=32, output_tokens=16,
+         pool_tokens=POOL, per_agent=6, gap_s=0.0),
 )}
 
 #: The cases the eviction modes are recorded on (the three eviction cases; a burst and shared
@@ -169,13 +180,31 @@ EVICTION_MODES: dict[str, Mode] = {m.name: m for m in (
 )}
 
 
+#: TOPAS on the plugin with and without its in-batch guard (``in_batch_guard``: of an agent whose
+#: prefix is not in the radix tree, a decision admits at most one request, and none while a
+#: running request computes it), for :data:`GUARD_CASES`; the case's stock SGLang modes
+#: (:data:`MODES`) go with them.
+GUARD_MODES: dict[str, Mode] = {m.name: m for m in (
+    Mode("plugin-guard-off", plugin=True, policies=("topas",), params=(("in_batch_guard", False),)),
+    Mode("plugin-guard-on", plugin=True, policies=("topas",), params=(("in_batch_guard", True),)),
+)}
+
+#: The cases the guard modes are recorded on.
+GUARD_CASES = ("cold-burst",)
+
+
+def all_modes() -> dict[str, Mode]:
+    """Every mode by name: :data:`MODES`, :data:`EVICTION_MODES`, :data:`GUARD_MODES`."""
+    return {**MODES, **EVICTION_MODES, **GUARD_MODES}
+
+
 def find_mode(name: str) -> Mode:
-    """The mode ``name`` of :data:`MODES` or :data:`EVICTION_MODES` (KeyError naming both)."""
-    if name in MODES:
-        return MODES[name]
-    if name in EVICTION_MODES:
-        return EVICTION_MODES[name]
-    raise KeyError(f"unknown mode {name!r}; modes: {', '.join([*MODES, *EVICTION_MODES])}")
+    """The mode ``name`` of :data:`MODES`, :data:`EVICTION_MODES` or :data:`GUARD_MODES`
+    (KeyError naming them all)."""
+    modes = all_modes()
+    if name in modes:
+        return modes[name]
+    raise KeyError(f"unknown mode {name!r}; modes: {', '.join(modes)}")
 
 
 # ----------------------------------------------------------------------------- traces

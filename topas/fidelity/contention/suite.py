@@ -57,7 +57,7 @@ def compare_runs(run_dir: str | Path, case: Case, mode: "str | Mode", engine_mod
         first = g.iloc[0]
         tag = f"{first['workload']}_{pol}_{float(first['load']):g}_s{int(first['seed'])}"
         p = Point(str(trace_file), pol, rate=_rate(case), seed=int(first["seed"]), load=float(first["load"]),
-                  eviction_priority=mode_obj.priority)
+                  params=mode_obj.params, eviction_priority=mode_obj.priority)
         measured = {}
         for rep in sorted(int(r) for r in g["repeat"]):
             m = _raw(d, tag, rep)
@@ -73,7 +73,7 @@ def compare_runs(run_dir: str | Path, case: Case, mode: "str | Mode", engine_mod
                 mm = m.assign(server_ingest_mid=ingest_window_mid(m)) if arrivals == "scheduler-mid" else m
                 obs, fell_back = observed_trace(case_trace(case), mm, lead, ARRIVAL_COLUMN[arrivals])
                 q = Point(str(write_trace(obs, tmp / f"{case.name}_{pol}_{rep}.json.gz")), pol, rate=None,
-                          seed=p.seed, load=p.load, eviction_priority=p.eviction_priority)
+                          seed=p.seed, load=p.load, params=p.params, eviction_priority=p.eviction_priority)
             sim, trace = simulate_point(q, scale_cost(cost, f) if f != 1.0 else cost, config, engine_model)
             pt = prefix_tokens(trace)
             tab = request_table(sim.requests, m, pt)
@@ -183,7 +183,7 @@ def measure_cases(cases: Sequence[Case], modes: Sequence[Mode], profile: str | P
                     settings = {**settings, "radix_eviction_policy": None, "radix_eviction_policy_config": None}
                 for c in pcases:
                     pts = [Point(str(traces[c.name]), pol, rate=_rate(c), seed=c.seed, load=c.rate if c.kind == "poisson" else 0.0,
-                                 eviction_priority=mode.priority)
+                                 params=mode.params, eviction_priority=mode.priority)
                            for pol in mode.policies]
                     if log:
                         log(f"== {c.name} on {mode.name} (pool {pool}): {', '.join(mode.policies)} x {repeats}")
@@ -191,6 +191,7 @@ def measure_cases(cases: Sequence[Case], modes: Sequence[Mode], profile: str | P
                                  repeats=repeats, settings=settings, bars=fc.BENCHMARK_BARS,
                                  meta={"case": c.name, "mode": mode.name, "schedule_policy": mode.schedule_policy,
                                        "plugin": mode.plugin, "server": "CPU test server (topas.fidelity.contention)",
+                                       **({"policy_params": dict(mode.params)} if mode.params else {}),
                                        **({"radix_eviction_policy": mode.eviction, "eviction_priority": mode.priority}
                                           if mode.eviction else {})},
                                  engine_model=engine_model, log=log)
@@ -220,7 +221,7 @@ def evaluate(cases: Sequence[Case], modes: Sequence[Mode], out_dir: str | Path =
             reqs.append(r)
             runs.append(g)
             comp = read_comparison(d)
-            rs = _resimulated_runs(comp.runs, d, c, engine_model, out / "traces", mode.priority)
+            rs = _resimulated_runs(comp.runs, d, c, engine_model, out / "traces", mode.priority, mode.params)
             jcts.append(compare(rs, sim_engine="sim-calibrated").assign(case=c.name, mode=mode.name))
             if len(mode.policies) > 1:
                 ranks.append(rank_agreement(rs, sim_engine="sim-calibrated").assign(case=c.name, mode=mode.name))
@@ -237,9 +238,10 @@ def evaluate(cases: Sequence[Case], modes: Sequence[Mode], out_dir: str | Path =
 
 
 def _resimulated_runs(runs: pd.DataFrame, d: Path, case: Case, engine_model: str, traces_dir: Path,
-                      eviction_priority: str | None = None) -> pd.DataFrame:
+                      eviction_priority: str | None = None, params: tuple = ()) -> pd.DataFrame:
     """The runs table with its ``sim-calibrated`` rows recomputed with ``engine_model`` (the
-    measured rows as stored), so the JCT comparison follows the engine model being judged."""
+    measured rows as stored), so the JCT comparison follows the engine model being judged;
+    ``params``: the mode's policy parameters."""
     from topas.fidelity.compare import read_comparison, run_metrics
     from topas.fidelity.run import Point, prefix_tokens, scale_cost, simulate_point
 
@@ -252,7 +254,7 @@ def _resimulated_runs(runs: pd.DataFrame, d: Path, case: Case, engine_model: str
     new = []
     for r in runs[runs["engine"] == "sim-calibrated"].to_dict("records"):
         p = Point(str(trace_file), r["policy"], rate=_rate(case), seed=int(r["seed"]), load=float(r["load"]),
-                  eviction_priority=eviction_priority)
+                  params=tuple(params), eviction_priority=eviction_priority)
         f = float(r["speed_factor"])
         sim, trace = simulate_point(p, scale_cost(cost, f), config, engine_model)
         new.append({**r, **run_metrics(sim, prefix_tokens(trace))})
