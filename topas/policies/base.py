@@ -10,6 +10,7 @@ typed, settable by name from the CLI (``--param beta=0.5``) and from notebooks, 
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Iterable, Mapping
@@ -162,7 +163,17 @@ def _coerce(value: Any, typ: Any, policy: str, key: str) -> Any:
         ) from None
     if choices and out not in choices:
         raise PolicyError(f"policy {policy!r} parameter {key!r}: {out!r} is not one of {choices}")
+    if base in (int, float) and not isinstance(out, bool):
+        low = PARAM_MINIMUM.get(key, 0)
+        if not math.isfinite(out) or out < low:
+            raise PolicyError(f"policy {policy!r} parameter {key!r}: {value!r} is out of range "
+                              f"(a finite number >= {low})")
     return out
+
+
+#: The smallest value of a numeric parameter (by name, in every policy); any other numeric
+#: parameter must be finite and >= 0 (:func:`_coerce`).
+PARAM_MINIMUM: dict[str, int] = {"num_queues": 1, "samples": 1, "max_samples": 1}
 
 
 def parse_param_strings(items: Iterable[str]) -> dict[str, str]:
