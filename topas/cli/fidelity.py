@@ -71,6 +71,8 @@ def fidelity_cmd(traces, policies, rates, loads, seeds, repeats, n_tasks, server
 
     if (rates is None) == (loads is None):
         raise click.UsageError("give exactly one of --rates and --loads")
+    if str(out).strip() in ("", "."):
+        fail("error: --out is empty: give the folder to write the comparison to")
     try:
         pts = fidelity_points(traces, [p for p in policies.split(",") if p], rates=rates, loads=loads,
                               seeds=seeds, n_tasks=n_tasks, params=parse_param_strings(params))
