@@ -137,6 +137,11 @@ def test_a_profile_pointed_at_a_trace_is_refused_naming_it(runner):
                           "--profile", "chain-3.json.gz")
 
 
+def test_trace_validate_with_a_profile_pointed_at_a_trace_names_it(runner):
+    assert_one_line_error(run(runner, "trace", "validate", "chain-3", "--profile", "data/traces/chain-3.json.gz"),
+                          "--profile", "chain-3.json.gz", "not a profile file")
+
+
 def test_a_negative_seed_is_a_usage_error(runner):
     r = simulate(runner, "chain-3", "--tasks", "2", "--seed", "-1", "--load", "1")
     assert r.exit_code == 2 and "--seed" in r.stderr and "Traceback" not in r.stderr
@@ -218,6 +223,17 @@ def test_an_unexpected_failure_is_one_line_and_debug_shows_the_traceback(runner,
     assert_one_line_error(r, "/full/disk/tasks.parquet", "no space left on device")
     r = run(runner, "--debug", "simulate", "--trace", "chain-3", "--policy", "fcfs", "--tasks", "2")
     assert r.exit_code != 0 and isinstance(r.exception, OSError)
+
+
+def test_capacity_reports_a_full_disk_in_one_line(runner, tmp_path, monkeypatch):
+    import topas.experiments.capacity as capacity
+
+    def full(*a, **k):
+        raise OSError(28, "No space left on device", str(tmp_path / "store" / "ab"))
+
+    monkeypatch.setattr(capacity, "capacity_table", full)
+    r = run(runner, "capacity", "chain-3", "--policies", "fcfs", "--tasks", "8", "--store", tmp_path / "store")
+    assert_one_line_error(r, "no space left on device", str(tmp_path / "store"))
 
 
 def test_reproduce_reports_a_full_disk_in_one_line(monkeypatch, capsys):
