@@ -209,6 +209,15 @@ def test_an_empty_folder_is_a_fine_out(runner, tmp_path):
     assert simulate(runner, "chain-3", "--tasks", "2", "--out", out).exit_code == 0
 
 
+def test_profile_server_refuses_to_overwrite_a_file_that_is_not_a_profile(runner, tmp_path):
+    notes = tmp_path / "notes.json"
+    notes.write_text("my notes")
+    r = run(runner, "profile-server", "--server", "http://127.0.0.1:9", "--out", notes)
+    assert_one_line_error(r, str(notes), "--force")
+    assert notes.read_text() == "my notes"
+    assert_one_line_error(run(runner, "profile-server", "--server", "http://127.0.0.1:9", "--out", ""), "empty")
+
+
 # ----------------------------------------------------------------------------- one error path
 
 

@@ -15,7 +15,7 @@ import json
 import tempfile
 from pathlib import Path
 
-__all__ = ["MARKER", "OutDirError", "check_out_dir", "is_output_of", "mark"]
+__all__ = ["MARKER", "OutDirError", "check_out_dir", "check_out_file", "is_output_of", "mark"]
 
 MARKER = ".topas-output"
 #: What a result folder written before the marker holds (the SimResult tables and the inputs).
@@ -71,4 +71,25 @@ def check_out_dir(out: Path | str, kind: str, force: bool = False, option: str =
         tempfile.TemporaryDirectory(prefix=".topas-write-check-", dir=base).cleanup()
     except OSError as e:
         raise OutDirError(f"{option} {out}: cannot write in {base}: {e.strerror or e}") from None
+    return out
+
+
+def check_out_file(out: Path | str, schema_prefix: str, force: bool = False, option: str = "--out") -> Path:
+    """Refuse (:class:`OutDirError`) an output *file* that is empty, a folder, or an existing file
+    that is not an earlier topas output (a JSON object whose ``schema`` starts with
+    ``schema_prefix``, e.g. ``topas.profile/``) unless ``force``; return it as a ``Path``."""
+    if str(out).strip() == "":
+        raise OutDirError(f"{option} is empty: give the file to write")
+    out = Path(out)
+    if out.is_dir():
+        raise OutDirError(f"{option} {out}: is a directory, not a file")
+    if out.exists() and not force:
+        try:
+            d = json.loads(out.read_text())
+            ours = isinstance(d, dict) and str(d.get("schema", "")).startswith(schema_prefix)
+        except (OSError, ValueError):
+            ours = False
+        if not ours:
+            raise OutDirError(f"{option} {out}: the file exists and is not an earlier {schema_prefix}* file; give "
+                              f"a new name, or --force to overwrite it")
     return out
