@@ -70,6 +70,38 @@ def compare(stored: dict, fresh: dict, new_keys: bool = False) -> list[str]:
     return sorted(k for k in keys if not _same(stored.get(k), fresh.get(k)))
 
 
+def verify(root: Path | None, packs: list[Path]) -> int:
+    """``--verify``: check every result folder under ``root`` (a store, or a pack: a folder with a
+    ``manifest.json``) and ``packs`` (:func:`topas.experiments.verify.result_problem`); print each
+    damaged one and a total. 0 when all are whole, 1 otherwise."""
+    import warnings
+
+    from topas.experiments.store import MANIFEST, DamagedResultWarning, default_store_root
+
+    root = Path(root) if root is not None else default_store_root()
+    bases = list(dict.fromkeys([root, *packs]))
+    n = bad = 0
+    for base in bases:
+        is_pack = (base / MANIFEST).is_file()  # a pack: its manifest says which tables each result kept
+        store = ResultStore(base / ".no-store", packs=[base]) if is_pack else ResultStore(base, packs=[])
+        if not base.is_dir():
+            continue
+        for shard in sorted(p for p in base.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            for d in sorted(p for p in shard.iterdir() if p.is_dir() and not p.name.startswith(".")):
+                n += 1
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DamagedResultWarning)
+                    problem = "meta.json is missing (an incomplete write)" if not (d / "meta.json").is_file() \
+                        else store.problem(d)
+                if problem is not None:
+                    bad += 1
+                    print(f"damaged  {d}: {problem}")
+    where = ", ".join(str(b) for b in bases)
+    print(f"verified {n} stored result(s) in {where}: {bad} damaged"
+          + (" (treated as absent: a sweep runs them again)" if bad else ""))
+    return 1 if bad else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--store", type=Path, default=None, help="the results store (default: data/results/store)")
@@ -96,13 +128,18 @@ def main(argv: list[str] | None = None) -> int:
                          "rewritten with fields the engine does not read)")
     ap.add_argument("--jobs", type=int, default=1, help="worker processes (default: 1)")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--verify", action="store_true",
+                    help="only check that every stored result is whole (checksums, tables, meta.json) in the store "
+                         "(or the pack --store names; --packs: the shipped packs too); exit 1 naming each damaged one")
     args = ap.parse_args(argv)
     engines = set(args.engine or ("sim",))
 
     from topas.experiments.store import default_packs
 
+    if args.verify:
+        return verify(args.store, default_packs() if args.packs else [])
     store = ResultStore(args.store, packs=default_packs() if args.packs else [])
-    metas = [m for m in (store.meta(k) for k in store.keys()) if m["experiment"]["engine"] in engines
+    metas = [m for m in (store.meta(k) for k in store.keys() if store.locate(k) is not None) if m["experiment"]["engine"] in engines
              and (args.policy is None or any(fnmatch.fnmatchcase(m["experiment"]["policy"], pat) for pat in args.policy))]
     if not metas:
         which = f" {' or '.join(args.policy)}" if args.policy else ""

@@ -96,7 +96,8 @@ def test_simulate_out_replaces_atomically_and_keeps_the_summary_on_failure(runne
     out = tmp_path / "out"
     out.mkdir()
     (out / "old.txt").write_text("an earlier run")
-    r = run(runner, "simulate", "--trace", "dag-4", "--policy", "fcfs", "--tasks", "5", "--load", "1", "--out", out)
+    r = run(runner, "simulate", "--trace", "dag-4", "--policy", "fcfs", "--tasks", "5", "--load", "1", "--out", out,
+            "--force")  # a folder of other files is replaced only with --force (issue 44)
     assert r.exit_code == 0, r.output
     assert not (out / "old.txt").exists() and (out / "inputs.json").is_file()  # replaced as a whole
     import topas.engine.metrics as metrics

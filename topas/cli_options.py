@@ -18,7 +18,8 @@ def arrival_options(verb: str) -> Callable[[F], F]:
                      help="Re-time the tasks with Poisson arrivals of R tasks/s."),
         click.option("--load", type=click.FloatRange(min=0, min_open=True), default=None, metavar="X",
                      help="Re-time the tasks with Poisson arrivals at X times the trace's nominal rate."),
-        click.option("--seed", type=int, default=0, show_default=True, help="Seed of the Poisson arrivals."),
+        click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+                     help="Seed of the Poisson arrivals (an integer >= 0)."),
         click.option("--tasks", "n_tasks", type=click.IntRange(min=1), default=None, metavar="N",
                      help=f"{verb} only the first N tasks of the trace."),
     ]

@@ -16,7 +16,7 @@ from topas.cli.group import fail, main
               show_default=True, help="Comma-separated policies to measure.")
 @click.option("--tasks", "n_tasks", type=click.IntRange(min=8), default=None, metavar="N",
               help="Tasks per run [default: 200; more resolves marginal overload better].")
-@click.option("--seed", "seeds", type=int, multiple=True, default=(0,), show_default=True,
+@click.option("--seed", "seeds", type=click.IntRange(min=0), multiple=True, default=(0,), show_default=True,
               help="Arrival seed (repeatable: the capacity is then the smallest over the seeds).")
 @click.option("--load-sat", type=click.FloatRange(min=0, min_open=True), default=None, metavar="X",
               help="Saturating load (x nominal) of the deep-queue throughput columns [default: 4].")

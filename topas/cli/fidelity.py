@@ -14,17 +14,26 @@ from topas.cli.group import fail, main
 
 @main.command("profile-server")
 @click.option("--server", required=True, metavar="URL", help="A running SGLang server, e.g. http://127.0.0.1:30000.")
-@click.option("--out", required=True, type=click.Path(path_type=Path, dir_okay=False), metavar="FILE",
+@click.option("--out", required=True, type=click.Path(dir_okay=False), metavar="FILE",
               help="The profile to write, e.g. data/profiles/cpu_tiny-llama.json.")
 @click.option("--name", default=None, help="The profile's name [default: the file name without .json].")
 @click.option("--repeats", type=click.IntRange(min=1), default=3, show_default=True,
               help="Measurements per point (the median is fitted).")
 @click.option("--quick", is_flag=True, help="A small grid (for tests).")
 @click.option("--device", default="", help="What the server runs on, for the profile's 'gpu.name' (e.g. 'A100-80GB').")
-def profile_server_cmd(server: str, out: Path, name: str | None, repeats: int, quick: bool, device: str) -> None:
+@click.option("--force", is_flag=True, help="Overwrite --out FILE even when it is not an earlier profile.")
+def profile_server_cmd(server: str, out: Path, name: str | None, repeats: int, quick: bool, device: str,
+                       force: bool) -> None:
     """Measure a running SGLang server (prefill vs new/cached tokens, decode step vs batch and KV,
-    per-iteration floors) and write a fitted profile (topas.profile/1) with its fit error."""
+    per-iteration floors) and write a fitted profile (topas.profile/1) with its fit error. An
+    existing --out FILE that is not a profile is refused before measuring (see --force)."""
     from topas.fidelity.profile_server import ServerError, profile_server
+    from topas.out_dir import OutDirError, check_out_file
+
+    try:
+        out = check_out_file(out, "topas.profile/", force)
+    except OutDirError as e:
+        fail(f"error: {e}")
 
     try:
         profile_server(server, out, name=name, quick=quick, repeats=repeats,
@@ -50,7 +59,7 @@ def profile_server_cmd(server: str, out: Path, name: str | None, repeats: int, q
 @click.option("--param", "params", multiple=True, metavar="K=V", help="A policy parameter (repeatable).")
 @click.option("--bars", type=click.Choice(["benchmark", "ci"]), default="benchmark", show_default=True,
               help="benchmark: mean 15%, p99 25%, cached 10%; ci: mean 30%, cached 10%.")
-@click.option("--out", required=True, type=click.Path(path_type=Path, file_okay=False), metavar="DIR",
+@click.option("--out", required=True, type=click.Path(file_okay=False), metavar="DIR",
               help="Where the comparison goes (runs/comparison/ranks/tasks .csv, meta.json, comparison.md, raw/).")
 @click.option("--calibrate/--no-calibrate", default=True, show_default=True,
               help="Probe the server's speed around every run and also simulate with the profile rescaled to it.")
@@ -71,6 +80,9 @@ def fidelity_cmd(traces, policies, rates, loads, seeds, repeats, n_tasks, server
 
     if (rates is None) == (loads is None):
         raise click.UsageError("give exactly one of --rates and --loads")
+    if not out.strip():
+        fail("error: --out is empty: give the folder to write the comparison to")
+    out = Path(out)
     try:
         pts = fidelity_points(traces, [p for p in policies.split(",") if p], rates=rates, loads=loads,
                               seeds=seeds, n_tasks=n_tasks, params=parse_param_strings(params))

@@ -105,8 +105,10 @@ def serve_cmd(policy, params, profile, decision_log, python, dummy, cpu_test, dr
 @click.option("--server", required=True, metavar="URL",
               help="The SGLang server, e.g. http://127.0.0.1:30000, or an sglang-router in front of several; "
                    "every server must run the topas plugin (checked first).")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True, metavar="DIR",
-              help="Write the result tables (the simulator's format) to DIR/<table>.parquet.")
+@click.option("--out", type=click.Path(file_okay=False), required=True, metavar="DIR",
+              help="Write the result tables (the simulator's format) to DIR/<table>.parquet. A non-empty DIR "
+                   "that is not an earlier `topas replay` output is refused (see --force).")
+@click.option("--force", is_flag=True, help="Replace --out DIR even when it holds other files (they are deleted).")
 @click.option("--decision-log", "decision_logs", type=click.Path(dir_okay=False), multiple=True, metavar="FILE",
               help="The server's decision log, if readable here (fills decisions and admissions); "
                    "behind a router, one per worker (repeat the option).")
@@ -122,7 +124,7 @@ def serve_cmd(policy, params, profile, decision_log, python, dummy, cpu_test, dr
               help="Send each request a top-level `priority` from RULE (topas.sglang.priority: none = send "
                    "nothing; policy = the policy's request_priority hook; steps = KVFlow's steps-to-execution "
                    "when installed), for a server with --radix-eviction-policy priority.")
-def replay_cmd(trace_name, policy, params, rate, load, seed, n_tasks, server, out, decision_logs, send_text,
+def replay_cmd(trace_name, policy, params, rate, load, seed, n_tasks, server, out, force, decision_logs, send_text,
                timeout_s, server_policy, eviction_priority, **knowledge):
     """Replay a trace against a running SGLang server (with the topas plugin) and write the results.
 
@@ -132,12 +134,18 @@ def replay_cmd(trace_name, policy, params, rate, load, seed, n_tasks, server, ou
     """
     if rate is not None and load is not None:
         raise click.UsageError("give either --rate or --load, not both")
+    from topas.out_dir import OutDirError, check_out_dir
+
+    try:
+        out = check_out_dir(out, "replay", force)
+    except OutDirError as e:
+        _fail(f"error: {e}")
     from topas.sglang import server as srv
     from topas.sglang.client import ReplayError, require_client
 
     try:  # the checks reproduce.py makes, before anything else: exit 3 within seconds
         require_client()
-        srv.preflight(server, () if server_policy else (policy,))
+        srv.preflight(server, () if server_policy else (policy,), timeout_s=min(10.0, timeout_s))
     except (ReplayError, srv.ServerError) as e:
         _fail(f"error: {e}", EXIT_SERVER)
     from topas.cli.simulate import simulate_summary_lines

@@ -20,24 +20,16 @@ def _fmt_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def check_out_dir(out: Path) -> None:
+def check_out_dir(out: Path | str, force: bool = False) -> Path:
     """Fail (exit 1, naming ``out``) unless the result tables can be written to ``out``: checked
-    *before* simulating, so an unwritable folder does not lose the run."""
-    import tempfile
+    *before* simulating, so an unwritable folder does not lose the run, and a folder of other
+    files is never replaced without ``--force`` (:func:`topas.out_dir.check_out_dir`)."""
+    from topas.out_dir import OutDirError, check_out_dir as check
 
-    if out.exists() and not out.is_dir():
-        fail(f"error: --out {out}: exists and is not a directory")
-    base = out
-    while not base.exists():
-        if base.parent == base:
-            break
-        base = base.parent
-    if not base.is_dir():
-        fail(f"error: --out {out}: {base} is not a directory")
     try:
-        tempfile.TemporaryDirectory(prefix=".topas-write-check-", dir=base).cleanup()
-    except OSError as e:
-        fail(f"error: --out {out}: cannot write in {base}: {e.strerror or e}")
+        return check(out, "simulate", force)
+    except OutDirError as e:
+        fail(f"error: {e}")
 
 
 def simulate_inputs(prepared) -> dict:
@@ -85,7 +77,10 @@ def write_out_dir(out: Path, result, inputs: dict) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
+        from topas.out_dir import mark
+
         result.to_parquet(tmp)
+        mark(tmp, "simulate")
         (tmp / "inputs.json").write_text(json.dumps(inputs, indent=1, default=str) + "\n")
         old = None
         if out.exists():
@@ -212,16 +207,19 @@ def _head_note(n_tasks: int | None, prepared) -> str:
               help="The router of a cluster (`topas routers` lists them); required with --engines > 1.")
 @click.option("--router-param", "router_params", multiple=True, metavar="K=V",
               help="A router parameter, e.g. --router-param cache_threshold=0.5 (repeatable).")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), default=None, metavar="DIR",
+@click.option("--out", "out_arg", type=click.Path(file_okay=False), default=None, metavar="DIR",
               help="Write the result tables to DIR/<table>.parquet and the inputs (trace, load, seed, "
-                   "parameters, versions) to DIR/inputs.json, atomically; checked before simulating.")
+                   "parameters, versions) to DIR/inputs.json, atomically; checked before simulating. A "
+                   "non-empty DIR that is not an earlier `topas simulate` output is refused (see --force).")
+@click.option("--force", is_flag=True,
+              help="Replace --out DIR even when it holds other files (they are deleted).")
 @click.option("--progress/--no-progress", default=None,
               help="Show a progress bar on stderr [default: only when stderr is a terminal].")
 def simulate_cmd(trace_name: str, policy: str, params: tuple[str, ...], rate: float | None,
                  load: float | None, seed: int, n_tasks: int | None, profile: str | None,
                  kv_budget: int | None, host_tier: str, eviction: str | None, engine_opts: tuple[str, ...],
                  n_engines: int,
-                 router: str | None, router_params: tuple[str, ...], out: Path | None,
+                 router: str | None, router_params: tuple[str, ...], out_arg: str | None, force: bool,
                  progress: bool | None, **knowledge) -> None:
     """Simulate one trace under one policy and print a summary.
 
@@ -231,6 +229,7 @@ def simulate_cmd(trace_name: str, policy: str, params: tuple[str, ...], rate: fl
     """
     if rate is not None and load is not None:
         raise click.UsageError("give either --rate or --load, not both")
+    out = None if out_arg is None else check_out_dir(out_arg, force)  # before the minutes of simulating
     from topas.engine.cost import DEFAULT_PROFILE, ProfileError
     from topas.experiments.spec import Experiment, ExperimentError, prepare, run_prepared
     from topas.engine.evict_pass import check_policy_eviction
@@ -253,10 +252,10 @@ def simulate_cmd(trace_name: str, policy: str, params: tuple[str, ...], rate: fl
         check_policy_eviction(prepared.policy, prepared.config.eviction)
     except (ExperimentError, PolicyError, ProfileError, TraceError, FileNotFoundError) as e:
         fail(f"error: {e}")
+    except UnicodeDecodeError:
+        fail(f"error: --profile {profile}: not a profile file (not UTF-8 text)")
     except OSError as e:
-        fail(f"error: {trace_name}: cannot read: {e.strerror or e}")
-    if out is not None:
-        check_out_dir(out)
+        fail(f"error: {e.filename or trace_name}: cannot read: {e.strerror or e}")
     if progress is None:
         progress = sys.stderr.isatty()
     result = run_prepared(prepared, progress=progress)

@@ -74,6 +74,8 @@ def trace_validate(file: Path, profile: str | None, kv_budget: int | None) -> No
             fail(f"error: --profile needs topas.engine.cost, which cannot be imported: {e}")
         try:
             kv_budget = load_profile(profile).kv_budget_tokens
+        except UnicodeDecodeError:
+            fail(f"error: --profile {profile}: not a profile file (not UTF-8 text)")
         except ValueError as e:  # ProfileError
             fail(f"error: {e}")
     t = _load(file, kv_budget)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from typing import Any, Callable, Iterable, Sequence, TypeVar
 
@@ -113,8 +114,31 @@ def _in_process_engine(exps: Sequence[Experiment]) -> Any:
 
 def _ignore_sigint() -> None:
     """Worker initializer: Ctrl-C goes to the process that runs the sweep (which stops the
-    workers), not to every worker (each would print its own traceback)."""
+    workers), not to every worker (each would print its own traceback); and a worker whose
+    parent dies (``kill -9`` of the sweep) exits instead of living on as an orphan
+    (:func:`_exit_with_parent`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _exit_with_parent()
+
+
+#: How often a worker checks that the process running the sweep is still there (seconds).
+ORPHAN_POLL_S = 0.2
+
+
+def _exit_with_parent() -> None:
+    """Start a daemon thread that ends this worker as soon as its parent is gone (its parent
+    process id changes: it was re-parented). A run in flight is lost, which the store's atomic
+    writes allow (its temporary folder is removed by the next write); the sweep resumes it."""
+    import threading
+
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(ORPHAN_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="topas-orphan-watch").start()
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:

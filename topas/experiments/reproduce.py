@@ -131,6 +131,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="where the tables go (default: figures/; quick: figures/quick/, so a quick "
                          "run never overwrites the committed full-run tables)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
+    ap.add_argument("--debug", action="store_true",
+                    help="show the traceback of a failure instead of its one-line message (also $TOPAS_DEBUG=1)")
     ap.add_argument("--no-notebooks", action="store_true",
                     help="only the results table; do not execute the notebooks")
     args = ap.parse_args(argv)
@@ -498,10 +500,20 @@ def interrupted_message(argv: list[str] | None = None) -> str:
 
 
 def cli(argv: list[str] | None = None) -> int:
-    """:func:`main`, with Ctrl-C reported in one line (exit status 130) instead of a traceback."""
+    """:func:`main`, with Ctrl-C reported in one line (exit status 130) instead of a traceback, and
+    any other failure (a full disk, a damaged store, a bad input) in one line naming the item, exit
+    status 1 (:mod:`topas.cli_errors`; ``--debug`` shows the traceback)."""
+    from topas.cli_errors import EXIT_ERROR, debug_enabled, error_line
+
     try:
         return main(argv)
     except KeyboardInterrupt:
         sys.stdout.flush()
         print(f"\n{interrupted_message(argv)}", file=sys.stderr, flush=True)
         return 130
+    except Exception as e:  # noqa: BLE001 - the one error path
+        if debug_enabled("--debug" in (sys.argv[1:] if argv is None else argv)):
+            raise
+        sys.stdout.flush()
+        print(error_line(e), file=sys.stderr, flush=True)
+        return EXIT_ERROR

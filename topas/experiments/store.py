@@ -39,6 +39,16 @@ every experiment's summary and ``tasks`` table, the ``requests`` table of arriva
 table only of the experiments whose full tables the notebooks read (``scripts/pack_results.py``);
 loading a table a pack left out raises :class:`TrimmedResult`, naming it.
 
+**Verified on read (issue 44).** ``meta.json`` records the sha256 and size of every table
+(``"checksums"``); a result is checked before it is served (:mod:`topas.experiments.verify`, once
+per process while its files are unchanged): a table missing, damaged, truncated or swapped, or an
+unreadable ``meta.json``, makes it *damaged*: a :class:`DamagedResultWarning` names it and it is
+treated as absent (:meth:`ResultStore.has` is False, a sweep re-runs it and :meth:`ResultStore.put`
+replaces it). Results written before the checksums (the shipped pack) are checked structurally:
+every table they should hold (all of them, or those the pack's manifest lists) is present and a
+whole Parquet file. :meth:`ResultStore.put` also removes the temporary folders of writers that
+were killed (:meth:`ResultStore.clean_tmp`).
+
 **Store-only mode.** With ``$TOPAS_STORE_ONLY=1`` (``make figures`` sets it) :func:`run_sweep`
 runs nothing: a missing result raises :class:`MissingResults` naming the experiments.
 ``$TOPAS_STORE_LOG=<file>`` appends ``sweep <key>`` for every experiment a sweep returns
@@ -56,6 +66,7 @@ import functools
 import json
 import os
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -66,6 +77,7 @@ from topas.experiments.spec import ENGINES, KNOWLEDGE_FIELDS, Experiment
 from topas.provenance import environment, git_commit, git_dirty
 
 __all__ = [
+    "DamagedResultWarning",
     "MissingResults",
     "ResultStore",
     "TABLES",
@@ -99,6 +111,36 @@ class MissingResults(LookupError):
 
 class TrimmedResult(LookupError):
     """A shipped pack holds this experiment, but not the table asked for."""
+
+
+class DamagedResultWarning(UserWarning):
+    """A stored result failed its check (:mod:`topas.experiments.verify`) and is treated as absent."""
+
+
+#: Verdicts of :func:`topas.experiments.verify.result_problem` by folder, valid while the folder's
+#: files keep their sizes and modification times (a sweep asks about every result more than once).
+_VERDICTS: dict[str, tuple[tuple, str | None]] = {}
+
+
+def _stat_key(d: Path) -> tuple:
+    try:
+        return tuple(sorted((p.name, st.st_size, st.st_mtime_ns) for p in d.iterdir() for st in [p.stat()]))
+    except OSError:
+        return ()
+
+
+def _pack_tables(pack: Path) -> dict[str, list[str]]:
+    """The tables a pack's manifest says it kept, by key (``{}`` if it lists none)."""
+    return _pack_tables_cached(str(pack), (pack / MANIFEST).stat().st_mtime_ns if (pack / MANIFEST).is_file() else 0)
+
+
+@functools.lru_cache(maxsize=8)
+def _pack_tables_cached(pack: str, _mtime: int) -> dict[str, list[str]]:
+    try:
+        manifest = json.loads((Path(pack) / MANIFEST).read_text())
+        return {e["key"]: list(e.get("tables", [])) for e in manifest.get("experiments", [])}
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return {}
 
 
 def default_store_root() -> Path:
@@ -168,11 +210,49 @@ class ResultStore:
         return f"ResultStore({str(self.root)!r}{extra})"
 
     def locate(self, key: str) -> Path | None:
-        """The directory holding the complete result of ``key``: in ``root``, else in a pack."""
+        """The directory holding the complete, verified result of ``key``: in ``root``, else in a
+        pack. A damaged one (module docstring) is skipped, with a :class:`DamagedResultWarning`."""
+        for base in (self.root, *self.packs):
+            d = base / key[:2] / key
+            if (d / META).is_file() and self.problem(d) is None:
+                return d
+        return None
+
+    def kept_tables(self, d: Path) -> list[str] | None:
+        """The table files a pack's manifest says the result in ``d`` kept (None: not in a pack,
+        or not listed: every table)."""
+        base = d.parent.parent
+        if base != self.root and base in self.packs:
+            kept = _pack_tables(base).get(d.name)
+            if kept is not None:
+                return [f"{t}.parquet" for t in kept]
+        return None
+
+    def problem(self, d: Path) -> str | None:
+        """What is wrong with the stored result in ``d`` (:func:`topas.experiments.verify.result_problem`),
+        or None; a problem is warned about once per process."""
+        from topas.experiments.verify import result_problem
+
+        stamp = _stat_key(d)
+        cached = _VERDICTS.get(str(d))
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        kept = self.kept_tables(d)
+        problem = result_problem(d, kept if kept is not None else [f"{t}.parquet" for t in TABLES], kept=kept)
+        _VERDICTS[str(d)] = (stamp, problem)
+        if problem is not None:
+            warnings.warn(f"the stored result {d.name[:12]} in {d.parent.parent} is damaged: {problem}; treated "
+                          f"as absent (the next sweep runs it again)", DamagedResultWarning, stacklevel=3)
+        return problem
+
+    def damaged(self, key: str) -> str | None:
+        """Why the result of ``key`` is damaged wherever it is stored (None: not damaged, or absent)."""
         for base in (self.root, *self.packs):
             d = base / key[:2] / key
             if (d / META).is_file():
-                return d
+                p = self.problem(d)
+                if p is not None:
+                    return f"{d}: {p}"
         return None
 
     # ------------------------------------------------------------------ paths
@@ -185,8 +265,8 @@ class ResultStore:
 
     # ------------------------------------------------------------------ queries
     def has(self, key_or_exp: str | Experiment) -> bool:
-        """Whether a complete result is stored (its directory holds ``meta.json``), here or in a
-        pack."""
+        """Whether a complete, undamaged result is stored (its directory holds ``meta.json`` and
+        its tables pass their check), here or in a pack."""
         return self.locate(self.path(key_or_exp).name) is not None
 
     def keys(self, packs: bool = True) -> list[str]:
@@ -204,9 +284,14 @@ class ResultStore:
 
     def meta(self, key_or_exp: str | Experiment) -> dict[str, Any]:
         """The stored ``meta.json``; ``KeyError`` naming the experiment when not stored."""
-        d = self.locate(self.path(key_or_exp).name)
+        key = self.path(key_or_exp).name
+        d = self.locate(key)
         if d is None:
             what = key_or_exp.label() if isinstance(key_or_exp, Experiment) else key_or_exp
+            damaged = self.damaged(key)
+            if damaged is not None:
+                raise KeyError(f"the stored result of {what} is damaged ({damaged}); treated as absent: run it "
+                               f"again (a sweep does)")
             raise KeyError(f"no result for {what} in {self.root}")
         return json.loads((d / META).read_text())
 
@@ -218,6 +303,9 @@ class ResultStore:
         meta = self.meta(key_or_exp)
         d = self.locate(meta["key"])
         missing = [name for name in TABLES if not (d / f"{name}.parquet").is_file()]
+        if missing and not self._trimmed(d, missing):
+            raise KeyError(f"the stored result {meta.get('label', meta['key'])} in {d} lacks {', '.join(missing)}"
+                           f".parquet; run it again")
         if missing:
             raise TrimmedResult(
                 f"the shipped results in {d.parent.parent} keep only the {', '.join(t for t in TABLES if t not in missing)}"
@@ -235,8 +323,20 @@ class ResultStore:
         meta = self.meta(key_or_exp)
         p = self.locate(meta["key"]) / f"{table}.parquet"
         if not p.is_file():
+            if not self._trimmed(p.parent, [table]):
+                raise KeyError(f"the stored result {meta.get('label', meta['key'])} in {p.parent} lacks "
+                               f"{table}.parquet; run it again")
             raise TrimmedResult(f"table {table!r} of {meta.get('label', meta['key'])} is not in {p.parent}")
         return pd.read_parquet(p)
+
+    def _trimmed(self, d: Path, missing: list[str]) -> bool:
+        """Whether the ``missing`` tables of the result in ``d`` were left out on purpose (a pack
+        whose manifest does not list them), not lost."""
+        base = d.parent.parent
+        if base not in self.packs:
+            return False
+        kept = _pack_tables(base).get(d.name)
+        return kept is not None and not set(missing) & set(kept)
 
     def rows(self, keys: Iterable[str]) -> list[dict[str, Any]]:
         """The summary rows of ``keys`` in that order, laid out exactly like
@@ -246,7 +346,7 @@ class ResultStore:
     def summaries(self, keys: Iterable[str] | None = None) -> pd.DataFrame:
         """One row per stored experiment (all of them sorted by key, or ``keys`` in that order):
         the spec, ``key``, the resolved ``rate``, the summary and the provenance columns."""
-        ks = self.keys() if keys is None else list(keys)
+        ks = [k for k in self.keys() if self.locate(k) is not None] if keys is None else list(keys)
         return pd.DataFrame([_row(self.meta(k)) for k in ks])
 
     # ------------------------------------------------------------------ writing
@@ -256,8 +356,11 @@ class ResultStore:
         When a complete result is already there (e.g. another process just wrote it) it is kept
         and the new one dropped; an incomplete directory (no ``meta.json``) is replaced.
         """
+        from topas.experiments.verify import CHECKSUMS, table_checksums
+
         key = exp.key()
         final = self.path(key)
+        self.clean_tmp()
         tmp = self.root / f"{_TMP_PREFIX}{key}-{os.getpid()}"
         if tmp.exists():
             shutil.rmtree(tmp)
@@ -265,6 +368,7 @@ class ResultStore:
         try:
             for name in TABLES:
                 getattr(result, name).to_parquet(tmp / f"{name}.parquet", index=False, compression="zstd")
+            checksums = table_checksums(tmp, [f"{name}.parquet" for name in TABLES])
             canonical = exp.canonical()
             meta = {
                 "key": key,
@@ -279,6 +383,7 @@ class ResultStore:
                 "profile_hash": canonical["profile_hash"],
                 "engine": exp.engine,
                 "created": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+                CHECKSUMS: checksums,
             }
             with open(tmp / META, "w") as f:  # last: its presence marks the result complete
                 json.dump(meta, f, indent=1, default=_json_default)  # insertion order: the summary keeps its column order
@@ -286,10 +391,10 @@ class ResultStore:
                 os.fsync(f.fileno())
             final.parent.mkdir(parents=True, exist_ok=True)
             if final.exists():
-                if (final / META).is_file():
+                if (final / META).is_file() and self.problem(final) is None:
                     shutil.rmtree(tmp)
                     return final
-                shutil.rmtree(final)  # an incomplete result: never served, replace it
+                shutil.rmtree(final)  # an incomplete or damaged result: never served, replace it
             try:
                 os.rename(tmp, final)
             except OSError:
@@ -301,6 +406,19 @@ class ResultStore:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return final
+
+    def clean_tmp(self) -> list[Path]:
+        """Remove the temporary folders (``.tmp-<key>-<pid>``) of writers no longer running (a
+        killed sweep's); return them. :meth:`put` calls it before every write."""
+        removed: list[Path] = []
+        if not self.root.is_dir():
+            return removed
+        for p in self.root.glob(f"{_TMP_PREFIX}*"):
+            pid = p.name.rsplit("-", 1)[-1]
+            if p.is_dir() and not (pid.isdigit() and _alive(int(pid))):
+                shutil.rmtree(p, ignore_errors=True)
+                removed.append(p)
+        return removed
 
     def clean(self) -> list[Path]:
         """Remove left-over temporary directories (``.tmp-*``) of processes no longer running and

@@ -10,6 +10,7 @@ typed, settable by name from the CLI (``--param beta=0.5``) and from notebooks, 
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Iterable, Mapping
@@ -166,7 +167,24 @@ def _coerce(value: Any, typ: Any, policy: str, key: str) -> Any:
         ) from None
     if choices and out not in choices:
         raise PolicyError(f"policy {policy!r} parameter {key!r}: {out!r} is not one of {choices}")
+    if base in (int, float) and not isinstance(out, bool):
+        low = PARAM_MINIMUM.get(key, 0)
+        high = MAX_FLOAT_PARAM if base is float else MAX_INT_PARAM
+        if (base is float and not math.isfinite(out)) or not low <= out <= high:
+            allowed = f"a number from {low} to {high:g}" if base is float else f"an integer from {low} to 2**63-1"
+            raise PolicyError(f"policy {policy!r} parameter {key!r}: {str(value)[:40]!r} is out of range "
+                              f"({allowed})")
     return out
+
+
+#: The smallest value of a numeric parameter (by name, in every policy); any other numeric
+#: parameter must be >= 0 (:func:`_coerce`).
+PARAM_MINIMUM: dict[str, int] = {"num_queues": 1, "samples": 1, "max_samples": 1}
+#: The largest value of a float parameter: far beyond any meaningful weight or time, small enough
+#: that a parameter times a token count stays a finite number.
+MAX_FLOAT_PARAM = 1e12
+#: The largest value of an integer parameter (what numpy's int64 holds).
+MAX_INT_PARAM = 2**63 - 1
 
 
 def parse_param_strings(items: Iterable[str]) -> dict[str, str]:

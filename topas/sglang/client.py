@@ -109,7 +109,8 @@ async def wait_healthy(server: str, timeout_s: float = 120.0) -> None:
 
     deadline = time.monotonic() + timeout_s
     last = "no answer"
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s:
+    per = min(10.0, timeout_s)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=per, sock_connect=per, sock_read=per)) as s:
         while time.monotonic() < deadline:
             try:
                 async with s.get(f"{server}/health") as r:
@@ -141,7 +142,10 @@ async def replay_requests(trace: Trace, server: str, policy: str | None, params:
     task_finish: dict[str, float] = {}
     in_flight: dict[str, set[str]] = {}  # task id -> its finished stages, while the task runs
     by_id = {t.id: t for t in trace.tasks}
-    timeout = aiohttp.ClientTimeout(total=request_timeout_s, sock_connect=10)
+    # --timeout bounds connecting, each read and the whole request as well as the run
+    request_timeout_s = min(request_timeout_s, timeout_s)
+    timeout = aiohttp.ClientTimeout(total=request_timeout_s, sock_connect=min(10.0, request_timeout_s),
+                                    sock_read=request_timeout_s)
     conn = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=conn) as session:
         if flush:

@@ -220,8 +220,14 @@ def run_replay(
         if Path(os.environ["TOPAS_DECISION_LOG"]).exists():
             decision_log = os.environ["TOPAS_DECISION_LOG"]
     w0 = time.perf_counter()
+    async def bounded():  # the whole replay, handshake and flush included, within timeout_s
+        try:
+            return await asyncio.wait_for(main(), timeout=timeout_s)
+        except asyncio.TimeoutError:
+            raise ReplayError(f"replay timed out after {timeout_s:g} s (server {server})") from None
+
     try:
-        done, task_finish, t0 = asyncio.run(main())
+        done, task_finish, t0 = asyncio.run(bounded())
     finally:
         if bar is not None:
             bar.close()

@@ -227,9 +227,11 @@ def write_result_atomic(result: SimResult, out: str | os.PathLike) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
+        from topas.out_dir import mark
         from topas.paths import usual_mode
 
         result.to_parquet(tmp)
+        mark(tmp, "replay")
         usual_mode(tmp)  # mkdtemp made it 0700
         if out.exists():
             shutil.rmtree(out)

@@ -114,6 +114,29 @@ class ServerIdentity:
 # ----------------------------------------------------------------------------- asking the server
 
 
+def http_get(url: str, timeout_s: float) -> bytes:
+    """The body of ``GET url``, all of it within ``timeout_s`` seconds: connecting, each read and
+    the whole answer (a server that sends a byte every few seconds fails too: ``TimeoutError``).
+    HTTP and connection errors are raised as ``urllib`` raises them."""
+    box: dict[str, Any] = {}
+
+    def fetch() -> None:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s) as r:
+                box["body"] = r.read()
+        except BaseException as e:  # noqa: BLE001 - handed to the caller
+            box["error"] = e
+
+    t = threading.Thread(target=fetch, daemon=True, name="topas-http-get")
+    t.start()
+    t.join(timeout_s)
+    if t.is_alive():  # the daemon thread is left to its socket timeout; nothing waits for it
+        raise TimeoutError(f"no complete answer within {timeout_s:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box["body"]
+
+
 def server_info(url: str, timeout_s: float = 10.0) -> dict[str, Any]:
     """``GET /server_info`` (falling back to ``/get_server_info``) as JSON; :class:`ServerError`
     (one line) when the server cannot be reached or does not answer like SGLang."""
@@ -121,15 +144,18 @@ def server_info(url: str, timeout_s: float = 10.0) -> dict[str, Any]:
     last = ""
     for path in ("/server_info", "/get_server_info"):
         try:
-            with urllib.request.urlopen(f"{url}{path}", timeout=timeout_s) as r:
-                return json.loads(r.read().decode("utf-8"))
+            info = json.loads(http_get(f"{url}{path}", timeout_s).decode("utf-8"))
+            if not isinstance(info, dict):
+                raise ServerError(f"{url}{path} answered a JSON {type(info).__name__}, not an object: is {url} an "
+                                  f"SGLang server?")
+            return info
         except urllib.error.HTTPError as e:
             if e.code == 404:
                 last = f"HTTP 404 on {path}"
                 continue
             raise ServerError(f"SGLang server {url}: GET {path} answered HTTP {e.code}") from None
         except (urllib.error.URLError, OSError) as e:
-            reason = getattr(e, "reason", e)
+            reason = getattr(e, "reason", e) or type(e).__name__
             raise ServerError(f"cannot reach the SGLang server at {url} ({reason}); is it running? "
                               f"(start one with `topas serve`, README 'Running on a GPU box')") from None
         except ValueError:
@@ -143,8 +169,10 @@ def router_workers(url: str, timeout_s: float = 10.0) -> list[str] | None:
     router's order; ``None`` when ``url`` is not a router (an SGLang server answers 404 there)."""
     url = check_url(url)
     try:
-        with urllib.request.urlopen(f"{url}/workers", timeout=timeout_s) as r:
-            d = json.loads(r.read().decode("utf-8"))
+        d = json.loads(http_get(f"{url}/workers", timeout_s).decode("utf-8"))
+    except TimeoutError:  # answering, but not within the time: a misbehaving server, not "no router"
+        raise ServerError(f"SGLang server {url}: no complete answer to GET /workers within {timeout_s:g} s; "
+                          f"is it an SGLang server or router?") from None
     except (urllib.error.URLError, OSError, ValueError):
         return None
     if not isinstance(d, dict) or not isinstance(d.get("workers"), list):
@@ -181,7 +209,17 @@ def identity_from_info(url: str, info: dict[str, Any]) -> tuple[ServerIdentity, 
     if "error" in block:
         raise ServerError(f"SGLang server {url}: the topas plugin failed ({block['error']}); see the server's log")
     model = info.get("served_model_name") or info.get("model_path") or "unknown"
-    ident = ServerIdentity(
+    try:
+        ident = _identity(info, block, model)
+    except (KeyError, TypeError, ValueError) as e:
+        field = e.args[0] if isinstance(e, KeyError) and e.args else e
+        raise ServerError(f"SGLang server {url}: its /server_info has a missing or malformed field ({field}): "
+                          f"the topas plugin there is broken or of another version; {PLUGIN_FIX}") from None
+    return ident, block
+
+
+def _identity(info: dict[str, Any], block: dict[str, Any], model: str) -> ServerIdentity:
+    return ServerIdentity(
         model=str(info.get("model_path") or model),
         model_config_sha256=str(block.get("model_config_sha256", "unknown")),
         kv_pool_tokens=int(block["kv_pool_tokens"]),
@@ -192,7 +230,6 @@ def identity_from_info(url: str, info: dict[str, Any]) -> tuple[ServerIdentity, 
         page_size=int(block.get("page_size", info.get("page_size", 1)) or 1),
         plugin_version=f"{block.get('topas_version', 'unknown')}/protocol-{block.get('protocol', '?')}",
     )
-    return ident, block
 
 
 _CACHE: dict[str, tuple[ServerIdentity, dict[str, Any]]] = {}

@@ -96,8 +96,15 @@ def retime(trace: "Trace", rate: float, seed: int, process: str = "poisson") -> 
     """
     from topas.workload.validate import validate_trace
 
+    from topas.workload.trace_rules import MAX_ARRIVAL_S
+    from topas.workload.validate import TraceError
+
     rate = _check_rate(rate)
     process = canonical_process(process)
+    if len(trace.tasks) - 1 > MAX_ARRIVAL_S * rate:  # the mean horizon (n - 1) / rate, without overflow
+        raise TraceError(f"<trace {trace.name}>", f"rate {rate:.4g} tasks/s spreads its {len(trace.tasks)} "
+                         f"tasks over about {(len(trace.tasks) - 1) / rate:.3g} s, beyond the longest horizon "
+                         f"a run may span ({MAX_ARRIVAL_S:g} s); raise the rate or load")
     t = trace.with_arrivals(poisson_arrivals(len(trace.tasks), rate, seed, process))
     meta = dict(trace.meta)
     meta.update({"rate": rate, "arrival_seed": int(seed), "arrival_process": process})

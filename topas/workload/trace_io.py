@@ -22,6 +22,7 @@ import io
 import json
 import numbers
 import os
+import zlib
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -195,7 +196,7 @@ def read_trace(path: str | os.PathLike[str], kv_budget: int | None = None) -> Tr
     if raw[:2] == GZIP_MAGIC:
         try:
             raw = gzip.decompress(raw)
-        except (OSError, EOFError) as e:
+        except (OSError, EOFError, zlib.error) as e:
             raise TraceError(source, f"not a valid gzip file ({e})") from None
     try:
         d = json.loads(raw.decode("utf-8"))
@@ -203,4 +204,8 @@ def read_trace(path: str | os.PathLike[str], kv_budget: int | None = None) -> Tr
         raise TraceError(source, f"not UTF-8 text ({e})") from None
     except json.JSONDecodeError as e:
         raise TraceError(source, f"not valid JSON ({e})") from None
+    except RecursionError:
+        raise TraceError(source, "not valid JSON (nested too deeply)") from None
+    except ValueError as e:  # e.g. an integer literal of more digits than Python converts
+        raise TraceError(source, f"not valid JSON ({str(e).splitlines()[0][:120]})") from None
     return trace_from_dict(d, kv_budget=kv_budget, source=source)

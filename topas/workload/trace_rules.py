@@ -27,6 +27,14 @@ STAGE_OPTIONAL = ("max_new_tokens",)
 SEGMENT_FIELDS = ("id", "tokens", "kind")
 SEGMENT_OPTIONAL = ("task", "origin")
 SEGMENT_KINDS = ("prefix", "shared", "context", "unique")
+#: The largest token length a trace may give (a prompt, an output, a segment, an agent's expected
+#: output): far beyond any model's context, small enough that no run's arithmetic overflows.
+MAX_TOKENS = 10**9
+#: The latest arrival a task may have, in seconds (about 31.7 years): beyond it a double can no
+#: longer tell a decode step (milliseconds) from the next, so the simulated clock would stall.
+MAX_ARRIVAL_S = 1e9
+#: How deep the free-form ``meta`` object may nest (objects and arrays inside one another).
+MAX_META_DEPTH = 64
 
 
 # ----------------------------------------------------------------------------- value checks
@@ -58,12 +66,52 @@ def _is_number(v: Any) -> bool:
     return isinstance(v, numbers.Real) and not isinstance(v, bool)
 
 
+def _finite(v: Any) -> bool:
+    """A finite number (an integer too large for a double is not)."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
+def meta_depth_problem(meta: Any) -> str | None:
+    """The free-form ``meta`` must nest at most :data:`MAX_META_DEPTH` deep (checked without
+    recursion, so a hostile document cannot exhaust the stack)."""
+    stack = [(meta, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > MAX_META_DEPTH:
+            return f"meta nests deeper than {MAX_META_DEPTH} levels"
+        if isinstance(v, Mapping):
+            stack.extend((x, depth + 1) for x in v.values())
+        elif isinstance(v, (list, tuple)):
+            stack.extend((x, depth + 1) for x in v)
+    return None
+
+
 def _length_problem(field: str, v: Any) -> str | None:
     """A token length must be an integer >= 1 (``3.0`` and booleans are not integers)."""
     if not _is_int(v):
         return f"{field} must be a positive integer, got {v!r} ({_type_name(v)})"
     if v <= 0:
         return f"{field} must be a positive integer, got {v} ({'zero' if v == 0 else 'negative'})"
+    if v > MAX_TOKENS:
+        return f"{field} must be at most {MAX_TOKENS:,} tokens, got {_short(v)}"
+    return None
+
+
+def _short(v: Any) -> str:
+    """A value for a message, cut to 40 characters (a 5,000-digit integer is not repeated)."""
+    text = repr(v) if not _is_int(v) or v.bit_length() < 128 else f"an integer of {len(str(v))} digits"
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def text_problem(field: str, v: str) -> str | None:
+    """A name or id must be printable text: no control characters, no lone surrogates (which
+    cannot be written as UTF-8)."""
+    if not v.isprintable():
+        bad = next(c for c in v if not c.isprintable())
+        return f"{field} must be printable text, got {v[:40]!r} (character U+{ord(bad):04X} is not printable)"
     return None
 
 
@@ -72,7 +120,7 @@ def _id_problem(field: str, v: Any) -> str | None:
         return f"{field} must be a string, got {v!r} ({_type_name(v)})"
     if not v:
         return f"{field} must be a non-empty string"
-    return None
+    return text_problem(field, v)
 
 
 def _loc(obj: Any, key: str, fallback: str, kind: str) -> dict[str, str]:
@@ -113,10 +161,11 @@ def _check_agents(agents: Iterable[tuple[str, Any, Any]], source: str) -> None:
         p = _length_problem("prefix_tokens", prefix)
         if p:
             raise TraceError(source, p, agent=name)
-        if not _is_number(expected) or not math.isfinite(expected) or expected <= 0:
+        if not _is_number(expected) or not _finite(expected) or expected <= 0 or expected > MAX_TOKENS:
             raise TraceError(
                 source,
-                f"expected_output_tokens must be a finite number > 0, got {expected!r}",
+                f"expected_output_tokens must be a finite number > 0 and at most {MAX_TOKENS:,}, "
+                f"got {_short(expected)}",
                 agent=name,
             )
 
@@ -124,8 +173,11 @@ def _check_agents(agents: Iterable[tuple[str, Any, Any]], source: str) -> None:
 def check_arrival(tid: str, arrival: Any, prev: tuple[str, float] | None, source: str) -> None:
     """A task's arrival rules: a finite number >= 0, not earlier than ``prev``'s (the preceding
     task's id and arrival; None for the first task)."""
-    if not _is_number(arrival) or not math.isfinite(arrival) or arrival < 0:
-        raise TraceError(source, f"arrival must be a finite number >= 0, got {arrival!r}", task=tid)
+    if not _is_number(arrival) or not _finite(arrival) or arrival < 0:
+        raise TraceError(source, f"arrival must be a finite number >= 0, got {_short(arrival)}", task=tid)
+    if arrival > MAX_ARRIVAL_S:
+        raise TraceError(source, f"arrival {arrival:.4g} s is beyond the longest horizon a run may span "
+                         f"({MAX_ARRIVAL_S:g} s, about 31.7 years)", task=tid)
     if prev is not None and arrival < prev[1]:
         raise TraceError(
             source,

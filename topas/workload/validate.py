@@ -71,6 +71,8 @@ from topas.workload.trace_rules import (
     _loc,
     _type_name,
     check_arrival,
+    meta_depth_problem,
+    text_problem,
 )
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -111,9 +113,14 @@ def validate_dict(d: Any, source: str = "<dict>", kv_budget: int | None = None) 
         raise TraceError(source, p, where="top level")
     if not isinstance(d["meta"], Mapping):
         raise TraceError(source, f"meta must be an object, got {_type_name(d['meta'])}", where="top level")
+    p = meta_depth_problem(d["meta"])
+    if p:
+        raise TraceError(source, p, where="top level")
     for f in ("agents", "tasks") + (("segments",) if v2 else ()):
         if not isinstance(d[f], (list, tuple)):
             raise TraceError(source, f"{f} must be an array, got {_type_name(d[f])}", where="top level")
+    if not d["tasks"]:
+        raise TraceError(source, "tasks must not be empty (a trace has at least one task)", where="top level")
 
     # agents: structure, then the shared semantic rules
     for k, a in enumerate(d["agents"]):
@@ -132,6 +139,9 @@ def validate_dict(d: Any, source: str = "<dict>", kv_budget: int | None = None) 
             raise TraceError(source, p, **loc)
         if not isinstance(t["workflow"], str):
             raise TraceError(source, f"workflow must be a string, got {_type_name(t['workflow'])}", **loc)
+        p = text_problem("workflow", t["workflow"])
+        if p:
+            raise TraceError(source, p, **loc)
         if not isinstance(t["stages"], (list, tuple)):
             raise TraceError(source, f"stages must be an array, got {_type_name(t['stages'])}", **loc)
         for j, s in enumerate(t["stages"]):
@@ -249,6 +259,8 @@ def _check_all(trace: "Trace", kv_budget: int | None, source: str) -> None:
     p = _id_problem("name", trace.name)
     if p:
         raise TraceError(source, p, where="top level")
+    if not trace.tasks:
+        raise TraceError(source, "tasks must not be empty (a trace has at least one task)", where="top level")
     for key, a in trace.agents.items():
         if key != a.name:
             raise TraceError(source, f"agents table key {key!r} differs from the agent's name", agent=a.name)
