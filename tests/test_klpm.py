@@ -73,7 +73,7 @@ def test_a_large_k_is_lpm_for_k_minus_1_admissions_then_the_oldest():
 
 def test_interleaving_k2_and_k3():
     # k=2: LPM, oldest, LPM, oldest, ...: c1 a1 c2 a2 b1 b2
-    assert order(make_policy("k-lpm"), six()) == ["c1", "a1", "c2", "a2", "b1", "b2"]
+    assert order(make_policy("k-lpm", k=2), six()) == ["c1", "a1", "c2", "a2", "b1", "b2"]
     # k=3: LPM, LPM, oldest, ...: c1 c2 a1 | b1 b2 a2
     assert order(make_policy("k-lpm", k=3), six()) == ["c1", "c2", "a1", "b1", "b2", "a2"]
 
@@ -110,10 +110,11 @@ def test_a_request_admitted_then_retracted_counts_as_an_admission_and_rejoins_at
 
 
 # ------------------------------------------------------------------------------- parameters
-def test_registered_as_k_lpm_with_k_2_by_default():
+def test_registered_as_k_lpm_with_k_8_by_default():
+    # k = 8 was chosen among 2, 4, 8, 16 on tuning seeds (scripts/select_plan_execution.py)
     assert "k-lpm" in available_policies()
     p = make_policy("k-lpm")
-    assert p.name == "k-lpm" and p.params.k == 2
+    assert p.name == "k-lpm" and p.params.k == 8
     assert make_policy("k-lpm", k="5").params.k == 5  # from the CLI
     # LPM's own knobs pass through to the LPM order it is built on
     v = view([req("a1", "a", 0.0), req("a2", "a", 0.1), req("b1", "b", 0.2)])
@@ -123,7 +124,7 @@ def test_registered_as_k_lpm_with_k_2_by_default():
 
 @pytest.mark.parametrize("k", [0, -1])
 def test_k_below_1_is_refused_naming_the_parameter(k):
-    with pytest.raises(ValueError, match="k-lpm parameter k="):
+    with pytest.raises(ValueError, match="k-lpm.*parameter.*k"):
         make_policy("k-lpm", k=k)
 
 

@@ -46,15 +46,15 @@ RUNS = {
 #: sha256 of each run's decision table (wall-clock columns dropped) and deterministic summary
 EXPECTED: dict[str, str] = {
     'chain-3/topas-no-reuse': 'a700afc505b62d3abd9aac271bd9c2361b32cc6be869f5f5ac2d2d4845f3819a',
-    'dag-10-wide/topas': 'b7e8f6814f4023263f095b17eba0d37030b052266ff1c465431c4853aafb9ba4',
-    'dag-10-wide/topas-earlier-plan': '2f1e2dc3f6d7c65592b05eafed2ce833cbc4e3c2c8422b35ec5b40fb09164240',
-    'dag-10-wide/topas-sampled': '647774a5b8fd7b425d54057289b245bb7b96789c93f897e35c535920200aea08',
-    'dag-4/topas': 'a69efa2e4f3b51edf154a45a3285ca7ce533644fc6e1655e8d35c12a1e776efd',
-    'dag-4/topas-earlier-plan': '3e3eb2e4c6391a08e05fec5fdfddfe16547b47208137502ad6ccbd71366da36c',
-    'dag-4/topas-preempt-off': '23aac3cc6957e758f6f2c44f83fcc8f8fa984b304637f1d90f00c8ab15602529',
+    'dag-10-wide/topas': '331351663029efc7510267617efc12966cc32b7f35b82f1a9bcfdee27c48eb7d',
+    'dag-10-wide/topas-earlier-plan': '5d9c6db4feeb061934f8b493c7bf9567d9be275db5bd09a552e78aa8c2a1a739',
+    'dag-10-wide/topas-sampled': 'a2a032c8ff3d045d917df953bf08da2da6d29d7c96b78cf384cbb0c9a77bd6f1',
+    'dag-4/topas': '21ab71c0905cce7ffc0ffdf1020259f44911343ed75ae359799fddddf1b4697f',
+    'dag-4/topas-earlier-plan': 'c36c8a2b7bf3aaf9f263d7929b0c9ad5013eb9bda76099da1bb52e8649b20275',
+    'dag-4/topas-preempt-off': 'eecc98bfa7b79fcbbadb0d8522b342f8c794754e95014649895a7653115ec610',
     'dag-4/topas-request-only': '890fa211e576d83bc29e886d74556d99f43cd006c7d2c0b052b891f8c0bd6cf9',
-    'metagpt-sop/topas-readings': 'd3f0142a5856e2b7919e9db341edd967929d06146ecfc4f0e136919f43980f31',
-    'metagpt-tl/topas-local+': 'c554db64a857d46d76f362b58954b313bbf548224fa67392ff0dd586c7fb4e34',
+    'metagpt-sop/topas-readings': '2f76ae5f4887200c4cae4d35ae570b35f6a3f243c95678da99ad759d3c1916ea',
+    'metagpt-tl/topas-local+': 'c2a0823e282cdb0a32f699f439dbefb98c488db5d30b833bdeac38808ef40405',
 }
 
 

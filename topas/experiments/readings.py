@@ -99,7 +99,7 @@ def _axes() -> tuple[Axis, ...]:
              "J_move prices an eviction as a swap even on an engine that has no host tier"),
         Axis("revalue_credit", T, "revalue_credit", True, (False,),
              "whether lambda_r is frozen at admission (the paper) or ages with its task"),
-        Axis("beta", T, "beta", 1.0, (0.0, 4.0), "the weight of V_reuse: its value is in the unpublished supplement"),
+        Axis("beta", T, "beta", 4.0, (0.0, 1.0), "the weight of V_reuse: its value is in the unpublished supplement"),
         # ---- baselines
         Axis("parrot_grouping", "parrot-fcfs", "group_prefixes", True, (False,),
              "whether the paper's Parrot-FCFS pulls every waiting request of a shared prefix forward"),

@@ -12,11 +12,13 @@ from topas.policies.base import OMIT_DEFAULT, PolicyError
 
 @dataclass(frozen=True)
 class TopasParams:
-    # Defaults: one set for every workload, chosen by scripts/sweep_topas_defaults.py (stage 2,
-    # README "Choosing TOPAS's defaults"): preempt, output_reserve, rho, beta and revalue_credit
-    # were swept; H_age, M, K, samples and candidates_per_agent were not.
+    # Defaults: one set for every workload. preempt, beta, rho and move_cost were re-selected on
+    # tuning seeds once the plan was the engine's (scripts/select_plan_execution.py, its rule in
+    # its docstring; data/results/selection/plan_execution_ranking.csv): beta 1 -> 4, the others
+    # kept. output_reserve and revalue_credit come from the earlier sweep
+    # (scripts/sweep_topas_defaults.py); H_age, M, K, samples and candidates_per_agent were not swept.
     #: weight of the prefix-reuse value V_reuse
-    beta: float = 1.0
+    beta: float = 4.0
     #: aging strength rho in g_i(t) = 1 + rho * log(1 + (t - tau_i) / H_age)
     rho: float = 0.5
     #: aging horizon H_age, seconds

@@ -60,8 +60,9 @@ class TopasPlusParams:
     #: priority inside a tier: "path" (g_i * Delta_i / L_i), "fcfs" (ready time)
     rank: Literal["path", "fcfs"] = "path"
     #: linear aging horizon H_age (s): g_i(t) = 1 + (t - tau_i) / H_age; 0 turns aging off
-    #: (selected among 0, 20, 60, 200 s by scripts/select_topas_plus.py)
-    H_age: float = 60.0
+    #: (selected among 0, 20, 60, 200 s: 60 by scripts/select_topas_plus.py, then 200 with the
+    #: in-batch guard on by scripts/select_plan_execution.py)
+    H_age: float = 200.0
     #: non-resident requests as whole agent groups: "off" (request by request), "max" (groups
     #: ranked by their best request), "sum" (by their summed priority)
     group: Literal["off", "max", "sum"] = "off"
