@@ -257,5 +257,5 @@ def test_make_lab_is_its_own_small_pinned_extra_at_the_repository_root():
     cmd = [ln for ln in dry.splitlines() if "jupyter lab" in ln][-1]
     assert "--ServerApp.root_dir=." in cmd and "--LabApp.default_url=/lab/tree/notebooks" in cmd
     assert "cd notebooks" not in dry
-    assert "nbstripout --install" in dry and "nbstripout --keep-id" in dry
+    assert "nbstripout --install" in dry and "nbstripout --keep-id --extra-keys metadata.language_info" in dry
     assert "*.ipynb filter=nbstripout" in (ROOT / ".gitattributes").read_text()
