@@ -102,13 +102,14 @@ check-results: $(STAMP)  ## re-run a sample of stored results with the current c
 # Lab serves the repository root (docs/, figures/ and the notebooks' ../docs links reachable) and
 # opens notebooks/. nbstripout, installed as this clone's git filter, strips outputs and execution
 # counts (and the kernel's language_info) from notebooks as git reads them, keeping the committed
-# cell ids: saving in Lab leaves `git status` clean.
+# cell ids; Lab itself saves notebooks through the same stripping (topas.notebook_save), so the
+# files on disk stay as committed and `git status` stays clean after a session.
 # JupyterLab refuses to run as root without --allow-root (e.g. in a container); ARGS pass through.
 LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
 lab: $(LAB_STAMP)  ## JupyterLab at the repository root, notebooks/ opened; notebooks saved without outputs (ARGS="--no-browser --port 8890")
 	$(VENV)/bin/nbstripout --install --attributes .gitattributes
 	git config filter.nbstripout.clean '"$(abspath $(VPY))" -m nbstripout --keep-id --extra-keys metadata.language_info'
-	$(abspath $(VENV))/bin/jupyter lab $(LAB_ROOT) --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks $(ARGS)
+	$(abspath $(VENV))/bin/jupyter lab $(LAB_ROOT) --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks --ContentsManager.pre_save_hook=topas.notebook_save.strip_outputs $(ARGS)
 
 traces: $(STAMP)  ## regenerate the synthetic workload traces and the held-out random workflows in data/traces/
 	$(VPY) scripts/make_traces.py

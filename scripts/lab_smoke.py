@@ -7,7 +7,7 @@ and a Chromium: the system's (``apt-get install chromium``, found on PATH or giv
 ``--chromium``) or Playwright's own (``.venv/bin/playwright install chromium``).
 
 What it does: starts JupyterLab as ``make lab`` does (the repository root served, ``notebooks/``
-opened) on a free port; opens ``docs/usage.md`` (reachable from Lab); opens notebook 09, runs
+opened, notebooks saved without outputs) on a free port; opens ``docs/usage.md`` (reachable from Lab); opens notebook 09, runs
 all its cells, moves the beta slider and then the rho slider one step each (keyboard, as a
 release), waits for each run and checks the printed report (the setting shown is the slider's,
 the change against the start is printed); screenshots each step into ``--out``; saves the
@@ -49,7 +49,8 @@ def free_port() -> int:
 def start_lab(port: int, token: str) -> subprocess.Popen:
     jupyter = Path(sys.executable).with_name("jupyter")
     cmd = [str(jupyter), "lab", "--no-browser", f"--port={port}", "--ServerApp.root_dir=.",
-           "--LabApp.default_url=/lab/tree/notebooks", f"--IdentityProvider.token={token}"]
+           "--LabApp.default_url=/lab/tree/notebooks", "--ContentsManager.pre_save_hook=topas.notebook_save.strip_outputs",
+           f"--IdentityProvider.token={token}"]
     if os.getuid() == 0:
         cmd.append("--allow-root")
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         lab.terminate()
         lab.wait(timeout=30)
-    check(git_status() == before, "git status unchanged after the session (through the nbstripout filter)")
+    check(git_status() == before, "git status unchanged after the session")
     print(f"screenshots in {args.out}")
     return 1 if check.failed else 0
 

@@ -256,6 +256,7 @@ def test_make_lab_is_its_own_small_pinned_extra_at_the_repository_root():
     assert "ray" not in dry.replace("--ServerApp", "")
     cmd = [ln for ln in dry.splitlines() if "jupyter lab" in ln][-1]
     assert "--ServerApp.root_dir=." in cmd and "--LabApp.default_url=/lab/tree/notebooks" in cmd
+    assert "--ContentsManager.pre_save_hook=topas.notebook_save.strip_outputs" in cmd
     assert "cd notebooks" not in dry
     assert "nbstripout --install" in dry and "nbstripout --keep-id --extra-keys metadata.language_info" in dry
     assert "*.ipynb filter=nbstripout" in (ROOT / ".gitattributes").read_text()
