@@ -19,7 +19,7 @@ import pandas as pd
 from topas.paths import REPO_ROOT
 
 #: The terms of TOPAS's plan score, as the decisions table's ``info_*`` columns carry them for
-#: each chosen plan: Score = J_admit - J_move - J_redo - J_revoke + beta * V_reuse.
+#: each chosen plan: Score = J_admit - J_move - J_redo - J_revoke + V_reuse (V_reuse includes beta).
 TERMS = ("J_admit", "J_move", "J_redo", "J_revoke", "V_reuse")
 #: The protocol's capacity table (notebook 16, ``make reproduce``).
 CAPACITY_TABLE = REPO_ROOT / "figures" / "capacity_table.csv"

@@ -78,7 +78,7 @@ class Explorer:
         terms = now["topas"].terms
         if terms:
             top = max(terms, key=lambda t: abs(terms[t]))
-            lines.append("TOPAS, mean per decision of the chosen plans (s; V_reuse before beta): "
+            lines.append("TOPAS, mean per decision of the chosen plans (s; V_reuse includes beta): "
                          + ", ".join(f"{t} {v:.3g}" for t, v in terms.items()) + f" -> {top} decides")
         lines += ["WARNING " + w for w in ex.capacity_warnings(self.workload, self.load, now)]
         lines.append(ex.inert_note(self.inert, self.probed, self.setting))
