@@ -73,3 +73,12 @@ def test_the_runner_refuses_a_parameter_the_notebook_does_not_declare():
     with pytest.raises(UnknownParameter, match=r"^06_mechanism.ipynb takes no parameter workload; its parameters: "
                                                r"workloads, policies, "):
         check_parameter_names(nb, {"workload": "dag-4", "quick": True})
+
+
+def test_execute_notebooks_refuses_a_misspelt_parameter_before_running_anything(tmp_path):
+    from topas.experiments.notebooks import execute_notebooks
+
+    nb = REPO_ROOT / "notebooks" / "02_synthetic_jct.ipynb"
+    with pytest.raises(UnknownParameter, match=r"takes no parameter workload;"):
+        execute_notebooks({"workload": ["dag-4"], "quick": True}, [nb], executed_dir=tmp_path / "x", progress=False)
+    assert not (tmp_path / "x").exists()  # nothing ran, nothing was written
