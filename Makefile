@@ -35,13 +35,17 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(VPY) -m pip install -c $(LOCK) -e '.[test,notebooks,ray]'
 	touch $@
 
-$(VENV)/.lab-installed: $(STAMP)
-	$(VPY) -m pip install -c $(LOCK) -e '.[lab]'
+# JupyterLab's own small extra (no Ray, no test tools), at the lock's pins: after `make install` it
+# only adds JupyterLab and nbstripout; from nothing it installs the core and the notebook kernel too.
+LAB_STAMP := $(VENV)/.lab-installed
+$(LAB_STAMP): pyproject.toml $(LOCK)
+	test -x $(VPY) || $(PY) -m venv $(VENV)
+	$(VPY) -m pip install -c $(LOCK) -e '.[notebooks,lab]'
 	touch $@
 
 install: $(STAMP)  ## create .venv and install topas + test/notebook/ray extras at the versions in requirements-lock.txt
 
-lock: $(STAMP)  ## re-pin requirements-lock.txt from .venv (after changing a dependency; commit it)
+lock: $(STAMP) $(LAB_STAMP)  ## re-pin requirements-lock.txt from .venv (after changing a dependency; commit it)
 	{ sed -n '/^#/p' $(LOCK); $(VPY) -m pip freeze --exclude-editable; } > $(LOCK).tmp && mv $(LOCK).tmp $(LOCK)
 
 # The suite runs on every core (pytest-xdist; TEST_JOBS=1 runs it in one process, e.g. to debug).
@@ -95,10 +99,17 @@ pack: $(STAMP)  ## after a reproduce: pack the results of the chosen grid into d
 check-results: $(STAMP)  ## re-run a sample of stored results with the current code; compare (ARGS="--sample 20")
 	$(VPY) scripts/check_results.py $(ARGS)
 
+# Lab serves the repository root (docs/, figures/ and the notebooks' ../docs links reachable) and
+# opens notebooks/. nbstripout, installed as this clone's git filter, strips outputs and execution
+# counts (and the kernel's language_info) from notebooks as git reads them, keeping the committed
+# cell ids; Lab itself saves notebooks through the same stripping (topas.notebook_save), so the
+# files on disk stay as committed and `git status` stays clean after a session.
 # JupyterLab refuses to run as root without --allow-root (e.g. in a container); ARGS pass through.
 LAB_ROOT := $(if $(filter 0,$(shell id -u)),--allow-root,)
-lab: $(VENV)/.lab-installed  ## open JupyterLab in notebooks/ (ARGS="--no-browser --port 8890" pass through)
-	cd notebooks && $(abspath $(VENV))/bin/jupyter lab $(LAB_ROOT) $(ARGS)
+lab: $(LAB_STAMP)  ## JupyterLab at the repository root, notebooks/ opened; notebooks saved without outputs (ARGS="--no-browser --port 8890")
+	$(VENV)/bin/nbstripout --install --attributes .gitattributes
+	git config filter.nbstripout.clean '"$(abspath $(VPY))" -m nbstripout --keep-id --extra-keys metadata.language_info'
+	$(abspath $(VENV))/bin/jupyter lab $(LAB_ROOT) --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks --ContentsManager.pre_save_hook=topas.notebook_save.strip_outputs $(ARGS)
 
 traces: $(STAMP)  ## regenerate the synthetic workload traces and the held-out random workflows in data/traces/
 	$(VPY) scripts/make_traces.py

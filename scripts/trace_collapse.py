@@ -186,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--evidence", type=Path, default=REPO_ROOT / "data/results/protocol/evidence.csv")
     ap.add_argument("--out", type=Path, default=REPO_ROOT / "data/results/protocol")
-    ap.add_argument("--figures", type=Path, default=None, help="figure folder (default: figures/)")
+    ap.add_argument("--figures", type=Path, default=REPO_ROOT / "figures", help="figure folder (default: figures/)")
     ap.add_argument("--window", type=float, default=60.0, help="window length of the trace (s)")
     ap.add_argument("--seeds", type=int, default=20, help="tuning seeds of the lock-frequency study")
     ap.add_argument("--jobs", type=int, default=2)

@@ -238,3 +238,25 @@ def test_a_copy_without_data_says_how_to_point_at_it(tmp_path):
                        text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "JCT (s)" in r.stdout
+
+
+def test_make_lab_is_its_own_small_pinned_extra_at_the_repository_root():
+    """`make lab` installs the notebooks + lab extras only (no Ray), every one pinned in the lock,
+    serves the repository root with notebooks/ opened, and installs nbstripout as the git filter."""
+    import subprocess
+
+    pins = read_lock()
+    lab = pyproject()["project"]["optional-dependencies"]["lab"]
+    assert {req_name(r) for r in lab} >= {"jupyterlab", "nbstripout"}
+    assert all(req_name(r) in pins for r in lab), "pin the lab extra in the lock (make lock)"
+    makefile = (ROOT / "Makefile").read_text()
+    assert "pip install -c $(LOCK) -e '.[notebooks,lab]'" in makefile
+    dry = subprocess.run(["make", "-n", "-W", "pyproject.toml", "lab"], cwd=ROOT, capture_output=True, text=True,
+                         check=True).stdout
+    assert "ray" not in dry.replace("--ServerApp", "")
+    cmd = [ln for ln in dry.splitlines() if "jupyter lab" in ln][-1]
+    assert "--ServerApp.root_dir=." in cmd and "--LabApp.default_url=/lab/tree/notebooks" in cmd
+    assert "--ContentsManager.pre_save_hook=topas.notebook_save.strip_outputs" in cmd
+    assert "cd notebooks" not in dry
+    assert "nbstripout --install" in dry and "nbstripout --keep-id --extra-keys metadata.language_info" in dry
+    assert "*.ipynb filter=nbstripout" in (ROOT / ".gitattributes").read_text()

@@ -184,8 +184,9 @@ def test_save_figure_pdf_is_reproducible(tmp_path):
 
 
 def test_output_dir_default_and_env(tmp_path, monkeypatch):
+    """No folder named: an interactive session's git-ignored scratch folder, never figures/."""
     monkeypatch.delenv("TOPAS_FIGURES", raising=False)
-    assert plots.figures_dir() == plots.REPO_ROOT / "figures"
+    assert plots.figures_dir() == plots.REPO_ROOT / "scratch" / "figures"
     monkeypatch.setenv("TOPAS_FIGURES", str(tmp_path / "env"))
     assert plots.figures_dir() == tmp_path / "env"
     assert plots.figures_dir(tmp_path / "x") == tmp_path / "x"

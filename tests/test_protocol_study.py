@@ -292,3 +292,22 @@ def test_grid_bound_holds_every_run_the_protocol_made():
     assert len(ev) > 1500
     assert set(ev["key"]) <= keys
     assert len(keys) > len(set(ev["key"]))
+
+
+def test_quick_runs_write_their_evidence_in_the_store_never_the_committed_cache(monkeypatch):
+    """``make reproduce QUICK=1`` writes nothing tracked: its evidence rows go to the (git-ignored)
+    store, not ``data/results/protocol/evidence.csv``."""
+    from topas.experiments import protocol_study as ps
+    from topas.experiments.store import default_store_root
+
+    committed = ps.default_evidence_path(None)
+    assert committed.parts[-3:] == ("results", "protocol", "evidence.csv")
+    assert ps.quick_evidence_path(None) == Path(default_store_root()) / "protocol_evidence.csv"
+    seen = []
+    monkeypatch.setattr(ps, "capacity_grid_runs", lambda size, store, path, *a: seen.append(path) or pd.DataFrame())
+    monkeypatch.setattr(ps, "convergence_rows", lambda size, store, path, *a: seen.append(path) or pd.DataFrame())
+    for f in (ps.capacity_rows, ps.latency_rows, ps.overload_rows):
+        monkeypatch.setattr(ps, f.__name__, lambda runs: pd.DataFrame())
+    ps.protocol_runs(["dag-4"], quick=True)
+    ps.protocol_tables(quick=True)
+    assert seen and all(p == ps.quick_evidence_path(None) for p in seen)

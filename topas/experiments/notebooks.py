@@ -1,7 +1,8 @@
 """Execute the reproduction notebooks in reading order with papermill.
 
 ``scripts/reproduce.py`` (``make reproduce`` / ``make figures``) calls :func:`execute_notebooks`.
-Executed copies are kept (default ``notebooks/executed/``) so a reviewer can open what ran; a
+A parameter a notebook does not declare in its ``parameters`` cell is refused before anything
+runs (papermill itself only warns and runs the defaults). Executed copies are kept (default ``notebooks/executed/``) so a reviewer can open what ran; a
 failing notebook stops the run with an error that names the notebook and the cell that failed.
 
 A notebook executes into a temporary file (``.NN_topic.running.ipynb``) that is renamed to
@@ -35,6 +36,21 @@ KERNEL = "python3"
 KERNEL_ARGS = ["--IPKernelApp.log_level=CRITICAL"]
 
 
+class UnknownParameter(ValueError):
+    """A parameter the notebook's ``parameters`` cell does not declare (papermill only warns)."""
+
+
+def check_parameter_names(nb: Path, parameters: Mapping[str, Any]) -> None:
+    """Raise :class:`UnknownParameter` for a name in ``parameters`` that ``nb`` does not declare."""
+    from topas.experiments.notebook_params import declared_parameters
+
+    declared = declared_parameters(nb)
+    unknown = [k for k in parameters if k not in declared]
+    if unknown:
+        raise UnknownParameter(f"{nb.name} takes no parameter {', '.join(unknown)}; "
+                               f"its parameters: {', '.join(declared)}")
+
+
 class NotebookFailed(RuntimeError):
     """A notebook raised; the message names the notebook, the cell and the error."""
 
@@ -59,13 +75,16 @@ def execute_notebooks(
     """Run each notebook with ``parameters`` (``jobs`` at a time); return the executed copies'
     paths, in reading order.
 
-    Raises :class:`NotebookFailed` at the first failure (the executed copy, with the traceback
+    Raises :class:`UnknownParameter`, before running anything, for a parameter a notebook does
+    not declare; :class:`NotebookFailed` at the first failure (the executed copy, with the traceback
     in the failing cell, is kept as ``NN_topic.failed.ipynb`` for inspection). A
     ``KeyboardInterrupt`` removes the copy in progress and propagates.
     """
     if jobs < 1:
         raise ValueError(f"execute_notebooks: jobs must be >= 1, got {jobs}")
     notebooks = list(notebooks) if notebooks is not None else notebook_paths()
+    for nb in notebooks:  # before anything runs: a misspelt name would run the defaults
+        check_parameter_names(nb, parameters)
     executed_dir.mkdir(parents=True, exist_ok=True)
     bar = tqdm(total=len(notebooks), desc="notebooks", unit="nb", disable=not progress)
     try:

@@ -57,6 +57,8 @@ def ablation_runs(runs: pd.DataFrame, workload: str = ABLATION_WORKLOAD, variant
     q = ps.QUICK_PER_NOTEBOOK
     base = (ps.ProtocolSize((workload,), tuple(variants), q["loads"], q["n_seeds"],
                             {workload: int(topas["n_tasks"].iloc[0])}) if quick else ps.restricted(ps.FULL, (workload,)))
+    if quick:
+        evidence_path = ps.quick_evidence_path(store, evidence_path)
     top = float(cap["upper"]) if math.isfinite(float(cap["upper"])) else max(base.loads)
     size = ps.ProtocolSize((workload,), tuple(variants), tuple(l for l in base.loads if l <= top + 1e-9),
                            base.n_seeds, base.n_tasks)

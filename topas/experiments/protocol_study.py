@@ -76,6 +76,7 @@ __all__ = [
     "convergence_experiments",
     "convergence_rows",
     "default_evidence_path",
+    "quick_evidence_path",
     "evidence_for",
     "grid_bound",
     "latency_rows",
@@ -207,6 +208,17 @@ def default_evidence_path(store: Any) -> Path:
     if root.resolve() == Path(default_store_root()).resolve():
         return root.parent / "protocol" / "evidence.csv"
     return root / "protocol_evidence.csv"
+
+
+def quick_evidence_path(store: Any, evidence_path: Path | None = None) -> Path:
+    """Where a quick run's evidence goes: ``evidence_path`` if given, else ``protocol_evidence.csv``
+    in the store (for the default store, git-ignored ``data/results/store/``): a quick run never
+    adds rows to the committed ``data/results/protocol/evidence.csv``."""
+    from topas.experiments.store import ResultStore, default_store_root
+
+    if evidence_path is not None:
+        return Path(evidence_path)
+    return Path(store.root if isinstance(store, ResultStore) else (store or default_store_root())) / "protocol_evidence.csv"
 
 
 def _read_cache(path: Path) -> pd.DataFrame:
@@ -497,6 +509,8 @@ def protocol_tables(quick: bool = False, store: Any = None, evidence_path: Path 
     size = protocol_size(quick)
     if workloads is not None:
         size = restricted(size, (w for w in size.workloads if w in set(workloads)))
+    if quick:
+        evidence_path = quick_evidence_path(store, evidence_path)
     runs = capacity_grid_runs(size, store, evidence_path, jobs, progress)
     guarded = [b for b in GUARDED_BASELINES if b in size.policies]
     return {"runs": runs, "capacity": capacity_rows(runs), "latency": latency_rows(runs),
@@ -531,6 +545,7 @@ def protocol_runs(workloads: Iterable[str], quick: bool = False, store: Any = No
     of its own on any workload (:data:`QUICK_PER_NOTEBOOK`), for tests."""
     workloads = tuple(dict.fromkeys(workloads))
     if quick:
+        evidence_path = quick_evidence_path(store, evidence_path)
         q = QUICK_PER_NOTEBOOK
         size = ProtocolSize(workloads, q["policies"], q["loads"], q["n_seeds"],
                             {w: q["metagpt_tasks"] if w.startswith("metagpt") else q["n_tasks"] for w in workloads})

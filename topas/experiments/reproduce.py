@@ -456,8 +456,8 @@ def run_notebooks(args: argparse.Namespace) -> int:
     results; a reproduction runs one at a time, since each notebook's sweeps use every core."""
     if args.no_notebooks:
         return 0
-    from topas.experiments.notebooks import (NOTEBOOKS_DIR, NotebookFailed, busy_note, children_cpu,
-                                             execute_notebooks, notebook_paths)
+    from topas.experiments.notebooks import (NOTEBOOKS_DIR, NotebookFailed, UnknownParameter, busy_note,
+                                             children_cpu, execute_notebooks, notebook_paths)
 
     executed = NOTEBOOKS_DIR / "executed" / ("quick" if args.quick else "full")
     paths = notebook_paths(NOTEBOOKS_DIR)
@@ -472,7 +472,7 @@ def run_notebooks(args: argparse.Namespace) -> int:
     try:
         execute_notebooks({"quick": bool(args.quick), "out_dir": str(args.out_dir)},
                           paths, executed_dir=executed, progress=not args.no_progress, jobs=jobs)
-    except NotebookFailed as e:
+    except (NotebookFailed, UnknownParameter) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     wall = time.perf_counter() - t

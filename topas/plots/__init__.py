@@ -21,7 +21,8 @@ what a band spans under a figure. Axes of measured quantities are linear from ze
 values span ``LOG_SPAN`` (100x) or more. A policy not listed here (a new
 one, or a typo) is not an error: it gets a stable fallback colour and its raw name as label.
 
-Output folder: ``out_dir`` if given, else ``$TOPAS_FIGURES`` if set, else ``<repo>/figures``.
+Output folder: ``out_dir`` if given, else ``$TOPAS_FIGURES`` if set, else ``<repo>/scratch/figures``
+(git-ignored; only ``make reproduce`` / ``make figures`` write ``figures/``).
 Files are written atomically (a temporary file in the same folder, then a rename), so a killed
 notebook never leaves a half-written figure or table behind.
 """
@@ -39,7 +40,8 @@ from topas.plots.load import (LOAD_LABEL, METRIC_LABELS, PAPER_LABEL, ablation_t
     needs_log_scale, plot_ablation_bars, plot_metric_vs_load, trace_status)  # noqa: F401
 from topas.plots.mechanism import (plot_decision_time, plot_engine_model, plot_kv_occupancy,
     plot_mechanism_case, plot_paper_vs_ours, plot_sensitivity, plot_stage_queueing)  # noqa: F401
-from topas.plots.explorer import (H_AGE_CHOICES, plot_jct_ecdf, slider_choices)  # noqa: F401
+from topas.plots.explorer import (H_AGE_CHOICES, TOPAS_SLIDERS, jct_xlim, plot_explorer, plot_jct_ecdf,
+                                  slider_choices)  # noqa: F401
 from topas.plots.robustness import (ROBUST_XLABELS, plot_estimator_convergence, plot_robustness)  # noqa: F401
 from topas.plots.claims import (FRACTION_LABEL, plot_capacity_jct, plot_headroom, plot_reading_space)  # noqa: F401
 from topas.plots.cluster import (INNER_FILLS, plot_cluster_balance, plot_cluster_jct,
@@ -66,6 +68,7 @@ __all__ = [
     "FALLBACK_COLORS",
     "FRACTION_LABEL",
     "H_AGE_CHOICES",
+    "TOPAS_SLIDERS",
     "LOAD_LABEL",
     "MEASURED_ON_ENV",
     "METRIC_LABELS",
@@ -92,6 +95,7 @@ __all__ = [
     "plot_engine_model",
     "plot_estimator_convergence",
     "plot_headroom",
+    "plot_explorer",
     "plot_jct_ecdf",
     "plot_kv_occupancy",
     "plot_mechanism_case",
@@ -110,6 +114,7 @@ __all__ = [
     "router_order",
     "save_figure",
     "save_table",
+    "jct_xlim",
     "slider_choices",
     "text_overlaps",
     "to_markdown",

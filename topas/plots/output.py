@@ -19,11 +19,17 @@ from topas.plots.captions import MEASURED_ON_ENV, measured_caption, place_captio
 # --- output ---------------------------------------------------------------------------------
 
 
+#: Where figures go when no folder is named: an interactive session's scratch folder (git-ignored).
+#: Only ``make reproduce`` / ``make figures`` (scripts/reproduce.py) name ``figures/``.
+SCRATCH_FIGURES = REPO_ROOT / "scratch" / "figures"
+
+
 def figures_dir(out_dir: str | os.PathLike | None = None) -> Path:
-    """Where figures and tables go: ``out_dir``, else ``$TOPAS_FIGURES``, else ``<repo>/figures``."""
+    """Where figures and tables go: ``out_dir``, else ``$TOPAS_FIGURES``, else
+    :data:`SCRATCH_FIGURES` (``<repo>/scratch/figures``: exploring never rewrites ``figures/``)."""
     if out_dir is None:
         env = os.environ.get("TOPAS_FIGURES")
-        out_dir = env if env else REPO_ROOT / "figures"
+        out_dir = env if env else SCRATCH_FIGURES
     return Path(out_dir)
 
 
