@@ -135,7 +135,7 @@ def test_key_changes_with_the_trace_content(tmp_path):
 @pytest.mark.parametrize(
     "kw, error, message",
     [
-        (dict(workload="no-such"), ExperimentError, "available traces: chain-3, dag-10-wide, dag-4"),
+        (dict(workload="no-such"), ExperimentError, "available traces: chain-2, chain-3, dag-10-wide, dag-4"),
         (dict(workload="missing/trace.json.gz"), FileNotFoundError, "missing/trace.json.gz"),
         (dict(policy="nope"), PolicyError, "valid policies"),
         (dict(params={"bogus": 1}), PolicyError, "valid parameters"),

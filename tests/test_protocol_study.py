@@ -4,6 +4,9 @@ own claim, the stopping rule that cannot change a capacity, and the per-run evid
 
 from __future__ import annotations
 
+import json
+import shutil
+
 import math
 from pathlib import Path
 
@@ -260,9 +263,15 @@ def test_evidence_is_cached_by_key_and_a_mismatched_row_is_named(tmp_path):
     assert (redone["test"] == TEST_VERSION).all() and (redone["jct_p_value"] >= 0).all()
     assert set(pd.read_csv(cache)["test"]) == {TEST_VERSION}
 
-    # the cached evidence stands in for the tasks tables (a pack ships summaries only)
+    # the cached evidence stands in for the tasks tables (a pack ships summaries only): the runs
+    # moved into a pack whose manifest keeps no table of theirs
+    pack = tmp_path / "pack"
+    shutil.copytree(store.root, pack)
     for e in exps:
-        (store.path(e) / "tasks.parquet").unlink()
+        for t in (pack / e.key()[:2] / e.key()).glob("*.parquet"):
+            t.unlink()
+    (pack / "manifest.json").write_text(json.dumps({"experiments": [{"key": e.key(), "tables": []} for e in exps]}))
+    store = ResultStore(tmp_path / "empty", packs=[pack])
     again = evidence_for(exps, store, cache)
     pd.testing.assert_frame_equal(again.reset_index(drop=True), first_ev.reset_index(drop=True), check_dtype=False)
 
@@ -307,7 +316,7 @@ def test_quick_runs_write_their_evidence_in_the_store_never_the_committed_cache(
     monkeypatch.setattr(ps, "capacity_grid_runs", lambda size, store, path, *a: seen.append(path) or pd.DataFrame())
     monkeypatch.setattr(ps, "convergence_rows", lambda size, store, path, *a: seen.append(path) or pd.DataFrame())
     for f in (ps.capacity_rows, ps.latency_rows, ps.overload_rows):
-        monkeypatch.setattr(ps, f.__name__, lambda runs: pd.DataFrame())
+        monkeypatch.setattr(ps, f.__name__, lambda runs, *a, **k: pd.DataFrame())
     ps.protocol_runs(["dag-4"], quick=True)
     ps.protocol_tables(quick=True)
     assert seen and all(p == ps.quick_evidence_path(None) for p in seen)

@@ -26,14 +26,15 @@ def available_traces() -> list[str]:
     """Names of the traces in ``data/traces/`` (``<name>.json.gz`` or ``<name>.json``), sorted.
 
     A trace name has no dot: the provenance files beside the traces (e.g.
-    ``metagpt_sop.runs.json``, the MetaGPT runs a trace was converted from) are not traces."""
+    ``metagpt_sop.runs.json``, the MetaGPT runs a trace was converted from) are not traces, nor is
+    ``schema.json`` (the format's JSON Schema)."""
     d = traces_dir()
     if not d.is_dir():
         return []
     names = set()
     for p in d.iterdir():
         for suf in _TRACE_SUFFIXES:
-            if p.is_file() and p.name.endswith(suf) and "." not in p.name[: -len(suf)]:
+            if p.is_file() and p.name.endswith(suf) and "." not in p.name[: -len(suf)] and p.name != "schema.json":
                 names.add(p.name[: -len(suf)])
     return sorted(names)
 
