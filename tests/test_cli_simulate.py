@@ -199,7 +199,7 @@ def test_policies_lists_every_policy_with_parameters(runner):
     assert r.exit_code == 0, r.stderr
     names = [line.split()[0] for line in r.output.splitlines() if line and not line.startswith(" ")]
     assert names == available_policies()
-    assert "    beta: float = 1.0" in r.output
+    assert "    beta: float = 4.0" in r.output
     assert "reuse: bool = False  (fixed by this ablation)" in r.output
     for name in available_policies():
         for p in param_names(name):

@@ -278,13 +278,15 @@ def test_routers_from_abstracts_and_summaries_run_dag4_clusters_to_completion_de
 #: flowguard and wasma when they arrived, sglang-cache-aware after its on_miss change): an
 #: optimisation of topas/cluster must leave every number as it was. A deliberate change of the
 #: model updates these (print ``pinned_digest(...)``) and says why in its commit. round-robin/FCFS
-#: moved with the engine's later free of a duplicate prefix copy (overlap scheduler, 2026-12-02).
+#: moved with the engine's later free of a duplicate prefix copy (overlap scheduler, 2026-12-02); the
+#: two with TOPAS inside with its plan = execution defaults (2026-12-06: with EARLIER_PLAN, beta 1 and
+#: recheck_on_insert off they are the earlier 6516ce7f15b86b16 and e73aa480a8bd30c6).
 PINNED = {
     ("round-robin", "fcfs"): "f73cb39eca13f7d7",
     ("least-load", "lpm"): "877f6d1954bb0315",
-    ("sglang-cache-aware", "topas"): "6516ce7f15b86b16",
+    ("sglang-cache-aware", "topas"): "da1f7b0d8c27fc5b",
     ("kairos", "fcfs"): "1abc70ebdf370ecd",
-    ("topas", "topas"): "e73aa480a8bd30c6",
+    ("topas", "topas"): "7ed9d4d0d68f85b0",
     ("power-of-two", "autellix-las"): "2ca2a9d99de404a4",
     ("autellix-locality", "fcfs"): "74b8743d0c2c2804",
     ("flowguard", "fcfs"): "13cdc9acb3417bcd",

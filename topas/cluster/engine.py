@@ -50,8 +50,11 @@ class ClusterEngine(Simulator):
     def __init__(self, index: int, cluster: Cluster, trace: Trace, policy: Policy, cost: CostModel,
                  config: EngineConfig | None = None, knowledge: Knowledge | None = None) -> None:
         # tasks arrive at the cluster, not here: the engine gets the trace's agents and no tasks
-        # (the cluster validates the whole trace once, against the smallest engine)
-        super().__init__(trace.head(0), policy, cost, config, knowledge)
+        # (the cluster validates the whole trace once, against the smallest engine; the engine
+        # checks its first task against its own budget, since a trace without tasks is refused)
+        super().__init__(trace.head(1), policy, cost, config, knowledge)
+        self.trace = trace.head(0)
+        self._arrivals = []
         if self.config.radix_cache and self.config.segment_cache and trace.has_segments:
             self._tree = self._new_tree()  # (the empty trace above has no segments to tell)
         self.index = index
