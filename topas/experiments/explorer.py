@@ -82,7 +82,7 @@ def inert_note(inert: list[str], probed: Mapping[str, tuple[float, float]], sett
     """A sentence naming the weights that did nothing (``probed``: each weight's range tried)."""
     if not inert:
         return f"At {setting}, every weight changes the runs."
-    ranges = "; ".join(f"{w} from {probed[w][0]:g} to {probed[w][1]:g}" for w in inert)
+    ranges = "; ".join(f"{w} from {_fmt(probed[w][0])} to {_fmt(probed[w][1])}" for w in inert)
     return (f"At {setting}, these weights change nothing (runs identical to the start): {ranges}. "
             "Their sliders only redraw the same curve here.")
 
@@ -105,3 +105,7 @@ def capacity_warnings(workload: str, load: float, policies: Iterable[str], table
         elif load > c:
             out.append(f"{policy}: load {load:g}x is above its certified capacity on {workload} ({c:g}x): overload")
     return out
+
+
+def _fmt(v) -> str:
+    return f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)

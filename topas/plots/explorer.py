@@ -40,10 +40,19 @@ def plot_jct_ecdf(tasks: Mapping[str, pd.DataFrame], title: str | None = None):
 H_AGE_CHOICES = (5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0, 90.0, 120.0, 180.0, 240.0, 360.0, 600.0, 1000.0)
 
 
-def slider_choices(default: float, choices: Iterable[float] = H_AGE_CHOICES) -> list[float]:
-    """The sorted values of a selection slider: ``choices`` plus ``default``, so the slider can
-    always show the parameter's own value (a log slider's grid snapped H_age=60 to 56.2)."""
-    return sorted({float(c) for c in choices} | {float(default)})
+def slider_choices(default, choices: Iterable = H_AGE_CHOICES) -> list:
+    """The values of a selection slider: ``choices`` plus ``default``, so the slider can always
+    show the parameter's own value (a log slider's grid snapped H_age=60 to 56.2); numbers sorted,
+    a switch's values (booleans, names) in the order given."""
+    choices = list(choices)
+    if all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in [*choices, default]):
+        return sorted({float(c) for c in choices} | {float(default)})
+    return choices if default in choices else [default, *choices]
+
+
+def fmt_value(v) -> str:
+    """A slider's value as printed: numbers in ``g`` format, a switch's value as it is."""
+    return f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,11 @@ TOPAS_SLIDERS: dict[str, Slider] = {
     "H_age": Slider(H_AGE_CHOICES, "H_age (aging horizon, s)"),
     "M": Slider((0, 2, 4, 6, 8, 10), "M (every subset up to M agents)"),
     "K": Slider((1, 2, 4, 8, 16, 32, 64, 128), "K (admissions per decision)"),
+    # the plan = execution switches (docs/method.md "The plan and the engine"): each other value
+    # is the earlier plan
+    "in_batch_guard": Slider((True, False), "in-batch guard (one request per uncached prefix)"),
+    "demand": Slider(("engine", "estimate"), "d_r: the engine's reservation / an estimate"),
+    "reuse_cost": Slider(("engine", "swap"), "V_reuse priced as the engine reloads / at swap speed"),
 }
 
 

@@ -9,7 +9,7 @@ from typing import Any, Mapping
 import matplotlib.pyplot as plt
 
 from topas.experiments import explorer as ex
-from topas.plots.explorer import TOPAS_SLIDERS, Slider, jct_xlim, plot_explorer, slider_choices
+from topas.plots.explorer import TOPAS_SLIDERS, Slider, fmt_value, jct_xlim, plot_explorer, slider_choices
 from topas.plots.style import policy_label, workload_label
 
 
@@ -50,7 +50,8 @@ class Explorer:
         """Run TOPAS at each weight's lowest and highest slider value (the others at the start)."""
         from tqdm.auto import tqdm
 
-        probed = {w: (min(s.choices), max(s.choices)) for w, s in self.sliders.items()}
+        probed = {w: (min(s.choices), max(s.choices)) if _numeric(s.choices) else (s.choices[0], s.choices[-1])
+                  for w, s in self.sliders.items()}
         runs: dict[str, list[ex.Run]] = {}
         bar = tqdm(total=2 * len(probed), desc="each weight's range", disable=not progress)
         for w, values in probed.items():
@@ -72,7 +73,7 @@ class Explorer:
         """The lines printed under the figure: the setting, the change per policy against the
         start, the term that decides, overload warnings and the weights that change nothing."""
         now = self.runs(topas, plus_H_age)
-        setting = ", ".join(f"{k}={v:g}" for k, v in topas.items()) + f"; TOPAS+ H_age={plus_H_age:g}"
+        setting = ", ".join(f"{k}={fmt_value(v)}" for k, v in topas.items()) + f"; TOPAS+ H_age={plus_H_age:g}"
         lines = [f"shown: {setting}"]
         lines += [ex.change_line(policy_label(p), now[p], self.reference[p]) for p in now]
         terms = now["topas"].terms
@@ -100,7 +101,7 @@ class Explorer:
 
         def update(_=None) -> None:
             topas = {w: c.value for w, c in controls.items()}
-            status.value = "<b>running…</b> " + ", ".join(f"{k}={v:g}" for k, v in topas.items())
+            status.value = "<b>running…</b> " + ", ".join(f"{k}={fmt_value(v)}" for k, v in topas.items())
             fig = self.figure(topas, plus.value)
             lines = self.report(topas, plus.value)
             with out:
@@ -114,3 +115,7 @@ class Explorer:
             c.observe(update, names="value")
         update()
         return W.VBox([*controls.values(), plus, status, out])
+
+
+def _numeric(values) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
