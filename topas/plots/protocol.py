@@ -36,7 +36,7 @@ def _workloads(df: pd.DataFrame) -> list[str]:
     return workload_order(df["workload"])
 
 
-def plot_capacity(capacity: pd.DataFrame, runs: pd.DataFrame, panel_width: float = 1.3):
+def plot_capacity(capacity: pd.DataFrame, runs: pd.DataFrame, panel_width: float | None = None):
     """One row: per workload (in-sample first, then held-out), per policy a marker at the capacity
     (stable at it and every lower grid load on every seed), a thick bar to the first rejected grid
     load (the bracket) and a thin whisker over the seeds' own capacities; a policy rejected at the
@@ -48,6 +48,8 @@ def plot_capacity(capacity: pd.DataFrame, runs: pd.DataFrame, panel_width: float
     workloads = [w for w in ordered if w in in_sample] + [w for w in ordered if w not in in_sample]
     policies = policy_order(capacity["policy"])
     top = float(runs["load"].max())
+    if panel_width is None:  # room for each policy's bar and its rotated "<load" label
+        panel_width = max(1.3, 0.22 * len(policies))
     fig, ax = plt.subplots(figsize=(max(6.0, panel_width * len(workloads) + 1.5), 3.6), layout="constrained")
     width = 0.8 / max(len(policies), 1)
     for k, p in enumerate(policies):
