@@ -209,14 +209,14 @@ def test_a_stale_number_on_a_docs_page_is_caught():
     paragraph introduces, and a number that another table holds but the paragraph does not cite."""
     analysis = (DOCS / "analysis.md").read_text()
     # the TOPAS capacity on DAG-4, in the inline table under "Capacity decides most of the verdict"
-    assert "| DAG-4 | 1.000 | 1.625 |" in analysis
-    doctored = analysis.replace("| DAG-4 | 1.000 | 1.625 |", "| DAG-4 | 1.000 | 1.635 |")
+    assert "| DAG-4 | 1.250 | 1.625 |" in analysis
+    doctored = analysis.replace("| DAG-4 | 1.250 | 1.625 |", "| DAG-4 | 1.250 | 1.635 |")
     assert [b.split()[0] for b in numbers_not_in_the_cited_file(doctored)] == ["1.635"]
     # a prose number in a paragraph that cites figures/headroom_table.md
     assert "13.1-23.7% below" in analysis
     doctored = analysis.replace("13.1-23.7% below", "13.1-23.9% below")
     assert [b.split()[0] for b in numbers_not_in_the_cited_file(doctored)] == ["23.9"]
-    # 461.5 is TOPAS+'s loss on Chain-3 in figures/topas_plus_table.md, a table this paragraph does not cite
+    # 461.5: a number figures/headroom_table.md does not hold, in a paragraph that cites that table
     doctored = analysis.replace("13.1-23.7% below", "13.1-461.5% below")
     assert any(b.startswith("461.5 (cites figures/headroom_table.md") for b in numbers_not_in_the_cited_file(doctored))
     # a wall time figures/cluster_scaling_table.csv does not hold (it changes with every run)
