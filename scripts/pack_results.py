@@ -8,7 +8,7 @@ and a missing result fails, naming it), with its ``meta.json`` (spec, summary, p
 its per-task table; the per-request table of every experiment with arrival seed 0 and the
 default knowledge settings on the default engine, so every configuration of the figures' grids
 ships per-request detail for one seed (the other seeds are replicas with other arrival draws;
-the MetaGPT and DAG-10-Wide runs are left out of this, :data:`NO_REQUEST_DETAIL`: ~4,000 and ~10,000 requests a run; the MetaGPT ones'
+the MetaGPT and synthetic-workload runs are left out of this (:data:`NO_REQUEST_DETAIL`; the pack's 50 MB; runs a notebook loads in full keep every table); the MetaGPT ones'
 per-request tables were 14 MB of the 50, and the protocol's ~1,600 summaries needed the room;
 notebook 14's degraded-knowledge variants and the engine variants, such as notebook 11's legacy
 model, the host tier and the cache study's prefixes-only cache, ship their tasks only, and so do
@@ -79,7 +79,7 @@ DEFAULT_ENGINE_MODEL = "stock"
 
 
 #: Workload-name prefixes whose runs ship no per-request table unless a notebook loads them in full.
-NO_REQUEST_DETAIL = ("metagpt-", "dag-10-wide")
+NO_REQUEST_DETAIL = ("metagpt-", "dag-10-wide", "dag-4", "chain-")
 
 
 def shipped_tables(experiment: dict, loaded: bool, summary_only: bool = False, tasks_only: bool = False) -> list[str]:
