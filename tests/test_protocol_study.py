@@ -69,7 +69,10 @@ def test_full_size_uses_five_evaluation_seeds_and_holds_out_workloads_no_selecti
     assert FULL.seeds == tuple(EVALUATION_SEEDS[:FULL.n_seeds])
     assert not set(FULL.seeds) & set(TUNING_SEEDS)
     assert not set(IN_SAMPLE) & set(HELD_OUT)
-    assert set(FULL.workloads) == set(IN_SAMPLE) | set(HELD_OUT)
+    # the shipped grid: the in-sample workloads and the MetaGPT traces (the random workflows were cut
+    # from it for time; docs/protocol.md), every one of them in-sample or held out
+    assert set(FULL.workloads) == set(IN_SAMPLE) | {"metagpt-sop", "metagpt-tl"}
+    assert set(FULL.workloads) <= set(IN_SAMPLE) | set(HELD_OUT)
     assert {f"random-dag-{s}" for s in HELD_OUT_WORKFLOW_SEEDS} <= set(HELD_OUT)
     assert {"metagpt-sop", "metagpt-tl"} <= set(HELD_OUT)
     assert list(FULL.loads) == sorted(FULL.loads) and FULL.loads[0] < 1.0 < FULL.loads[-1]
@@ -298,7 +301,7 @@ def test_grid_bound_holds_every_run_the_protocol_made():
     ev = pd.read_csv(ps.default_evidence_path(None))
     ev = ev[(ev["test"] == ps.TEST_VERSION) & ev["policy"].isin(ps.FULL.policies)
             & ((ev["workload"].map(ps.FULL.n_tasks) == ev["n_tasks"]) | (ev["workload"] == ps.FULL.convergence_workload))]
-    assert len(ev) > 1500
+    assert len(ev) > 1000
     assert set(ev["key"]) <= keys
     assert len(keys) > len(set(ev["key"]))
 

@@ -55,6 +55,9 @@ def packed(tmp_path, monkeypatch):
                    f"summary {exps[3].key()}\nsweep {exps[4].key()}\nsummary {exps[0].key()}\n")
     mod = load_pack_script()
     monkeypatch.setattr(mod, "ResultStore", lambda: ResultStore(work))
+    # the rule under test (seed 0 ships its per-request table), for a workload the shipped pack
+    # keeps that detail for (it leaves the synthetic ones out for size)
+    monkeypatch.setattr(mod, "NO_REQUEST_DETAIL", ("metagpt-",))
     dest = tmp_path / "data" / "results" / "sim"
     dest.mkdir(parents=True)
     manifest = mod.build_pack(*mod.read_log(log), "sim", dest, allow_dirty=True)  # a dev tree may be dirty
@@ -189,7 +192,7 @@ def test_committed_pack_holds_every_protocol_run(manifest):
     reached = v[[load <= first_fail.get((w, p), float("inf")) + 1e-9
                  for w, p, load in zip(v["workload"], v["policy"], v["load"])]]
     runs = pd.concat([reached, conv])
-    assert len(runs) > 1500
+    assert len(runs) > 1000
     missing = [f"{r.workload}/{r.policy}@{r.load}x seed {r.seed}" for r in runs.itertuples() if r.key not in keys]
     assert not missing, f"{len(missing)} protocol runs not shipped, e.g. {missing[:3]}"
 
