@@ -51,7 +51,7 @@ lock: $(STAMP) $(LAB_STAMP)  ## re-pin requirements-lock.txt from .venv (after c
 # The suite runs on every core (pytest-xdist; TEST_JOBS=1 runs it in one process, e.g. to debug).
 TEST_JOBS ?= auto
 test: $(STAMP)  ## run the test suite on every core (pytest; ARGS="-x -q", or ARGS="-m 'not slow'" to skip the slow ones; TEST_JOBS=1)
-	$(VPY) -m pytest $(if $(filter 1,$(TEST_JOBS)),,-n $(TEST_JOBS)) $(ARGS)
+	$(VPY) -m pytest $(if $(filter 1,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist worksteal) $(ARGS)
 
 # The SGLang CPU integration test: builds (or reuses) the lean SGLang env in .venvs/sglang-cpu,
 # starts a real SGLang server (tiny dummy-weight model, the topas plugin) on 127.0.0.1 and

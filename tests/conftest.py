@@ -188,3 +188,9 @@ class LocalHTTPServer:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+def pytest_collection_modifyitems(config, items):
+    """The slow tests first (stable otherwise): under pytest-xdist's work stealing the long ones
+    then start while the short ones fill the gaps, so no worker ends on a minute-long notebook."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

@@ -119,11 +119,9 @@ def test_a_pack_ships_per_request_detail_for_seed_0_of_the_default_engine_and_kn
         assert ship({**stock, **variant}, loaded=False) == ["tasks"], variant
     assert ship({**stock, "engine_model": "legacy"}, loaded=True) == list(pack_script().TABLES)
     assert ship(stock, loaded=False, summary_only=True) == []
-    # the MetaGPT runs (~4,000 requests each) keep their per-request tables only when loaded
+    # the MetaGPT and synthetic-workload runs keep their per-request tables only when loaded
     assert ship({**stock, "workload": "metagpt-tl"}, loaded=False) == ["tasks"]
+    assert ship({**stock, "workload": "dag-4"}, loaded=False) == ["tasks"]
     assert ship({**stock, "workload": "metagpt-sop"}, loaded=True) == list(pack_script().TABLES)
-    assert ship({**stock, "workload": "dag-4"}, loaded=False) == ["tasks", "requests"]
-    # the MetaGPT runs (~4,000 requests each) keep their per-request tables only when loaded
-    assert ship({**stock, "workload": "metagpt-tl"}, loaded=False) == ["tasks"]
-    assert ship({**stock, "workload": "metagpt-sop"}, loaded=True) == list(pack_script().TABLES)
-    assert ship({**stock, "workload": "dag-4"}, loaded=False) == ["tasks", "requests"]
+    # the held-out random workflows keep seed 0's
+    assert ship({**stock, "workload": "random-dag-1000"}, loaded=False) == ["tasks", "requests"]

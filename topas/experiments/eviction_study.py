@@ -50,7 +50,7 @@ from topas.experiments.spec import Experiment
 
 __all__ = ["ADMISSIONS", "BASELINE_ADMISSIONS", "BOUND", "EVICTIONS", "EvictionSize", "FULL", "GAP_COLUMNS",
            "HOST_TIERS", "LOAD", "MATTERS_COLUMNS", "QUICK", "RUN_COLUMNS", "SEED_COLUMNS", "VERDICT_COLUMNS", "WORKLOADS",
-           "build_tables", "eviction_size", "eviction_study_grid", "eviction_study_tables"]
+           "build_tables", "eviction_size", "study_workloads", "eviction_study_grid", "eviction_study_tables"]
 
 #: the protocol's workloads: the synthetic ones TOPAS-both's (and TOPAS+'s) selection saw, then the
 #: held-out MetaGPT workflows and random DAGs (:data:`topas.experiments.protocol_study.HELD_OUT`)
@@ -85,15 +85,18 @@ class EvictionSize:
     host_n_seeds: int
     host_admissions: tuple[str, ...]
     admissions: tuple[str, ...] | None = None
+    #: the workloads it runs on (None: every one of :data:`WORKLOADS`)
+    workloads: tuple[str, ...] | None = None
 
 
 #: the protocol's 5 evaluation seeds on its nine workloads, 100 tasks per run (short, for
 #: ``make reproduce``'s budget): 1,665 runs; the host-tier half leaves out FCFS, SPF and TOPAS
 FULL = EvictionSize(n_tasks=100, n_seeds=5, host_n_tasks=100, host_n_seeds=5,
                     host_admissions=("lpm", "topas-plus", "topas-both"))
-#: a check that the notebook runs (``make test``), not a result: a baseline and our two, 160 runs
+#: a check that the notebook runs (``make test``), not a result: a baseline and our two on the
+#: in-sample workloads and one held-out random DAG (the MetaGPT runs are most of the time), 64 runs
 QUICK = EvictionSize(n_tasks=40, n_seeds=2, host_n_tasks=40, host_n_seeds=2, host_admissions=("lpm",),
-                     admissions=("lpm", "topas-plus", "topas-both"))
+                     admissions=("lpm", "topas-plus", "topas-both"), workloads=IN_SAMPLE + ("random-dag-1000",))
 
 RUN_COLUMNS = ("workload", "host_tier", "admission", "eviction", "bound", "load", "seeds", "tasks", "cached_pct",
                "uncached_tokens", "jct_mean", "jct_p99", "stable", "growing_seeds", "growing")
@@ -109,6 +112,11 @@ VERDICT_COLUMNS = ("workload", "sample", "host_tier", "selection", "candidate", 
 
 def eviction_size(quick: bool) -> EvictionSize:
     return QUICK if quick else FULL
+
+
+def study_workloads(quick: bool) -> tuple[str, ...]:
+    """The workloads the study runs on at this size."""
+    return eviction_size(quick).workloads or WORKLOADS
 
 
 def _admissions(host: str, size: EvictionSize) -> tuple[str, ...]:
@@ -138,13 +146,15 @@ def _cells(workloads: Iterable[str], size: EvictionSize, evictions: tuple[str, .
                     yield (w, host, a, e), {s: _cell(w, a, e, host, s, size) for s in _seeds(host, size)}
 
 
-def eviction_study_grid(workloads: tuple[str, ...] = WORKLOADS, quick: bool = False,
+def eviction_study_grid(workloads: tuple[str, ...] | None = None, quick: bool = False,
                         evictions: tuple[str, ...] = EVICTIONS) -> list[Experiment]:
-    """Every run of the study: workload x host tier x admission x eviction x evaluation seed."""
+    """Every run of the study: workload (default :func:`study_workloads`) x host tier x admission x
+    eviction x evaluation seed."""
+    workloads = study_workloads(quick) if workloads is None else workloads
     return [e for _, by_seed in _cells(workloads, eviction_size(quick), evictions) for e in by_seed.values()]
 
 
-def eviction_study_tables(workloads: tuple[str, ...] = WORKLOADS, quick: bool = False, store: Any = None,
+def eviction_study_tables(workloads: tuple[str, ...] | None = None, quick: bool = False, store: Any = None,
                           progress: bool = False, evictions: tuple[str, ...] = EVICTIONS
                           ) -> dict[str, pd.DataFrame]:
     """Run (or read) the study; the tables of :func:`build_tables`."""
@@ -152,6 +162,7 @@ def eviction_study_tables(workloads: tuple[str, ...] = WORKLOADS, quick: bool = 
 
     store = store if isinstance(store, ResultStore) else ResultStore(store)
     size = eviction_size(quick)
+    workloads = study_workloads(quick) if workloads is None else workloads
     cells = dict(_cells(workloads, size, evictions))
     run_sweep([e for by_seed in cells.values() for e in by_seed.values()], store, progress=progress,
               desc="eviction study")
