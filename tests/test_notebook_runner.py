@@ -93,6 +93,26 @@ def test_several_at_once_run_every_notebook_and_return_them_in_reading_order(tmp
     assert sorted(p.name for p in marks.iterdir()) == ["1", "2", "3"]
 
 
+def test_each_kernel_runs_in_its_notebooks_folder_and_the_callers_directory_never_moves(tmp_path):
+    """Threads share one working directory: a runner that changed it per notebook (papermill's
+    ``cwd``) could leave it changed when two notebooks end together, failing the caller's relative
+    paths later."""
+    import os
+
+    here = os.getcwd()
+    folders = [tmp_path / name for name in ("a", "b", "c")]
+    nbs = []
+    for i, d in enumerate(folders):
+        d.mkdir()
+        nbs.append(_nb(d / f"0{i + 1}_n.ipynb", f"import os, pathlib, time\ntime.sleep({0.3 * (i % 2)})\n"
+                       f"pathlib.Path(out).joinpath('{i}').write_text(os.getcwd())"))
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    execute_notebooks({"out": str(marks)}, nbs, tmp_path / "executed", progress=False, jobs=2)
+    assert os.getcwd() == here
+    assert [(marks / str(i)).read_text() for i in range(3)] == [str(d) for d in folders]
+
+
 def test_several_at_once_a_failure_starts_no_other_and_names_the_first_in_reading_order(tmp_path):
     """Two at a time: 01 fails at once while 02 runs on; 02 finishes, 03 never starts."""
     bad = _nb(tmp_path / "01_bad.ipynb", "raise ValueError('no results for dag-4')")

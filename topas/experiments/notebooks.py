@@ -143,9 +143,11 @@ def _execute_one(nb: Path, parameters: Mapping[str, Any], executed_dir: Path) ->
     tmp = executed_dir / f".{nb.stem}.running.ipynb"
     failed = executed_dir / f"{nb.stem}.failed.ipynb"
     try:
+        # the kernel starts in the notebook's folder (nbclient's ``resources``), not through
+        # papermill's ``cwd``: that changes this process's directory, which threads would race on
         pm.execute_notebook(
             str(nb), str(tmp), parameters=dict(parameters), kernel_name=KERNEL,
-            cwd=str(nb.parent), progress_bar=False, extra_arguments=KERNEL_ARGS,
+            resources={"metadata": {"path": str(nb.parent)}}, progress_bar=False, extra_arguments=KERNEL_ARGS,
         )
     except PapermillExecutionError as e:
         if tmp.is_file():
