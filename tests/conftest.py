@@ -23,7 +23,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Mapping
 
 import pytest
+from click.testing import CliRunner
 
+from topas.cli import main as cli_main
 from topas.engine.cost import CostModel
 from topas.workload.model import Agent, Stage, Task, Trace
 
@@ -194,3 +196,40 @@ def pytest_collection_modifyitems(config, items):
     """The slow tests first (stable otherwise): under pytest-xdist's work stealing the long ones
     then start while the short ones fill the gaps, so no worker ends on a minute-long notebook."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def make_runner() -> CliRunner:
+    """A runner of the ``topas`` command line that keeps stderr apart from stdout (click 8.1 mixes
+    them unless told not to; 8.2+ always keeps them apart)."""
+    try:
+        return CliRunner(mix_stderr=False)
+    except TypeError:
+        return CliRunner()
+
+
+@pytest.fixture
+def runner() -> CliRunner:
+    """:func:`make_runner`'s runner, one per test."""
+    return make_runner()
+
+
+def run_cli(runner: CliRunner, *args):
+    """``topas ARGS...`` in this process (each argument as a string)."""
+    return runner.invoke(cli_main, [str(a) for a in args])
+
+
+@pytest.fixture
+def counted(monkeypatch) -> list[str]:
+    """The keys of the experiments run in this process from now on, in order (sweeps with
+    ``jobs=1`` run here)."""
+    import topas.experiments.store as store_mod
+
+    runs: list[str] = []
+    real = store_mod.run_experiment
+
+    def counting(e):
+        runs.append(e.key())
+        return real(e)
+
+    monkeypatch.setattr(store_mod, "run_experiment", counting)
+    return runs

@@ -6,22 +6,12 @@ import json
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
 
-from topas.cli import main
+from conftest import run_cli as run
 from topas.policies import available_policies, param_names
 
 
-@pytest.fixture
-def runner():
-    try:  # click 8.1 mixes stderr into stdout unless told not to; 8.2+ keeps them apart always
-        return CliRunner(mix_stderr=False)
-    except TypeError:
-        return CliRunner()
 
-
-def run(runner, *args):
-    return runner.invoke(main, [str(a) for a in args])
 
 
 def tiny_trace(tmp_path, name="tiny.json", **overrides):

@@ -6,10 +6,9 @@ import json
 import re
 
 import pytest
-from click.testing import CliRunner
 
 from topas import __version__
-from topas.cli import main
+from conftest import run_cli as run
 from topas.paths import REPO_ROOT
 
 TRACES = REPO_ROOT / "data" / "traces"
@@ -37,12 +36,6 @@ def good() -> dict:
     }
 
 
-@pytest.fixture
-def runner():
-    try:  # click 8.1 mixes stderr into stdout unless told not to; 8.2+ keeps them apart always
-        return CliRunner(mix_stderr=False)
-    except TypeError:
-        return CliRunner()
 
 
 def write(tmp_path, d, name="x.json"):
@@ -50,9 +43,6 @@ def write(tmp_path, d, name="x.json"):
     p.write_text(json.dumps(d))
     return p
 
-
-def run(runner, *args):
-    return runner.invoke(main, [str(a) for a in args])
 
 
 def test_version(runner):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from click.testing import CliRunner
 
 from topas.cli import main
 from topas.cluster import ClusterResult
@@ -70,12 +69,6 @@ def test_a_cluster_experiment_runs_and_one_engine_behind_a_router_is_the_single_
     assert again.deterministic_summary() == two.deterministic_summary()
 
 
-@pytest.fixture
-def runner():
-    try:
-        return CliRunner(mix_stderr=False)
-    except TypeError:
-        return CliRunner()
 
 
 def test_routers_lists_every_router_with_its_parameters(runner):

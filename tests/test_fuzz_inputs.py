@@ -11,10 +11,10 @@ import signal
 from contextlib import contextmanager
 
 import pytest
-from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import make_runner
 from topas.cli import main
 from topas.policies import param_names
 from topas.workload.validate import TraceError, validate_dict
@@ -113,10 +113,7 @@ def param_args(draw) -> list[str]:
 
 @pytest.fixture(scope="module")
 def runner():
-    try:
-        return CliRunner(mix_stderr=False)
-    except TypeError:
-        return CliRunner()
+    return make_runner()  # one for the module: hypothesis runs many examples per test
 
 
 def check_outcome(r) -> None:

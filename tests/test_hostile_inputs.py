@@ -9,21 +9,11 @@ import json
 import zlib
 
 import pytest
-from click.testing import CliRunner
 
-from topas.cli import main
-
-
-@pytest.fixture
-def runner():
-    try:  # click 8.1 mixes stderr into stdout unless told not to; 8.2+ keeps them apart always
-        return CliRunner(mix_stderr=False)
-    except TypeError:
-        return CliRunner()
+from conftest import run_cli as run
 
 
-def run(runner, *args):
-    return runner.invoke(main, [str(a) for a in args])
+
 
 
 def doc(**top) -> dict:

@@ -29,20 +29,6 @@ def _det(table: pd.DataFrame) -> pd.DataFrame:
     return table.drop(columns=["wall_s"]) if "wall_s" in table.columns else table
 
 
-@pytest.fixture
-def counted(monkeypatch):
-    """Count the experiments run in this process (jobs=1 sweeps run here)."""
-    runs: list[str] = []
-    real = store_mod.run_experiment
-
-    def counting(e):
-        runs.append(e.key())
-        return real(e)
-
-    monkeypatch.setattr(store_mod, "run_experiment", counting)
-    return runs
-
-
 def test_put_has_load_round_trip(tmp_path):
     s = ResultStore(tmp_path)
     e = exp(policy="topas", params={"beta": 0.5})  # decisions carry info_ columns

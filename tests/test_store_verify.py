@@ -13,7 +13,6 @@ import warnings
 
 import pytest
 
-import topas.experiments.store as store_mod
 from topas.experiments import Experiment
 from topas.experiments.store import TABLES, DamagedResultWarning, ResultStore, TrimmedResult, run_sweep
 from topas.paths import REPO_ROOT
@@ -26,20 +25,12 @@ def exp(seed: int = 0) -> Experiment:
 
 
 @pytest.fixture
-def stored(tmp_path, monkeypatch):
+def stored(tmp_path, counted):
     """A store holding seeds 0 and 1, and a counter of the runs a sweep makes."""
-    runs: list[str] = []
-    real = store_mod.run_experiment
-
-    def counting(e):
-        runs.append(e.key())
-        return real(e)
-
-    monkeypatch.setattr(store_mod, "run_experiment", counting)
     s = ResultStore(tmp_path / "store")
     run_sweep([exp(0), exp(1)], s, jobs=1, progress=False)
-    runs.clear()
-    return s, runs
+    counted.clear()
+    return s, counted
 
 
 def test_every_new_result_records_the_checksums_of_its_tables(stored):
