@@ -19,7 +19,9 @@ from topas.paths import REPO_ROOT
 
 psutil = pytest.importorskip("psutil")
 
-N = 8
+#: runs of 1.5 s each on 2 workers: ~9 s in all, so a loaded machine still signals the sweep while
+#: most of it is left (it is signalled when the first result is stored)
+N = 12
 SWEEP = textwrap.dedent(
     f"""
     import sys, time
@@ -28,7 +30,7 @@ SWEEP = textwrap.dedent(
 
     real = st.run_experiment
     def slow(e):
-        time.sleep(0.5)
+        time.sleep(1.5)
         return real(e)
     st.run_experiment = slow  # the workers are forked: they run it too
     exps = [Experiment("chain-3", "fcfs", load=1.0, seed=s, n_tasks=4) for s in range({N})]

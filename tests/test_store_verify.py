@@ -140,3 +140,26 @@ def test_check_results_verify_names_each_damaged_result(stored):
     assert "Traceback" not in r.stderr
     assert f"{exp(0).key()}: meta.json is not valid JSON" in r.stdout
     assert f"{exp(1).key()}: requests.parquet does not match its recorded sha256" in r.stdout
+
+
+def test_a_dead_writers_temp_folder_goes_with_the_next_write_even_while_it_is_an_unreaped_zombie(tmp_path):
+    """A killed sweep's workers may linger as zombies (exited, never reaped: their new parent in a
+    container need not reap them); they hold nothing, so their temp folders are removed."""
+    import time
+
+    from topas.experiments.store import _alive
+
+    pid = os.fork()
+    if pid == 0:  # the child exits at once; the parent does not wait for it yet: a zombie
+        os._exit(0)
+    try:
+        deadline = time.monotonic() + 5
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not _alive(pid)
+        s = ResultStore(tmp_path / "store")
+        (s.root / f".tmp-{'0' * 64}-{pid}").mkdir(parents=True)
+        (s.root / f".tmp-{'1' * 64}-{os.getpid()}").mkdir()  # this process's: a live writer
+        assert [p.name for p in s.clean_tmp()] == [f".tmp-{'0' * 64}-{pid}"]
+    finally:
+        os.waitpid(pid, 0)

@@ -467,6 +467,8 @@ def experiment_of(meta: dict[str, Any]) -> Experiment:
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` is running: a zombie (exited, not yet reaped: a killed sweep's
+    worker whose new parent does not reap it, as in some containers) is not."""
     if pid == os.getpid():
         return True
     try:
@@ -475,7 +477,17 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    return not _zombie(pid)
+
+
+def _zombie(pid: int) -> bool:
+    """``pid``'s state is Z in ``/proc/<pid>/stat`` (False where there is no /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:][:1] == b"Z"  # the state follows the command name's ")"
 
 
 def _json_default(o: Any) -> Any:
