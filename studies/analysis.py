@@ -5,7 +5,8 @@ Every function takes stored results (:class:`~topas.engine.metrics.SimResult` or
 rows of :func:`topas.experiments.run_sweep`) and returns plain numbers or a DataFrame, so the
 notebooks only wire them together::
 
-    from topas.experiments import analysis, grid, run_sweep
+    from studies import analysis, grid
+    from topas.experiments import run_sweep
     summaries = run_sweep(grid.jct_vs_load(quick=True))
     table = analysis.engine_model_table(summaries)
 

@@ -5,10 +5,10 @@ Every study, script and notebook takes its sets from here, so adding a baseline 
 one line. Two baseline sets, for two kinds of verdict:
 
 * :data:`PAPER_BASELINES`, the paper's five (FCFS, LPM, SPF, Parrot-FCFS, Autellix-LAS): the
-  figures in the paper's setup compare TOPAS with the best of these. That is the synthetic
-  results table of ``make reproduce`` (``figures/results_synthetic.md``), the ablations, overhead,
-  mechanism, sensitivity, engine-model and robustness figures (notebooks 04-07, 11, 14), notebook
-  12's capacities, operating points, headroom and space of readings, and ``topas capacity``.
+  figures in the paper's setup compare TOPAS with the best of these: the synthetic results table
+  of ``make reproduce`` (``figures/results_synthetic.md``), the ablations (notebook 04), the
+  engine-model and robustness tables (notebooks 11, 14), notebook 12's capacities, operating
+  points, headroom and space of readings, and ``topas capacity``.
 * :data:`PROTOCOL_BASELINES`, FCFS, LPM, SPF and k-LPM as SGLang runs them (stock), and
   :data:`GUARDED_BASELINES`, the same four with the in-batch guard that TOPAS's plans follow
   (``topas.policies.guarded``): the protocol's verdicts (notebook 16, the README's "What we find",

@@ -1,8 +1,8 @@
 """When does the paper's claim hold? Notebook 12's tables (issue 13).
 
 Every function here turns stored results into one table; the notebook runs the grids
-(:func:`studies.grid.operating_grid`, :func:`~studies.grid.reading_grid`,
-:func:`~studies.grid.ablation_grid`) and hands the summaries over. Conventions:
+(:func:`studies.claims.grid.operating_grid`, :func:`~studies.claims.grid.reading_grid`,
+:func:`~studies.claims.grid.ablation_grid`) and hands the summaries over. Conventions:
 
 * ``fraction``: the load as a fraction of the best baseline's capacity on that workload
   (:func:`topas.experiments.capacity.operating_points`); ``regime`` is ``below`` (a stable point

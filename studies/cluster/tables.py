@@ -1,7 +1,7 @@
 """Several engines behind a router: notebook 13's tables (issue 15).
 
-The notebook runs :func:`studies.grid.cluster_grid` and
-:func:`~studies.grid.cluster_scaling_grid` and hands their summaries (one row per
+The notebook runs :func:`studies.cluster.grid.cluster_grid` and
+:func:`~studies.cluster.grid.cluster_scaling_grid` and hands their summaries (one row per
 experiment, in the grid's order) to the functions here. Conventions:
 
 * ``load / engine``: the experiment's load divided by its number of engines (each engine is
