@@ -12,6 +12,8 @@ import csv
 import math
 from pathlib import Path
 
+from topas.sets import CANDIDATES
+
 #: (table in figures/, section title, caption). The order is the order of docs/results.md.
 SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("paper_vs_ours.md", "The paper's numbers next to ours",
@@ -165,6 +167,22 @@ def _csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
+def _verdict_cells(workload: str, caps: list[dict], lat: list[dict]) -> list[str]:
+    """A README verdict row's cells up to the paper's: the workload, its sample, the best baseline's
+    capacity, then each candidate's (:data:`topas.sets.CANDIDATES`) capacity and latency verdict."""
+    by = {r["policy"]: r for r in caps if r["workload"] == workload}
+    any_row = next(iter(by.values()))
+    base = any_row["best_baseline"]
+    cells = [workload, any_row["sample"], f"{base} {_capacity_cell(by[base])}" if base in by else "none"]
+    for cand in CANDIDATES:
+        r = by.get(cand)
+        cells.append(f"{_capacity_cell(r)} ({r['capacity_verdict']})" if r else "not run")
+    for cand in CANDIDATES:
+        cells.append(_latency_cell([r for r in lat if r["workload"] == workload and r["candidate"] == cand])
+                     if cand in by else "not run")
+    return cells
+
+
 def findings_table(figures: Path) -> str:
     """The README's "what we find" table, from the protocol's tables (notebook 16):
     ``capacity_table.csv`` (capacity per policy with its grid bracket) and ``verdict_table.csv``
@@ -181,16 +199,7 @@ def findings_table(figures: Path) -> str:
              "| TOPAS+ vs best baseline | paper: TOPAS mean JCT vs best baseline |",
              "|---|---|---|---|---|---|---|---|"]
     for w in workloads:
-        by = {r["policy"]: r for r in caps if r["workload"] == w}
-        any_row = next(iter(by.values()))
-        base = any_row["best_baseline"]
-        cells = [w, any_row["sample"], f"{base} {_capacity_cell(by[base])}" if base in by else "none"]
-        for cand in ("topas", "topas-plus"):
-            r = by.get(cand)
-            cells.append(f"{_capacity_cell(r)} ({r['capacity_verdict']})" if r else "not run")
-        for cand in ("topas", "topas-plus"):
-            cells.append(_latency_cell([r for r in lat if r["workload"] == w and r["candidate"] == cand])
-                         if cand in by else "not run")
+        cells = _verdict_cells(w, caps, lat)
         cells.append(f"{paper[w]} (paper)" if w in paper else "not in the paper")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -205,16 +214,7 @@ def guarded_table(figures: Path) -> str:
     lines = ["| workload | sample | capacity: best guarded baseline | TOPAS | TOPAS+ | mean JCT, TOPAS vs best "
              "guarded baseline | TOPAS+ vs best guarded baseline |", "|---|---|---|---|---|---|---|"]
     for w in workloads:
-        by = {r["policy"]: r for r in caps if r["workload"] == w}
-        any_row = next(iter(by.values()))
-        base = any_row["best_baseline"]
-        cells = [w, any_row["sample"], f"{base} {_capacity_cell(by[base])}" if base in by else "none"]
-        for cand in ("topas", "topas-plus"):
-            r = by.get(cand)
-            cells.append(f"{_capacity_cell(r)} ({r['capacity_verdict']})" if r else "not run")
-        for cand in ("topas", "topas-plus"):
-            cells.append(_latency_cell([r for r in lat if r["workload"] == w and r["candidate"] == cand])
-                         if cand in by else "not run")
+        cells = _verdict_cells(w, caps, lat)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
