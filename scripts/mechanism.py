@@ -21,10 +21,11 @@ import sys
 import pandas as pd
 
 from topas.experiments import Experiment, run_experiment
-from topas.experiments.analysis import mechanism_row, prefix_share  # noqa: F401  (the library's)
+from studies.analysis import mechanism_row, prefix_share  # noqa: F401  (the library's)
 from topas.policies import parse_param_strings
+from topas.sets import PAPER_POLICIES
 
-DEFAULT_POLICIES = ("fcfs", "lpm", "spf", "parrot-fcfs", "autellix-las", "topas", "topas-base")
+DEFAULT_POLICIES = PAPER_POLICIES + ("topas-base",)
 
 
 def kv_budget(exp: Experiment) -> int:

@@ -35,7 +35,7 @@ experiment, ``--allow-dirty`` packs anyway and says so in the manifest (``allow_
 ``tree_dirty``, ``dirty_entries``).
 
 Measured results (``--engine sglang``) are packed from what the store holds of the chosen grid
-(``--grid full|quick|gpu-afternoon``, :func:`topas.experiments.grid.named_grid`), without running
+(``--grid full|quick|gpu-afternoon``, :func:`studies.grid.named_grid`), without running
 the notebooks and without a server (the keys use the server identity the stored replays record):
 a GPU box that ran part of a grid ships that part; the manifest says how much of the grid it is.
 
@@ -98,9 +98,9 @@ def shipped_tables(experiment: dict, loaded: bool, summary_only: bool = False, t
 
 
 def eviction_study_keys() -> frozenset[str]:
-    """The keys of notebook 15's grid (:func:`topas.experiments.eviction_study.eviction_study_grid`):
+    """The keys of notebook 15's grid (:func:`studies.eviction.study.eviction_study_grid`):
     shipped with their tasks only."""
-    from topas.experiments.eviction_study import eviction_study_grid
+    from studies.eviction.study import eviction_study_grid
 
     return frozenset(e.key() for e in eviction_study_grid())
 
@@ -130,8 +130,8 @@ def read_log(path: Path) -> tuple[list[str], set[str], set[str]]:
 
 def record_notebook_log(log: Path, engine: str) -> None:
     """Execute every notebook on the full grid in store-only mode, logging the store's use."""
-    from topas.experiments.grid import ENGINE_ENV
-    from topas.experiments.notebooks import execute_notebooks
+    from studies.grid import ENGINE_ENV
+    from pipeline.notebooks import execute_notebooks
 
     os.environ[ENGINE_ENV] = engine  # the grids name this engine's experiments
     os.environ[STORE_LOG_ENV] = str(log)
@@ -144,7 +144,7 @@ def record_notebook_log(log: Path, engine: str) -> None:
 def measured_keys(grid: str) -> tuple[list[str], set[str], int]:
     """The stored replays of a named grid (keys, those to ship in full: none, and the grid's size);
     exits with one line when the store holds none of them."""
-    from topas.experiments.grid import named_grid
+    from studies.grid import named_grid
     from topas.sglang.server import ServerError, stored_identity
     from topas.sglang.urls import SGLANG_IDENTITY_ENV, SGLANG_URL_ENV
 

@@ -51,11 +51,12 @@ from topas.engine.simulator import simulate
 from topas.experiments.protocol.seeds import TUNING_SEEDS, first
 from topas.paths import data_dir, traces_dir
 from topas.policies import make_policy
+from topas.sets import IN_SAMPLE, PAPER_BASELINES
 from topas.workload.arrivals import retime
 from topas.workload.trace_io import read_trace
 
-WORKLOADS = ("chain-3", "dag-4", "dag-10-wide")
-BASELINES = ("fcfs", "lpm", "spf", "parrot-fcfs", "autellix-las")
+WORKLOADS = IN_SAMPLE
+BASELINES = PAPER_BASELINES
 #: per policy: its grid (parameter -> values), its rule ("geomean" or "worst") and its current defaults
 CANDIDATES: dict[str, tuple[dict[str, tuple], str]] = {
     "topas": ({"preempt": (True, False), "beta": (0.0, 1.0, 4.0), "rho": (0.5, 1.0),

@@ -28,8 +28,9 @@ import pandas as pd
 from topas.experiments import Experiment, run_many
 from topas.experiments.protocol.seeds import TUNING_SEEDS, first
 from topas.paths import data_dir
+from topas.sets import IN_SAMPLE
 
-WORKLOADS = ("chain-3", "dag-4", "dag-10-wide")
+WORKLOADS = IN_SAMPLE
 #: the selection's arrival seeds (its first ``--seeds``): tuning seeds only
 SEEDS = TUNING_SEEDS
 LOAD = 1.0

@@ -42,13 +42,14 @@ import pandas as pd
 from topas.experiments import Experiment, ResultStore, run_sweep
 from topas.experiments.protocol.seeds import EVALUATION_SEEDS, TUNING_SEEDS, first
 from topas.paths import data_dir
+from topas.sets import IN_SAMPLE, METAGPT, PAPER_BASELINES
 
-WORKLOADS = ("chain-3", "dag-4", "dag-10-wide")
+WORKLOADS = IN_SAMPLE
 #: The arrival seeds of the selection (its first ``--seeds``): tuning seeds only.
 SEEDS = TUNING_SEEDS
 #: ... and of ``--confirm``, an evaluation of the chosen variant on held-out workloads.
 CONFIRM_SEEDS = EVALUATION_SEEDS
-BASELINES = ("fcfs", "lpm", "spf", "parrot-fcfs", "autellix-las")
+BASELINES = PAPER_BASELINES
 #: the candidates, every parameter spelled out (so a later change of defaults does not move them)
 _BASE = {"residency_first": True, "rank": "path", "H_age": 60.0, "group": "off", "starve_s": 0.0}
 CANDIDATES: dict[str, dict] = {
@@ -70,7 +71,7 @@ CANDIDATES: dict[str, dict] = {
 TIE = 0.005  # worst ratios within 0.5% count as a tie
 OUT = data_dir() / "results" / "selection" / "topas_plus_selection.csv"
 #: --confirm: the held-out workloads, run only with the chosen defaults
-HELD_OUT = ("metagpt-sop", "metagpt-tl")
+HELD_OUT = METAGPT
 CONFIRM_POLICIES = ("topas-plus", "topas")
 CONFIRM_OUT = OUT.with_name("topas_plus_metagpt.csv")
 

@@ -40,13 +40,14 @@ from topas.engine.simulator import simulate
 from topas.experiments.protocol.seeds import TUNING_SEEDS, first
 from topas.paths import data_dir, traces_dir
 from topas.policies import make_policy
+from topas.sets import IN_SAMPLE, PAPER_BASELINES
 from topas.workload.arrivals import retime
 from topas.workload.trace_io import read_trace
 
-WORKLOADS = ("chain-3", "dag-4", "dag-10-wide")
+WORKLOADS = IN_SAMPLE
 #: The arrival seeds a sweep draws from (its first ``--seeds``): tuning seeds only.
 SEEDS = TUNING_SEEDS
-BASELINES = ("fcfs", "lpm", "spf", "parrot-fcfs", "autellix-las")
+BASELINES = PAPER_BASELINES
 GRID = {
     "preempt": (True, False),
     "output_reserve": (0.0, 0.25, 0.5),

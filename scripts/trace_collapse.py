@@ -4,7 +4,7 @@ collapse that is not monotone in load").
 1. ``collapses.csv``: every run of ``topas`` or ``topas-plus`` in the cached evidence
    (``data/results/protocol/evidence.csv``) that grows at a load while the same (workload, policy)
    is stable at a higher grid load, on its seed or on every seed
-   (``topas.experiments.collapse.find_collapses``), re-simulated with its stable neighbour (the same
+   (``studies.protocol_runs.collapse.find_collapses``), re-simulated with its stable neighbour (the same
    seed at the lowest higher load where it does not grow), one line each of the lock measures
    (``run_profile``: the longest spell without a prefix eviction, what is resident, batched and
    waiting inside it and outside).
@@ -32,11 +32,11 @@ import numpy as np
 import pandas as pd
 
 from topas.experiments import Experiment, run_experiment
-from topas.experiments import collapse as C
+from studies.protocol_runs import collapse as C
 from topas.experiments.dispatch import map_experiments
 from topas.experiments.protocol.seeds import TUNING_SEEDS, first
 from topas.experiments.protocol.steady import ALPHA, INDICATORS
-from topas.experiments.protocol_study import FULL, TEST_VERSION
+from studies.protocol_runs.study import FULL, TEST_VERSION
 from topas.paths import REPO_ROOT
 
 CASE = dict(workload="dag-4", policy="topas-plus", load=1.125, seed=2, n_tasks=1000)

@@ -1,4 +1,4 @@
-"""topas.experiments.analysis (the tables of notebooks 05-08) and the plot helpers that draw them."""
+"""studies.analysis (the tables of notebooks 05-08) and the plot helpers that draw them."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import pytest
 
 from topas import plots
 from topas.engine.metrics import SimResult
-from topas.experiments import Experiment, analysis, paper_compare
+from topas.experiments import Experiment
+from studies import analysis, mechanism_plots, paper_compare
 
 
 def _result(queue=(1.0, 2.0), policy="topas") -> SimResult:
@@ -130,16 +131,16 @@ def test_plots_are_readable(tmp_path):
     plots.use_style()
     res = _result()
     figs = [
-        plots.plot_decision_time(res.decisions, title="t"),
-        plots.plot_kv_occupancy({("dag-4", "lpm"): res.timeline, ("dag-4", "topas"): res.timeline}, 1000),
-        plots.plot_stage_queueing(analysis.stage_queueing({("dag-4", "lpm"): res, ("dag-4", "topas"): res})),
+        mechanism_plots.plot_decision_time(res.decisions, title="t"),
+        mechanism_plots.plot_kv_occupancy({("dag-4", "lpm"): res.timeline, ("dag-4", "topas"): res.timeline}, 1000),
+        mechanism_plots.plot_stage_queueing(analysis.stage_queueing({("dag-4", "lpm"): res, ("dag-4", "topas"): res})),
     ]
     s = _summaries([("dag-4", "topas", 0, f'{{"beta":{b},"rho":{r}}}', 10.0 + b + r, 20.0, 1.0)
                     for b in (0.0, 1.0) for r in (0.0, 0.5)])
-    figs.append(plots.plot_sensitivity(analysis.sensitivity_table(s, ["beta", "rho"]), x="beta", y="rho"))
+    figs.append(mechanism_plots.plot_sensitivity(analysis.sensitivity_table(s, ["beta", "rho"]), x="beta", y="rho"))
     from tests.test_paper_compare import _tables
     _, lat, cap = _tables()
-    figs.append(plots.plot_paper_vs_ours(paper_compare.paper_vs_ours(lat, cap)))
+    figs.append(mechanism_plots.plot_paper_vs_ours(paper_compare.paper_vs_ours(lat, cap)))
     for k, fig in enumerate(figs):
         assert plots.text_overlaps(fig) == [], k
         assert all(ax.get_xlabel() for ax in fig.axes if ax.get_label() != "<colorbar>" and ax.has_data()), k
@@ -152,7 +153,7 @@ def test_plots_are_readable(tmp_path):
 
 def test_sensitivity_table_fills_parameters_left_at_their_defaults():
     # the default-valued grid point is stored under the key of a run that gave no parameters
-    from topas.experiments.analysis import sensitivity_table
+    from studies.analysis import sensitivity_table
     from topas.policies import policy_class
 
     d = policy_class("topas").Params()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from topas.experiments.cache_study import CACHES, POLICIES, cache_study_grid, cache_study_tables
+from studies.cache_study import CACHES, POLICIES, cache_study_grid, cache_study_tables
 from topas.experiments.protocol.seeds import EVALUATION_SEEDS, TUNING_SEEDS
 
 

@@ -1,5 +1,5 @@
-"""Notebook 12's tables (topas.experiments.claims) on hand-built results, and its grids
-(topas.experiments.grid: operating points, the reading space, both ablation sets)."""
+"""Notebook 12's tables (studies.claims.tables) on hand-built results, and its grids
+(studies.claims.grid: operating points, the reading space, both ablation sets)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import math
 import pandas as pd
 import pytest
 
-from topas.experiments import claims, grid
-from topas.experiments.analysis import paper_reported
+from studies.claims import tables as claims
+from studies.claims import grid
+from studies.analysis import paper_reported
 
 
 def _points(workloads=("chain-3",), fractions=(0.5, 0.8, 1.2)) -> pd.DataFrame:
@@ -111,7 +112,7 @@ def test_verdict_row_per_claim_counts_the_cells_where_topas_wins():
 
 def test_operating_grid_runs_every_policy_at_every_point():
     exps = grid.operating_grid(_points(), quick=True)
-    assert {e.policy for e in exps} == set(grid._claim_policies(grid.CLAIM_POLICIES))
+    assert {e.policy for e in exps} == set(grid.claim_policies(grid.CLAIM_POLICIES))
     assert sorted({e.load for e in exps}) == [0.75, 1.2, 1.8]
     assert {e.n_tasks for e in exps} == {grid.CLAIMS_QUICK.op_tasks}
 

@@ -1,11 +1,13 @@
-"""Notebook 13's tables (topas.experiments.cluster_study) on hand-built summaries."""
+"""Notebook 13's tables (studies.cluster.tables) on hand-built summaries."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from topas.experiments import Experiment, cluster_study, grid
+from topas.experiments import Experiment
+from studies.cluster import tables as cluster_study
+from studies.cluster import grid
 
 
 def _summary(mean: float, stable: bool = True, **kw) -> dict:

@@ -1,4 +1,4 @@
-"""The collapse trace's building blocks on hand-made tables (topas.experiments.collapse)."""
+"""The collapse trace's building blocks on hand-made tables (studies.protocol_runs.collapse)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from topas.experiments import collapse as C
+from studies.protocol_runs import collapse as C
 
 
 def test_interval_occupancy_is_the_overlap_over_the_window():

@@ -272,7 +272,7 @@ def test_a_changed_figure_makes_the_generated_parts_stale(tmp_path):
 
     import pandas as pd
 
-    from topas.experiments.results_doc import findings_table, results_markdown
+    from pipeline.results_doc import findings_table, results_markdown
 
     figures = REPO_ROOT / "figures"
     for name in ("capacity_table.csv", "capacity_table.md", "verdict_table.csv", "verdict_table.md",
@@ -288,14 +288,14 @@ def test_a_changed_figure_makes_the_generated_parts_stale(tmp_path):
 
 
 def test_generated_parts_equal_what_the_generator_writes_now():
-    from topas.experiments.results_doc import BEGIN, END, findings_table, results_markdown
+    from pipeline.results_doc import BEGIN, END, findings_table, results_markdown
 
     figures = REPO_ROOT / "figures"
     assert (DOCS / "results.md").read_text() == results_markdown(figures), \
-        "docs/results.md is stale: run python -m topas.experiments.results_doc"
+        "docs/results.md is stale: run python -m pipeline.results_doc"
     readme = (REPO_ROOT / "README.md").read_text()
     block = readme.split(BEGIN)[1].split(END)[0].strip()
-    assert block == findings_table(figures), "README's findings table is stale: run python -m topas.experiments.results_doc"
+    assert block == findings_table(figures), "README's findings table is stale: run python -m pipeline.results_doc"
 
 
 def test_readme_is_short_and_in_order():

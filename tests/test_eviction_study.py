@@ -1,4 +1,4 @@
-"""The eviction study's tables (topas.experiments.eviction_study.build_tables) on a tiny hand-made grid,
+"""The eviction study's tables (studies.eviction.study.build_tables) on a tiny hand-made grid,
 and the shape of its grid."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from topas.experiments import eviction_study as es
+from studies.eviction import study as es
 
 
 def _summary(jct: float, uncached: int, prompt: int = 1000, n_tasks: int = 10) -> dict:
@@ -128,7 +128,7 @@ def test_the_verdict_says_which_workloads_a_selection_saw():
 def test_a_policy_that_decides_eviction_runs_in_the_eviction_study_only():
     """TOPAS-both under the engine's default eviction is TOPAS+: the sweeps over every policy
     (the results table) leave it out; the eviction study runs it with its own order."""
-    from topas.experiments import grid
+    from studies import grid
     from topas.policies import available_policies
 
     assert "topas-both" in available_policies() and "topas-both" not in grid.swept_policies()

@@ -15,7 +15,8 @@ from topas.policies import policy_class
 
 from topas.engine.cost import DEFAULT_PROFILE, ProfileError, available_profiles
 from topas.engine.metrics import WALL_CLOCK_KEYS
-from topas.experiments import Experiment, ExperimentError, ExperimentFailed, grid, run_experiment, run_many
+from topas.experiments import Experiment, ExperimentError, ExperimentFailed, run_experiment, run_many
+from studies import grid
 from topas.paths import REPO_ROOT, profiles_dir
 from topas.policies import PolicyError
 from topas.workload.trace_io import read_trace, write_trace
@@ -284,14 +285,12 @@ def test_sglang_experiments_need_a_server_url(monkeypatch):
 
 
 def test_grids_take_their_engine_from_the_environment(monkeypatch):
-    from topas.experiments import analysis
-
     monkeypatch.delenv("TOPAS_ENGINE", raising=False)
     assert {e.engine for e in grid.jct_vs_load(["dag-4"], quick=True)} == {"sim"}
     monkeypatch.setenv("TOPAS_ENGINE", "sglang")
     assert {e.engine for e in grid.jct_vs_load(["dag-4"], quick=True)} == {"sglang"}
     assert {e.engine for e in grid.sensitivity("dag-4", quick=True)} == {"sglang"}
-    assert {e.engine for e in analysis.one_run_per_policy(["dag-4"], ["fcfs"], 1.2, 0, 5)} == {"sglang"}
+    assert {e.engine for e in grid.one_run_per_policy(["dag-4"], ["fcfs"], 1.2, 0, 5)} == {"sglang"}
     monkeypatch.setenv("TOPAS_ENGINE", "gpu")
     with pytest.raises(ExperimentError, match=r"TOPAS_ENGINE='gpu' is not an engine"):
         grid.jct_vs_load(["dag-4"], quick=True)

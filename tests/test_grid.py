@@ -1,6 +1,7 @@
 """The experiment grids behind the figures: sizes, and TOPAS parameters reaching TOPAS only."""
 
-from topas.experiments import grid
+from studies import grid
+from topas import sets
 
 
 def test_full_and_quick_sizes():
@@ -17,7 +18,7 @@ def test_params_reach_only_topas_policies():
 
 def test_ablations_cover_every_variant_and_baseline():
     pols = {e.policy for e in grid.ablations(quick=True)}
-    assert pols == set(grid.ABLATIONS) | set(grid.BASELINES)
+    assert pols == set(sets.ABLATIONS) | set(sets.PAPER_BASELINES)
 
 
 def test_sensitivity_is_the_cartesian_product_of_its_axes():
@@ -31,7 +32,7 @@ def test_engine_model_grid_pairs_the_figures_runs_with_each_other_engine_model()
     exps = grid.engine_model(["dag-4"], load=1.2, quick=True)
     by_model = {m: [e for e in exps if e.engine_model == m] for m in grid.ENGINE_MODELS}
     assert set(by_model) == {"stock", "host_tier=True", "legacy"}
-    assert all(len(v) == len(grid.POLICIES) * len(grid.QUICK.seeds) for v in by_model.values())
+    assert all(len(v) == len(sets.PAPER_POLICIES) * len(grid.QUICK.seeds) for v in by_model.values())
     keys = [{e.key() for e in v} for v in by_model.values()]
     assert len(set().union(*keys)) == sum(len(k) for k in keys)  # every model has its own keys
     # full size: the stock third is the figures' jct_vs_load runs at 1.2x, the same keys (no re-run)

@@ -1,7 +1,7 @@
 """Headroom: the unloaded critical path is a lower bound on every task's JCT under any policy and
 load (and is attained by a task alone with its prefixes cached), the work-conserving queue bound
 lies between it and what runs achieve, and the relaxations are the best baseline on an easier
-engine (topas.experiments.headroom)."""
+engine (studies.claims.headroom)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from topas.engine.config import EngineConfig
 from topas.engine.cost import load_profile
 from topas.engine.simulator import simulate
 from topas.experiments import Experiment
-from topas.experiments.headroom import (
+from studies.claims.headroom import (
     bound_conditions,
     critical_path_bounds,
     free_prefix_budget,

@@ -236,7 +236,7 @@ def test_capacity_reports_a_full_disk_in_one_line(runner, tmp_path, monkeypatch)
 
 
 def test_reproduce_reports_a_full_disk_in_one_line(monkeypatch, capsys):
-    from topas.experiments import reproduce
+    from pipeline import reproduce
 
     def full(argv=None):
         raise OSError(28, "No space left on device", "data/results/store/ab/abc/meta.json")

@@ -183,3 +183,47 @@ def test_engines_policies_and_workload_do_not_know_the_experiment_layer(package)
            for m, edges in sorted(graph.items()) if m == f"topas.{package}" or m.startswith(f"topas.{package}.")
            for t, line in sorted(edges.items()) if t == "topas.experiments" or t.startswith("topas.experiments.")]
     assert not bad, f"topas/{package} imports the experiment layer:\n  " + "\n  ".join(bad)
+
+
+# ----------------------------------------------------------------------------- library, studies, pipeline
+
+#: Top-level packages beside the library (docs/design.md, "Architecture"): the library imports neither.
+NOT_LIBRARY = ("studies", "pipeline")
+
+
+def names_imported(path: Path) -> list[tuple[str, int]]:
+    """(module named, line) for every import of one file: at module level, inside a function or a
+    class, under ``TYPE_CHECKING``; relative imports resolved against ``topas``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    out: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # inside topas/, a relative import stays inside topas/
+                continue
+            out += [(node.module or "", node.lineno)]
+    return out
+
+
+def test_names_imported_sees_function_level_imports(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("import os\n\ndef f():\n    from studies.claims import grid\n    import pipeline.reproduce\n")
+    assert names_imported(f) == [("os", 1), ("studies.claims", 4), ("pipeline.reproduce", 5)]
+
+
+def test_the_library_imports_no_study_and_not_the_pipeline():
+    """Nothing under topas/ imports ``studies`` or ``pipeline``, function-level imports included:
+    the library is what a study builds on, never the other way round."""
+    bad = [f"{path.relative_to(PACKAGE.parent)}:{line} imports {mod}"
+           for path in modules().values() for mod, line in names_imported(path)
+           if mod.split(".")[0] in NOT_LIBRARY]
+    assert not bad, "the library imports a study or the pipeline:\n  " + "\n  ".join(bad)
+
+
+def test_the_studies_do_not_import_the_pipeline():
+    root = PACKAGE.parent / "studies"
+    bad = [f"{path.relative_to(root.parent)}:{line} imports {mod}"
+           for path in sorted(root.rglob("*.py")) for mod, line in names_imported(path)
+           if mod.split(".")[0] == "pipeline"]
+    assert not bad, "a study imports the pipeline:\n  " + "\n  ".join(bad)

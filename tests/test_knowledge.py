@@ -298,7 +298,7 @@ def test_policies_learn_online_dags_from_history(policy):
 
 
 def test_robustness_grid_varies_one_axis_at_a_time():
-    from topas.experiments import analysis, grid
+    from studies import analysis, grid
 
     exps = grid.robustness(["dag-4"], quick=True)
     conds = [analysis.knowledge_condition({**e.fields(), "params": dict(e.params)}) for e in exps]
@@ -317,7 +317,7 @@ def test_robustness_grid_varies_one_axis_at_a_time():
 def test_robustness_table_and_verdict_from_summary_rows():
     import pandas as pd
 
-    from topas.experiments import analysis
+    from studies import analysis
 
     def row(policy, mean, **kw):
         base = {"workload": "w", "policy": policy, "params": "{}", "seed": 0, "jct_mean": mean, "jct_p99": 2 * mean,
@@ -345,7 +345,7 @@ def test_robustness_verdict_judges_each_candidate_against_the_baselines_only():
     standing is compared with its own reference run's."""
     import pandas as pd
 
-    from topas.experiments import analysis
+    from studies import analysis
 
     def row(policy, mean, **kw):
         base = {"workload": "w", "policy": policy, "params": "{}", "seed": 0, "jct_mean": mean, "jct_p99": 2 * mean,

@@ -13,7 +13,7 @@ import pytest
 
 from topas.experiments.notebook_params import (ParameterError, check_params, declared_parameters, each_of, one_of,
                                                positive)
-from topas.experiments.notebooks import UnknownParameter, check_parameter_names
+from pipeline.notebooks import UnknownParameter, check_parameter_names
 from topas.paths import REPO_ROOT
 
 nbformat = pytest.importorskip("nbformat")
@@ -76,7 +76,7 @@ def test_the_runner_refuses_a_parameter_the_notebook_does_not_declare():
 
 
 def test_execute_notebooks_refuses_a_misspelt_parameter_before_running_anything(tmp_path):
-    from topas.experiments.notebooks import execute_notebooks
+    from pipeline.notebooks import execute_notebooks
 
     nb = REPO_ROOT / "notebooks" / "02_synthetic_jct.ipynb"
     with pytest.raises(UnknownParameter, match=r"takes no parameter workload;"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import nbformat
 import pytest
 
-from topas.experiments.notebooks import NotebookFailed, children_cpu, execute_notebooks, notebook_paths
+from pipeline.notebooks import NotebookFailed, children_cpu, execute_notebooks, notebook_paths
 
 
 def _nb(path, *sources):

@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from topas.experiments.overload_marks import mark_overload
+from studies.protocol_runs.overload_marks import mark_overload
 
 
 def test_each_run_is_marked_against_its_policy_s_certified_capacity(tmp_path):

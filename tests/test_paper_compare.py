@@ -9,9 +9,9 @@ import math
 import pandas as pd
 import pytest
 
-from topas.experiments import paper_compare as pc
-from topas.experiments import protocol_study as ps
-from topas.experiments.analysis import paper_reported
+from studies import paper_compare as pc
+from studies.protocol_runs import study as ps
+from studies.analysis import paper_reported
 from tests.test_protocol_curves import runs_frame
 
 

@@ -52,7 +52,7 @@ def test_ablations_are_shades_of_topas():
     baseline are a clearly different hue or achromatic (grey, black)."""
     import colorsys
 
-    from topas.experiments.grid import ABLATIONS
+    from studies.grid import ABLATIONS
 
     def hsv(c):
         return colorsys.rgb_to_hsv(*mcolors.to_rgb(c))

@@ -10,12 +10,13 @@ import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
 from topas import plots  # noqa: E402
-from topas.experiments import explorer as ex  # noqa: E402
+from studies.explorer import plots as explorer_plots  # noqa: E402
+from studies.explorer import runs as ex  # noqa: E402
 
 
 def test_ecdf_has_a_step_per_policy_in_policy_colours_with_mean_and_p99_in_the_legend():
     tasks = {"parrot-fcfs": pd.DataFrame({"jct": [1.0, 2.0, 3.0, 4.0]}), "topas": pd.DataFrame({"jct": [2.0, 2.0]})}
-    fig = plots.plot_jct_ecdf(tasks, title="t")
+    fig = explorer_plots.plot_jct_ecdf(tasks, title="t")
     ax = fig.axes[0]
     lines = ax.get_lines()
     assert [matplotlib.colors.to_hex(l.get_color()) for l in lines] == [
@@ -32,9 +33,9 @@ def test_h_age_slider_can_select_its_default():
     """The explorer's H_age slider shows the parameter's own value (60 s), not a grid neighbour."""
     W = pytest.importorskip("ipywidgets")
     for default in (60.0, 60, 37.0):
-        slider = W.SelectionSlider(value=float(default), options=plots.slider_choices(default), description="H_age")
+        slider = W.SelectionSlider(value=float(default), options=explorer_plots.slider_choices(default), description="H_age")
         assert slider.value == float(default)
-    assert plots.slider_choices(60.0) == list(plots.H_AGE_CHOICES)
+    assert explorer_plots.slider_choices(60.0) == list(explorer_plots.H_AGE_CHOICES)
 
 
 def test_the_sliders_are_topas_parameters_and_the_papers_weights_are_all_there():
@@ -42,15 +43,15 @@ def test_the_sliders_are_topas_parameters_and_the_papers_weights_are_all_there()
 
     from topas.policies.topas_params import TopasParams
 
-    assert set(plots.TOPAS_SLIDERS) <= {f.name for f in fields(TopasParams)}
-    assert {"beta", "rho", "H_age", "M", "K"} <= set(plots.TOPAS_SLIDERS)
+    assert set(explorer_plots.TOPAS_SLIDERS) <= {f.name for f in fields(TopasParams)}
+    assert {"beta", "rho", "H_age", "M", "K"} <= set(explorer_plots.TOPAS_SLIDERS)
 
 
 def test_the_start_is_a_faded_dashed_curve_on_fixed_axes_beside_the_terms():
     now = {"topas": np.array([1.0, 2.0, 3.0]), "parrot-fcfs": np.array([2.0, 4.0])}
     start = {"topas": np.array([1.0, 5.0]), "parrot-fcfs": np.array([2.0, 4.0])}
     terms = {"J_admit": 10.0, "J_move": 1.0, "V_reuse": 0.1}
-    fig = plots.plot_explorer(now, start, terms, {**terms, "J_admit": 8.0}, xlim=(0.0, 12.0), title="t")
+    fig = explorer_plots.plot_explorer(now, start, terms, {**terms, "J_admit": 8.0}, xlim=(0.0, 12.0), title="t")
     ax, bx = fig.axes
     assert ax.get_xlim() == (0.0, 12.0)  # given, not fitted to the curves: they never jump
     faded = [line for line in ax.get_lines() if line.get_linestyle() == "--" and line.get_alpha() == 0.35]
@@ -60,7 +61,7 @@ def test_the_start_is_a_faded_dashed_curve_on_fixed_axes_beside_the_terms():
 
 
 def test_fixed_limits_cover_every_run_of_the_workload():
-    assert plots.jct_xlim([np.array([1.0, 10.0]), np.array([20.0])]) == (0.0, 22.0)
+    assert explorer_plots.jct_xlim([np.array([1.0, 10.0]), np.array([20.0])]) == (0.0, 22.0)
 
 
 def test_the_change_against_the_start_is_printed_in_seconds_and_percent():
@@ -91,13 +92,13 @@ def test_a_load_above_the_certified_capacity_is_warned(tmp_path):
 
 def test_the_explorer_runs_on_release_and_reports_against_the_start():
     pytest.importorskip("ipywidgets")
-    from topas.plots.explorer_ui import Explorer
+    from studies.explorer.ui import Explorer
 
     e = Explorer("dag-4", "parrot-fcfs", 1.2, 0, 8, {"beta": 1.0, "rho": 0.5}, 60.0, progress=False)
     assert e.start["K"] == 64  # a slider's weight not given starts at TOPAS's default
     box = e.widget()
     sliders = [c for c in box.children if hasattr(c, "continuous_update")]
-    assert len(sliders) == len(plots.TOPAS_SLIDERS) + 1 and not any(s.continuous_update for s in sliders)
+    assert len(sliders) == len(explorer_plots.TOPAS_SLIDERS) + 1 and not any(s.continuous_update for s in sliders)
     lines = e.report({**e.start, "rho": 2.0}, 60.0)
     assert lines[0].startswith("shown: beta=1, rho=2, H_age=60")
     assert lines[1].startswith("TOPAS: mean ") and lines[1].endswith("against the start")

@@ -100,7 +100,7 @@ def test_jct_table_vs_best_baseline():
 
 
 def test_plot_ablation_bars():
-    from topas.experiments.grid import ABLATIONS
+    from studies.grid import ABLATIONS
 
     df = _summaries(policies=ABLATIONS + ("fcfs", "parrot-fcfs"), workloads=("dag-4",), loads=(1.2,))
     fig = plots.plot_ablation_bars(df, "dag-4")
@@ -120,7 +120,7 @@ def test_plot_ablation_bars():
 
 
 def test_ablation_table_with_paper_numbers(tmp_path):
-    from topas.experiments.grid import ABLATIONS
+    from studies.grid import ABLATIONS
 
     df = _summaries(policies=ABLATIONS + ("parrot-fcfs",), workloads=("dag-4",), loads=(1.2,), seeds=(0,))
     t = plots.ablation_table(df)

@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from topas.experiments import protocol_study as ps
-from topas.experiments.protocol_curves import jct_table, load_curves, t_interval
+from studies.protocol_runs import study as ps
+from studies.protocol_runs.curves import jct_table, load_curves, t_interval
 
 
 def runs_frame(caps: dict[str, float], loads=(0.75, 1.0, 1.25, 1.5), seeds=(0, 1, 2), workload="dag-4",

@@ -1,4 +1,4 @@
-"""The protocol's final runs (topas.experiments.protocol_study): the Bonferroni level over seeds, the
+"""The protocol's final runs (studies.protocol_runs.study): the Bonferroni level over seeds, the
 capacity and its verdict against the best baseline, latency only within capacities, overload as its
 own claim, the stopping rule that cannot change a capacity, and the per-run evidence cache."""
 
@@ -16,11 +16,10 @@ import pytest
 
 from topas.experiments.protocol import EVALUATION_SEEDS, HELD_OUT_WORKFLOW_SEEDS, TUNING_SEEDS
 from topas.experiments.protocol import seeds as seed_ranges
-from topas.experiments.protocol_study import (
+from topas.sets import HELD_OUT, IN_SAMPLE
+from studies.protocol_runs.study import (
     EVIDENCE_COLUMNS,
     FULL,
-    HELD_OUT,
-    IN_SAMPLE,
     QUICK,
     TEST_VERSION,
     ProtocolSize,
@@ -196,7 +195,7 @@ def _fake_grid(monkeypatch, truth: dict[tuple[str, float, int], bool]) -> list[t
     """capacity_grid_runs over a table of which (policy, load, seed) runs grow: no simulation. Returns
     the list of runs asked for."""
     import topas.experiments as experiments
-    import topas.experiments.protocol_study as study
+    import studies.protocol_runs.study as study
 
     asked: list[tuple[str, float, int]] = []
 
@@ -292,7 +291,7 @@ def test_grid_bound_holds_every_run_the_protocol_made():
     stopping rule skips the rest)."""
     import pandas as pd
 
-    from topas.experiments import protocol_study as ps
+    from studies.protocol_runs import study as ps
 
     bound = ps.grid_bound(ps.FULL)
     keys = {e.key() for e in bound}
@@ -309,7 +308,7 @@ def test_grid_bound_holds_every_run_the_protocol_made():
 def test_quick_runs_write_their_evidence_in_the_store_never_the_committed_cache(monkeypatch):
     """``make reproduce QUICK=1`` writes nothing tracked: its evidence rows go to the (git-ignored)
     store, not ``data/results/protocol/evidence.csv``."""
-    from topas.experiments import protocol_study as ps
+    from studies.protocol_runs import study as ps
     from topas.experiments.store import default_store_root
 
     committed = ps.default_evidence_path(None)

@@ -19,7 +19,7 @@ from topas.engine.cost import load_profile
 from topas.engine.simulator import Simulator, simulate
 from topas.engine.view import EngineView, PrefixView, RequestView, StageView, TaskView
 from topas.experiments import Experiment, run_experiment
-from topas.experiments.readings import ENGINE, READINGS, Variant, factorial, one_at_a_time, variant
+from studies.claims.readings import ENGINE, READINGS, Variant, factorial, one_at_a_time, variant
 from topas.policies import PolicyError, make_policy, policy_class
 from topas.policies.base import key_params
 from topas.policies.estimates import OperatingPoint

@@ -11,7 +11,9 @@ import os
 import pandas as pd
 import pytest
 
-from topas.experiments import Experiment, ResultStore, grid, run_sweep
+from topas.experiments import Experiment, ResultStore, run_sweep
+from studies import grid
+from studies.cluster import grid as cluster_grid
 from topas.experiments.store import experiment_of
 from topas.experiments.store import (
     MANIFEST,
@@ -168,7 +170,7 @@ def test_committed_pack_covers_the_full_grid(manifest):
     timed = [e for e in grid.notebook_grid() if e.workload == "dag-10-wide" and e.policy == "topas" and e.load == 1.4]
     full = (timed + grid.ablations(["dag-4", "metagpt-tl"], 1.2, quick=False) + grid.sensitivity("dag-4")
             + grid.engine_model(quick=False) + grid.robustness(quick=False)
-            + grid.cluster_grid(quick=False) + grid.cluster_scaling_grid(quick=False))
+            + cluster_grid.cluster_grid(quick=False) + cluster_grid.cluster_scaling_grid(quick=False))
     missing = [e.label() for e in full if e.key() not in keys]
     assert not missing, f"{len(missing)} full-grid results not shipped, e.g. {missing[:3]}"
 
@@ -180,7 +182,7 @@ def test_committed_pack_holds_every_protocol_run(manifest):
     pass above that load, which no notebook reads."""
     import pandas as pd
 
-    from topas.experiments.protocol_study import FULL, TEST_VERSION, default_evidence_path, seed_verdicts
+    from studies.protocol_runs.study import FULL, TEST_VERSION, default_evidence_path, seed_verdicts
 
     keys = {e["key"] for e in manifest["experiments"]}
     ev = pd.read_csv(default_evidence_path(None))
@@ -202,7 +204,7 @@ def test_the_eviction_study_ships_tasks_only():
     grid keeps no per-request table (the pack's size limit), a loaded one keeps every table."""
     mod = load_pack_script()
     keys = mod.eviction_study_keys()
-    from topas.experiments.eviction_study import eviction_study_grid
+    from studies.eviction.study import eviction_study_grid
 
     default = [e for e in eviction_study_grid() if e.seed == 0 and not e.engine_options]
     assert default and all(e.key() in keys for e in default)

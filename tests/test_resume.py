@@ -19,7 +19,8 @@ import nbformat
 import pytest
 
 import topas.experiments.store as store_mod
-from topas.experiments import Experiment, ResultStore, grid, run_many
+from topas.experiments import Experiment, ResultStore, run_many
+from studies import grid
 from topas.paths import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "scripts" / "reproduce.py"
@@ -99,7 +100,7 @@ def _sweep_notebook(path, policy: str, record) -> None:
 def test_notebook_phase_interrupted_then_resumed(counted_runs, tmp_path, monkeypatch, capsys):
     import papermill as pm
 
-    import topas.experiments.notebooks as nbmod
+    import pipeline.notebooks as nbmod
 
     nbdir = tmp_path / "notebooks"
     nbdir.mkdir()

@@ -8,7 +8,7 @@ import stat
 import subprocess
 from pathlib import Path
 
-from topas.experiments.reproduce import INVOKED_AS_ENV, resume_command
+from pipeline.reproduce import INVOKED_AS_ENV, resume_command
 
 ROOT = Path(__file__).resolve().parents[1]
 

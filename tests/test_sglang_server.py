@@ -234,7 +234,7 @@ def test_arrival_span_and_the_plan():
 
 
 def test_the_afternoon_grid_is_about_three_hours_on_one_server():
-    from topas.experiments import grid
+    from studies import grid
 
     exps = grid.gpu_afternoon(engine="sim")
     assert {e.workload for e in exps} == {"chain-3", "dag-4", "dag-10-wide", "metagpt-tl"}

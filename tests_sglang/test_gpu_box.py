@@ -24,7 +24,7 @@ import pytest
 
 pytest.importorskip("sglang")
 
-from topas.experiments import grid  # noqa: E402
+from studies import grid  # noqa: E402
 from topas.sglang import launcher  # noqa: E402
 from topas.sglang import server as srv  # noqa: E402
 

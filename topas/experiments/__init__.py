@@ -18,7 +18,6 @@ runs only what is missing, so a killed sweep resumes where it stopped::
     result = store.load(exp)                      # the stored tables (a SimResult)
 """
 
-from topas.experiments import grid, readings
 from topas.experiments.local import ExperimentFailed, map_experiments, run_many, run_row
 from topas.experiments.spec import (
     Experiment,
@@ -36,10 +35,8 @@ __all__ = [
     "ExperimentFailed",
     "ResultStore",
     "available_traces",
-    "grid",
     "map_experiments",
     "prepare",
-    "readings",
     "resolve_trace_path",
     "run_experiment",
     "run_many",

@@ -48,9 +48,9 @@ import pandas as pd
 
 from topas.engine.metrics import completion_ratio, stability_ratio
 from topas.experiments.spec import Experiment, ExperimentError
+from topas.sets import PAPER_BASELINES
 
 __all__ = [
-    "BASELINES",
     "DEFAULT_LOAD_SAT",
     "DEFAULT_TASKS",
     "STABLE_RATIO",
@@ -72,7 +72,6 @@ __all__ = [
 ]
 
 #: The baselines whose best defines "the best baseline's capacity".
-BASELINES = ("fcfs", "lpm", "spf", "parrot-fcfs", "autellix-las")
 #: Saturating load (multiple of the nominal rate): above every policy's capacity on every trace
 #: shipped (the highest measured is below 3x, docs/capacity.md).
 DEFAULT_LOAD_SAT = 4.0
@@ -311,11 +310,11 @@ def stable_capacities(cases: Sequence[tuple[str, str, int]], n_tasks: int = DEFA
     return out
 
 
-def capacity_table(workloads: Sequence[str], policies: Sequence[str] = BASELINES + ("topas",),
+def capacity_table(workloads: Sequence[str], policies: Sequence[str] = PAPER_BASELINES + ("topas",),
                    n_tasks: int = DEFAULT_TASKS, seeds: Sequence[int] = (0,),
                    load_sat: float | None = DEFAULT_LOAD_SAT, steps: int = 4,
                    engine_options: Mapping[str, Any] | None = None, store: Any = None,
-                   baselines: Sequence[str] = BASELINES, unstable_above: float = STABLE_RATIO,
+                   baselines: Sequence[str] = PAPER_BASELINES, unstable_above: float = STABLE_RATIO,
                    over_seeds: str = "min", progress: bool = True) -> pd.DataFrame:
     """Capacities of ``policies`` on ``workloads``, one row per pair (over ``seeds``: the
     ``over_seeds`` of each column, ``"min"`` (default: conservative, a load below it was stable
@@ -382,7 +381,7 @@ def capacity_table(workloads: Sequence[str], policies: Sequence[str] = BASELINES
 
 
 def operating_points(capacities: pd.DataFrame, fractions: Sequence[float] = (0.5, 0.8, 0.95),
-                     beyond: Sequence[float] = (1.2,), baselines: Sequence[str] = BASELINES) -> pd.DataFrame:
+                     beyond: Sequence[float] = (1.2,), baselines: Sequence[str] = PAPER_BASELINES) -> pd.DataFrame:
     """Loads defined from the best baseline's capacity: for each workload of ``capacities`` (a
     :func:`capacity_table`) and each fraction ``f`` in ``fractions`` (stable points) and
     ``beyond`` (overload), the ``load`` (multiple of the nominal rate, as
@@ -407,7 +406,7 @@ def operating_points(capacities: pd.DataFrame, fractions: Sequence[float] = (0.5
     return pd.DataFrame(rows)
 
 
-def operating_experiments(points: pd.DataFrame, policies: Sequence[str] = BASELINES + ("topas",),
+def operating_experiments(points: pd.DataFrame, policies: Sequence[str] = PAPER_BASELINES + ("topas",),
                           n_tasks: int = 1000, seeds: Sequence[int] = (0,), **kw: Any) -> list[Experiment]:
     """The experiments of ``policies`` at every operating point of ``points``
     (:func:`operating_points`), ``n_tasks`` tasks, arrival seeds ``seeds``; ``kw`` goes to

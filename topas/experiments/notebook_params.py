@@ -11,7 +11,7 @@ value given and what is allowed; in a notebook (IPython) it is shown as that one
 traceback. A rule is any object with ``ok(value) -> bool`` and a ``allowed`` description.
 
 :func:`declared_parameters` reads a notebook's parameters cell; the notebook runner
-(:mod:`topas.experiments.notebooks`) refuses a parameter a notebook does not declare.
+(:mod:`pipeline.notebooks`) refuses a parameter a notebook does not declare.
 """
 
 from __future__ import annotations

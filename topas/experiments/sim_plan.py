@@ -27,12 +27,13 @@ from tqdm.auto import tqdm
 
 from topas.experiments.run_cost import _cache_path, cached_costs, estimate_cpu, longest_first  # noqa: F401
 from topas.experiments.spec import Experiment
+from topas.sets import SYNTHETIC
 
 __all__ = ["CALIBRATION_TASKS", "CALIBRATION_WORKLOADS", "cached_costs", "calibrate", "estimate_cpu", "longest_first",
            "sim_plan_lines"]
 
 CALIBRATION_TASKS = 20
-CALIBRATION_WORKLOADS = ("chain-3", "dag-4", "dag-10-wide")
+CALIBRATION_WORKLOADS = SYNTHETIC
 
 
 def calibrate(policies: Sequence[str], root: Path | None = None,

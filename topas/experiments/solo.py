@@ -13,7 +13,7 @@ Two derived quantities:
 * :func:`task_critical_path` -- the longest path of a task's DAG under those times (plus
   ``request_latency_s`` per stage: the simulator delays a root by half of it, every other stage
   by all of it, and the task's end by half of it): the task's JCT alone, prefixes cached
-  (:mod:`topas.experiments.headroom` argues when it is a lower bound under load);
+  (:mod:`studies.claims.headroom` argues when it is a lower bound under load);
 * :func:`task_work` -- the sum of the task's stage times: the server time the task needs alone,
   used by :mod:`topas.experiments.capacity` as a work unit that does not depend on which tasks a
   policy happens to finish first.

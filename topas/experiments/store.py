@@ -73,7 +73,9 @@ from typing import Any, Iterable
 import pandas as pd
 
 from topas.engines import get_engine
-from topas.experiments.spec import ENGINES, KNOWLEDGE_FIELDS, Experiment
+# run_experiment is looked up in this module at each run, so a test can count or slow a sweep's runs
+# (monkeypatch store.run_experiment); it is defined once, in spec.
+from topas.experiments.spec import ENGINES, KNOWLEDGE_FIELDS, Experiment, run_experiment
 from topas.provenance import environment, git_commit, git_dirty
 
 __all__ = [
@@ -513,13 +515,6 @@ def run_and_store(exp: Experiment, root: str) -> str:
     if not store.has(exp):
         store.put(exp, run_experiment(exp))
     return exp.key()
-
-
-def run_experiment(exp: Experiment):
-    """Run one experiment (module-level so tests can count or slow the runs)."""
-    from topas.experiments.spec import run_experiment as _run
-
-    return _run(exp)
 
 
 def run_sweep(

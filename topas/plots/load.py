@@ -153,7 +153,7 @@ def jct_table(summaries: pd.DataFrame, baselines: Sequence[str] | None = None) -
     the best baseline of that workload and load, chosen separately per metric (by mean over seeds):
     ``(policy - best) / best`` in %, negative = faster than every baseline."""
     if baselines is None:
-        from topas.experiments.grid import BASELINES as baselines
+        from topas.sets import PAPER_BASELINES as baselines
     df = summaries
     g = df.groupby(["workload", "load", "policy"], sort=False)
     t = g.agg(
@@ -198,7 +198,7 @@ def plot_ablation_bars(
     differences) or ``"auto"`` as ``log_y`` in :func:`plot_metric_vs_load`. Returns the figure."""
     from matplotlib import ticker
 
-    from topas.experiments.grid import ABLATIONS
+    from topas.sets import ABLATIONS
 
     df = summaries if workload is None else summaries[summaries["workload"] == workload]
     present = policy_order(df["policy"])
@@ -270,7 +270,7 @@ def ablation_table(
     TOPAS-base and a range over its single-component variants (read here as ``topas-no-reuse``
     = aging only and ``topas-no-aging`` = reuse only), on MetaGPT-TL at 0.0175 task/s: another
     workload and operating point than ours."""
-    from topas.experiments.grid import ABLATIONS
+    from topas.sets import ABLATIONS
 
     if reported is None:
         reported = REPO_ROOT / "data" / "paper" / "reported.csv"

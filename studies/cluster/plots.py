@@ -40,7 +40,7 @@ def plot_cluster_jct(table: pd.DataFrame, workload: str, metric: str = "mean JCT
                      panel_size: tuple[float, float] = (3.1, 2.5)):
     """``metric`` against the load per engine on ``workload``: one row of panels per policy inside
     the engines (each row its own y scale), one column per number of engines, one line per router (``table``:
-    :func:`topas.experiments.cluster_study.cluster_table`), in the router's colour and marker.
+    :func:`studies.cluster.tables.cluster_table`), in the router's colour and marker.
     Hollow markers: unstable runs. A linear y axis from zero unless the values span 100x."""
     from matplotlib.lines import Line2D
 
@@ -132,7 +132,7 @@ def plot_cluster_balance(table: pd.DataFrame, load: float, panel_size: tuple[flo
 def plot_cluster_scaling(table: pd.DataFrame, panel_size: tuple[float, float] = (4.2, 3.0)):
     """Simulation wall time and requests simulated per second against the number of engines (the
     tasks growing with it), one line per (router, policy inside) (``table``:
-    :func:`topas.experiments.cluster_study.scaling_table`)."""
+    :func:`studies.cluster.tables.scaling_table`)."""
     from matplotlib import ticker
 
     fig, axes = plt.subplots(1, 2, figsize=(panel_size[0] * 2, panel_size[1] + 0.8), layout="constrained")

@@ -8,8 +8,8 @@ from typing import Any, Mapping
 
 import matplotlib.pyplot as plt
 
-from topas.experiments import explorer as ex
-from topas.plots.explorer import TOPAS_SLIDERS, Slider, fmt_value, jct_xlim, plot_explorer, slider_choices
+from studies.explorer import runs as ex
+from studies.explorer.plots import TOPAS_SLIDERS, Slider, fmt_value, jct_xlim, plot_explorer, slider_choices
 from topas.plots.style import policy_label, workload_label
 
 

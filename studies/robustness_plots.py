@@ -19,7 +19,7 @@ ROBUST_XLABELS = {"prior noise": "prior noise sigma", "prior bias": "prior bias 
 def plot_robustness(table: pd.DataFrame, axis: str, estimator: str = "online",
                     panel_size: tuple[float, float] = (3.0, 2.5)):
     """Notebook 14: each policy's mean (top row) and p99 (bottom row) JCT along one knowledge
-    ``axis`` of :func:`topas.experiments.analysis.robustness_table`, one column per workload.
+    ``axis`` of :func:`studies.analysis.robustness_table`, one column per workload.
 
     Policies whose point comes from their reference run (they do not read what the axis
     degrades) are drawn dashed. ``estimator``: the SPF/TOPAS output estimator shown; with

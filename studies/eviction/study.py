@@ -45,7 +45,8 @@ import pandas as pd
 from topas.experiments.protocol.paired import compare_latency
 from topas.experiments.protocol.seeds import EVALUATION_SEEDS, first
 from topas.experiments.protocol.steady import steady_state
-from topas.experiments.protocol_study import HELD_OUT, IN_SAMPLE, sample_of
+from studies.protocol_runs.study import sample_of
+from topas.sets import HELD_OUT, IN_SAMPLE
 from topas.experiments.spec import Experiment
 
 __all__ = ["ADMISSIONS", "BASELINE_ADMISSIONS", "BOUND", "EVICTIONS", "EvictionSize", "FULL", "GAP_COLUMNS",
@@ -53,7 +54,7 @@ __all__ = ["ADMISSIONS", "BASELINE_ADMISSIONS", "BOUND", "EVICTIONS", "EvictionS
            "build_tables", "eviction_size", "study_workloads", "eviction_study_grid", "eviction_study_tables"]
 
 #: the protocol's workloads: the synthetic ones TOPAS-both's (and TOPAS+'s) selection saw, then the
-#: held-out MetaGPT workflows and random DAGs (:data:`topas.experiments.protocol_study.HELD_OUT`)
+#: held-out MetaGPT workflows and random DAGs (:data:`topas.sets.HELD_OUT`)
 WORKLOADS = IN_SAMPLE + HELD_OUT
 BASELINE_ADMISSIONS = ("fcfs", "lpm", "spf")
 ADMISSIONS = BASELINE_ADMISSIONS + ("topas", "topas-plus", "topas-both")

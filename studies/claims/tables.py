@@ -1,14 +1,14 @@
 """When does the paper's claim hold? Notebook 12's tables (issue 13).
 
 Every function here turns stored results into one table; the notebook runs the grids
-(:func:`topas.experiments.grid.operating_grid`, :func:`~topas.experiments.grid.reading_grid`,
-:func:`~topas.experiments.grid.ablation_grid`) and hands the summaries over. Conventions:
+(:func:`studies.claims.grid.operating_grid`, :func:`~studies.claims.grid.reading_grid`,
+:func:`~studies.claims.grid.ablation_grid`) and hands the summaries over. Conventions:
 
 * ``fraction``: the load as a fraction of the best baseline's capacity on that workload
   (:func:`topas.experiments.capacity.operating_points`); ``regime`` is ``below`` (a stable point
   for the best baseline) or ``beyond``;
 * ``vs best %`` = (policy - best baseline) / best baseline x 100, the best baseline chosen per
-  point and metric among :data:`BASELINES` (as the paper does): negative = the policy wins;
+  point and metric among :data:`PAPER_BASELINES` (as the paper does): negative = the policy wins;
 * a change within :data:`TIE_PCT` percent is a tie.
 """
 
@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 
 from topas.experiments.spec import Experiment
+from topas.sets import PAPER_BASELINES
 
-BASELINES = ("fcfs", "lpm", "spf", "parrot-fcfs", "autellix-las")
 #: Changes within this many percent are ties (the seeds of one point disagree by more).
 TIE_PCT = 2.0
 METRICS = (("mean", "jct_mean"), ("p99", "jct_p99"))
@@ -66,7 +66,7 @@ def with_points(summaries: pd.DataFrame, experiments: Sequence[Experiment], poin
 
 
 def operating_table(runs: pd.DataFrame, stability: pd.DataFrame | None = None,
-                    baselines: Sequence[str] = BASELINES) -> pd.DataFrame:
+                    baselines: Sequence[str] = PAPER_BASELINES) -> pd.DataFrame:
     """Per workload, operating point and policy: load, mean and p99 JCT (mean over seeds), the
     stability indicators (``stability``: :func:`topas.experiments.capacity.stability_table`
     rows, matched by key) and each policy's change against the point's best baseline."""
@@ -139,7 +139,7 @@ def policy_vs_best(table: pd.DataFrame, policy: str, goal_pct: float = -10.0) ->
 
 
 def reading_space_table(runs: pd.DataFrame, policy: str = "topas",
-                        baselines: Sequence[str] = BASELINES) -> pd.DataFrame:
+                        baselines: Sequence[str] = PAPER_BASELINES) -> pd.DataFrame:
     """TOPAS against the best baseline under every reading of ``runs`` (the reading grid, with
     ``label``, ``fraction``, ``regime``): per workload, point and reading, TOPAS's run with that
     label against the best of each baseline's run with the same label, or its default run where
@@ -181,7 +181,7 @@ def reading_spread(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def ablation_table(runs: pd.DataFrame, baselines: Sequence[str] = BASELINES) -> pd.DataFrame:
+def ablation_table(runs: pd.DataFrame, baselines: Sequence[str] = PAPER_BASELINES) -> pd.DataFrame:
     """Every ablation of ``runs`` (the ablation grid, ``label`` = the ablation) against the best
     baseline and against its full policy, per workload and point (mean over seeds)."""
     g = runs.groupby(["workload", "fraction", "regime", "label"], sort=False).agg(

@@ -4,7 +4,7 @@ Every row of ``data/paper/reported.csv`` gets our number measured the protocol's
 load past a compared policy's capacity:
 
 * ``vs_best_baseline``, mean and p99 JCT: the protocol's paired comparison of TOPAS with the best
-  baseline at the highest grid load within both capacities (:func:`topas.experiments.protocol_study.latency_rows`,
+  baseline at the highest grid load within both capacities (:func:`studies.protocol_runs.study.latency_rows`,
   its ``near_capacity`` row): the mean of the per-seed relative differences with its 95% interval
   (t for the mean JCT, BCa bootstrap for p99) and win / tie / loss (decided, as in the verdict
   table, on the interval of the per-seed differences in seconds; for p99 that interval and the
@@ -30,8 +30,8 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from topas.experiments import protocol_study as ps
-from topas.experiments.analysis import MISSING_TRACE, PAPER_LABEL, paper_overhead, paper_reported
+from studies.protocol_runs import study as ps
+from studies.analysis import MISSING_TRACE, PAPER_LABEL, paper_overhead, paper_reported
 
 __all__ = ["ABLATION_VARIANTS", "COLUMNS", "ablation_latency", "ablation_runs", "paper_vs_ours"]
 
@@ -49,7 +49,7 @@ def ablation_runs(runs: pd.DataFrame, workload: str = ABLATION_WORKLOAD, variant
     """The protocol's grid for TOPAS's ablation variants on ``workload``, with TOPAS's own runs
     (from ``runs``, the protocol's grid there): the same seeds, run length and stopping rule,
     loads up to TOPAS's first rejected load (no comparison with TOPAS can be made above it).
-    ``quick``: :data:`topas.experiments.protocol_study.QUICK_PER_NOTEBOOK`'s grid."""
+    ``quick``: :data:`studies.protocol_runs.study.QUICK_PER_NOTEBOOK`'s grid."""
     topas = runs[(runs["workload"] == workload) & (runs["policy"] == "topas")]
     if topas.empty:
         raise ValueError(f"ablation_runs: no TOPAS runs on {workload} in the protocol's runs")
@@ -68,7 +68,7 @@ def ablation_runs(runs: pd.DataFrame, workload: str = ABLATION_WORKLOAD, variant
 
 def ablation_latency(ablation: pd.DataFrame, variants: Iterable[str] = ABLATION_VARIANTS) -> pd.DataFrame:
     """Per variant, TOPAS paired with it at the highest grid load within both capacities (the
-    ``near_capacity`` row of :func:`topas.experiments.protocol_study.latency_rows` with that
+    ``near_capacity`` row of :func:`studies.protocol_runs.study.latency_rows` with that
     variant as the only baseline). A variant with no such load is left out."""
     rows = []
     for v in variants:
@@ -96,7 +96,7 @@ def paper_vs_ours(latency: pd.DataFrame, capacity: pd.DataFrame, ablation: pd.Da
     """One row per line of ``reported.csv`` (module docstring): the paper's number, labelled
     ``paper (reported)``, beside ours with its interval and verdict. ``latency`` and ``capacity``:
     the protocol's tables; ``ablation``: :func:`ablation_latency`; ``overhead``:
-    :func:`topas.experiments.analysis.decision_overhead` of notebook 05's run; ``workloads``: those
+    :func:`studies.analysis.decision_overhead` of notebook 05's run; ``workloads``: those
     the runs cover (default: every workload of ``capacity``). A workload with no trace reads
     ``n/a (trace missing)``, one not run ``n/a (not run)``; a claim with nothing to compare, ``n/a``
     and why."""

@@ -2,7 +2,7 @@
 of each term of TOPAS's utility per decision, the change against the starting setting, which
 weights change nothing at these settings, and loads above a policy's certified capacity.
 
-The plotting is :mod:`topas.plots.explorer`; the sliders, :mod:`topas.plots.explorer_ui`.
+The plotting is :mod:`studies.explorer.plots`; the sliders, :mod:`studies.explorer.ui`.
 """
 
 from __future__ import annotations

@@ -54,21 +54,17 @@ from topas.experiments.protocol.seeds import EVALUATION_SEEDS, first
 from topas.experiments.protocol.steady import (ALPHA, INDICATORS, N_BATCHES, arrivals_in_order, growth_test,
                                                indicator_series)
 from topas.experiments.spec import Experiment
+from topas.sets import CANDIDATES, GUARDED_BASELINES, HELD_OUT, IN_SAMPLE, METAGPT, PROTOCOL_BASELINES
 
 __all__ = [
-    "BASELINES",
-    "CANDIDATES",
-    "GUARDED_BASELINES",
     "CAPACITY_COLUMNS",
     "CONVERGENCE_COLUMNS",
     "EVIDENCE_COLUMNS",
     "FULL",
-    "HELD_OUT",
     "LATENCY_COLUMNS",
     "OVERLOAD_COLUMNS",
     "QUICK",
     "QUICK_PER_NOTEBOOK",
-    "IN_SAMPLE",
     "TEST_VERSION",
     "ProtocolSize",
     "capacity_grid_runs",
@@ -89,18 +85,6 @@ __all__ = [
     "sample_of",
     "seed_verdicts",
 ]
-
-#: The baselines (stock: as SGLang runs them; k-LPM, the literature's strongest simple rule beside
-#: LPM), the same baselines with the in-batch guard TOPAS's plans follow (``topas.policies.guarded``:
-#: the verdict is reported against both sets, so no claim rests on the baselines lacking it), and
-#: the candidates (ours and TOPAS as we read it).
-BASELINES = ("fcfs", "lpm", "spf", "k-lpm")
-GUARDED_BASELINES = tuple(f"{b}-guarded" for b in BASELINES)
-CANDIDATES = ("topas", "topas-plus")
-#: Workloads TOPAS's defaults and TOPAS+ were selected on (docs/topas_plus.md): results there are
-#: in-sample, even on evaluation seeds. Every other workload of the grid is held out.
-IN_SAMPLE = ("chain-3", "dag-4", "dag-10-wide")
-HELD_OUT = ("metagpt-sop", "metagpt-tl", "random-dag-1000", "random-dag-1001", "random-dag-1002", "random-dag-1003")
 
 
 def _loads(low: float, high: float, step: float) -> tuple[float, ...]:
@@ -141,10 +125,10 @@ class ProtocolSize:
 #: The held-out random workflows are not in the shipped grid: with ten policies their grid did not
 #: fit the reproduction's time (docs/protocol.md, "The final runs"); ``restricted``/``ProtocolSize``
 #: run them on request.
-FULL_WORKLOADS = IN_SAMPLE + ("metagpt-sop", "metagpt-tl")
+FULL_WORKLOADS = IN_SAMPLE + METAGPT
 FULL = ProtocolSize(
     workloads=FULL_WORKLOADS,
-    policies=BASELINES + GUARDED_BASELINES + CANDIDATES,
+    policies=PROTOCOL_BASELINES + GUARDED_BASELINES + CANDIDATES,
     loads=_loads(0.75, 2.0, 0.125),
     n_seeds=5,
     n_tasks={**{w: 1000 for w in IN_SAMPLE}, "metagpt-sop": 600, "metagpt-tl": 600,
@@ -341,7 +325,7 @@ def _capacity(ev: pd.DataFrame, what: str):
     return grid_capacity(v, 1.0, what=what)
 
 
-def capacity_rows(evidence: pd.DataFrame, baselines: Sequence[str] = BASELINES) -> pd.DataFrame:
+def capacity_rows(evidence: pd.DataFrame, baselines: Sequence[str] = PROTOCOL_BASELINES) -> pd.DataFrame:
     """Capacity per (workload, policy) from :func:`capacity_grid_runs`' evidence, and each
     policy against the workload's best baseline by capacity (the largest capacity; ties: the
     narrower bracket). ``capacity_verdict`` (grid resolution): ``higher`` when the policy's
@@ -394,7 +378,7 @@ def _within_capacity(evidence: pd.DataFrame) -> dict[tuple[str, str], float]:
 
 
 def latency_rows(evidence: pd.DataFrame, candidates: Sequence[str] = CANDIDATES,
-                 baselines: Sequence[str] = BASELINES) -> pd.DataFrame:
+                 baselines: Sequence[str] = PROTOCOL_BASELINES) -> pd.DataFrame:
     """Latency claims (module docstring). ``near_capacity`` marks, per (workload, candidate), the
     highest load compared: the operating point closest to capacity where the claim is allowed."""
     caps = _within_capacity(evidence)

@@ -21,10 +21,11 @@ from topas.experiments.protocol.paired import compare_latency
 from topas.experiments.protocol.seeds import EVALUATION_SEEDS, first
 from topas.experiments.protocol.steady import steady_state
 from topas.experiments.spec import Experiment
+from topas.sets import METAGPT
 
 __all__ = ["BASELINE", "CACHES", "LOAD", "POLICIES", "VERDICT_COLUMNS", "WORKLOADS", "cache_study_grid", "cache_study_tables"]
 
-WORKLOADS = ("metagpt-sop", "metagpt-tl")
+WORKLOADS = METAGPT
 BASELINE = "lpm"
 POLICIES = (BASELINE, "topas", "topas-plus")
 #: the load, as a multiple of each trace's nominal rate

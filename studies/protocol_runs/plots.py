@@ -132,7 +132,7 @@ def plot_load_curves(curves: pd.DataFrame, runs: pd.DataFrame, metrics=("jct_mea
     through the seeds' mean at the loads within its capacity, the 95% t interval as a band, and at
     its first load past capacity a hollow marker on the panel's top edge (overload: its numbers are
     in the overload table, never a latency; plotting them would squash the curves). ``curves``:
-    :func:`topas.experiments.protocol_curves.load_curves`; ``runs``: the protocol's runs (for the
+    :func:`studies.protocol_runs.curves.load_curves`; ``runs``: the protocol's runs (for the
     caption). A row whose means span :data:`~topas.plots.style.LOG_SPAN` or more gets a log axis
     (the label says so). Returns the figure."""
     from matplotlib.lines import Line2D

@@ -5,7 +5,7 @@ A point is a **latency** point when the policy is within its capacity there (eve
 that load and every lower grid load, :mod:`topas.experiments.protocol.grid_capacity`); the first
 grid load past a policy's capacity is its **overload** point (what its runs complete, never a
 latency claim); the grid's stopping rule runs nothing higher. The candidates' paired comparisons
-with the best baseline come from :func:`topas.experiments.protocol_study.latency_rows`, never from
+with the best baseline come from :func:`studies.protocol_runs.study.latency_rows`, never from
 these per-policy means: two overlapping per-policy intervals do not make a tie, a paired
 interval does.
 """
@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from topas.experiments.protocol_study import _within_capacity, sample_of
+from studies.protocol_runs.study import _within_capacity, sample_of
 
 __all__ = ["CONFIDENCE", "CURVE_COLUMNS", "METRICS", "jct_table", "load_curves"]
 
@@ -45,7 +45,7 @@ def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple
 
 def load_curves(runs: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.DataFrame:
     """One row per (workload, policy, load) of the protocol's ``runs``
-    (:func:`topas.experiments.protocol_study.protocol_runs`): the seeds' mean of each of
+    (:func:`studies.protocol_runs.study.protocol_runs`): the seeds' mean of each of
     :data:`METRICS` with its t interval, how many seeds' runs grow, and ``claim``: ``latency``
     (within the policy's capacity) or ``overload`` (the first load past it)."""
     if runs.empty:
@@ -71,7 +71,7 @@ def load_curves(runs: pd.DataFrame, confidence: float = CONFIDENCE) -> pd.DataFr
 
 def jct_table(curves: pd.DataFrame, latency: pd.DataFrame) -> pd.DataFrame:
     """:func:`load_curves` with, on each candidate's latency rows, its paired comparison with the
-    best baseline at that load (``latency``: :func:`topas.experiments.protocol_study.latency_rows`):
+    best baseline at that load (``latency``: :func:`studies.protocol_runs.study.latency_rows`):
     the baseline, the mean-JCT difference in % with its 95% t interval and the verdict, the p99
     difference in % with its BCa interval and verdict."""
     cols = {"baseline": "vs baseline", "jct_rel_pct": "mean JCT vs baseline (%)",

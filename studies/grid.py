@@ -4,7 +4,8 @@ Notebooks ask for a section's experiments here, hand them to :func:`run_sweep` (
 what the results store lacks) and plot the summaries, so the grid is defined once and a notebook
 stays thin::
 
-    from topas.experiments import grid, run_sweep
+    from studies import grid
+    from topas.experiments import run_sweep
     exps = grid.jct_vs_load(["dag-4"], quick=True)
     summaries = run_sweep(exps)
 
@@ -32,39 +33,11 @@ from typing import Iterable, Mapping, Sequence
 import os
 
 from topas.engine.config import LEGACY_ENGINE
-from topas.experiments.grid_cluster import (  # noqa: F401 (notebook 13's grids, as grid.X)
-    CLUSTER_FULL,
-    CLUSTER_QUICK,
-    SCALING_TRACE,
-    ClusterSize,
-    _claim_policies,
-    cluster_grid,
-    cluster_scaling_grid,
-    cluster_size,
-)
-from topas.experiments.grid_claims import (  # noqa: F401 (notebook 12's grids, as grid.X)
-    CLAIM_ABLATIONS,
-    CLAIM_POLICIES,
-    CLAIMS_FULL,
-    CLAIMS_QUICK,
-    CLAIMS_QUICK_WORKLOADS,
-    FACTORIAL_AXES,
-    ClaimsSize,
-    _search_matters,
-    ablation_grid,
-    claims_size,
-    operating_grid,
-    reading_grid,
-)
+from topas.sets import ABLATIONS, METAGPT, PAPER_BASELINES, PAPER_POLICIES, SYNTHETIC
 from topas.experiments.spec import ENGINES, Experiment, ExperimentError
 
 ENGINE_ENV = "TOPAS_ENGINE"
 
-SYNTHETIC = ("chain-3", "dag-4", "dag-10-wide")
-METAGPT = ("metagpt-sop", "metagpt-tl")
-BASELINES = ("fcfs", "lpm", "spf", "parrot-fcfs", "autellix-las")
-ABLATIONS = ("topas", "topas-no-reuse", "topas-no-aging", "topas-base", "topas-request-only")
-POLICIES = BASELINES + ("topas",)
 
 
 @dataclass(frozen=True)
@@ -106,7 +79,7 @@ def _grid(
 
 def jct_vs_load(
     workloads: Sequence[str] = SYNTHETIC,
-    policies: Sequence[str] = POLICIES,
+    policies: Sequence[str] = PAPER_POLICIES,
     quick: bool = False,
     params: Mapping[str, object] | None = None,
 ) -> list[Experiment]:
@@ -126,7 +99,7 @@ def ablations(
 ) -> list[Experiment]:
     """Full TOPAS and its four ablations (plus the baselines for reference) at one load."""
     sz = size(quick)
-    return _grid(workloads, ABLATIONS + BASELINES, (load,), sz, params)
+    return _grid(workloads, ABLATIONS + PAPER_BASELINES, (load,), sz, params)
 
 
 #: Notebook 11's engine models: label -> the simulator's engine options.
@@ -154,7 +127,7 @@ def engine_model(
         Experiment(w, p, dict(params or {}) if p.startswith("topas") else {}, load=load, seed=s, n_tasks=sz.n_tasks,
                    engine_options=opts)
         for opts in ENGINE_MODELS.values()
-        for w, p, s in itertools.product(workloads, POLICIES, sz.seeds)
+        for w, p, s in itertools.product(workloads, PAPER_POLICIES, sz.seeds)
     ]
 
 
@@ -188,7 +161,7 @@ def sensitivity(
 KNOWLEDGE_POLICIES = ("spf", "topas", "topas-plus")
 #: Notebook 14's policies: every registered baseline, TOPAS and TOPAS+ (ours; it reads output
 #: priors and DAGs as TOPAS does).
-ROBUST_POLICIES = POLICIES + ("topas-plus",)
+ROBUST_POLICIES = PAPER_POLICIES + ("topas-plus",)
 
 
 @dataclass(frozen=True)
@@ -317,10 +290,10 @@ def gpu_afternoon(tasks: int | None = None, engine: str | None = None) -> list[E
 
 def swept_policies() -> list[str]:
     """The registered policies a sweep over "every policy" runs: all but those that decide eviction
-    themselves (:data:`topas.experiments.eviction_study.OWN_EVICTION`, TOPAS-both), which run in
+    themselves (:data:`studies.eviction.study.OWN_EVICTION`, TOPAS-both), which run in
     the eviction study with their own order; under the engine's default eviction they would only
     repeat another policy (TOPAS-both with LRU is TOPAS+)."""
-    from topas.experiments.eviction_study import OWN_EVICTION
+    from studies.eviction.study import OWN_EVICTION
     from topas.policies import available_policies
 
     return [p for p in available_policies() if p not in OWN_EVICTION]
@@ -371,8 +344,8 @@ def notebook_grid(quick: bool = False, engine: str | None = None) -> list[Experi
     *simulated* engines only and runs nothing on a server."""
     import os
 
-    from topas.experiments.cache_study import cache_study_grid
-    from topas.experiments.eviction_study import eviction_study_grid
+    from studies.cache_study import cache_study_grid
+    from studies.eviction.study import eviction_study_grid
 
     engine = engine or default_engine()
     old = os.environ.get(ENGINE_ENV)

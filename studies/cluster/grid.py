@@ -1,20 +1,13 @@
-"""Notebook 13's grids: several engines behind a router (``topas.experiments.grid`` re-exports
-them, so ``grid.cluster_grid`` and ``grid.CLUSTER_FULL`` read as the other grids do)."""
+"""Notebook 13's grids: several engines behind a router (the notebook imports this module as
+``grid``: ``grid.cluster_grid``, ``grid.CLUSTER_FULL``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence
 
+from studies.claims.grid import claim_policies
 from topas.experiments.spec import Experiment
-
-
-def _claim_policies(policies: Sequence[str]) -> list[str]:
-    """``policies`` less those not registered (in their order)."""
-    from topas.policies import available_policies
-
-    have = set(available_policies())
-    return [p for p in policies if p in have]
 
 
 @dataclass(frozen=True)
@@ -73,7 +66,7 @@ def cluster_grid(quick: bool = False, routers: Sequence[str] | None = None) -> l
     return [Experiment(w, p, load=round(load * n, 6), seed=s, n_tasks=sz.tasks_per_engine * n, engines=n, router=r,
                        engine="sim")
             for w, ns in sz.workloads for n in ns for load in sz.loads for r in routers
-            for p in _claim_policies(sz.policies) for s in sz.seeds]
+            for p in claim_policies(sz.policies) for s in sz.seeds]
 
 
 #: DAG-4 with 10,000 tasks (``data/traces/dag-4-10k.json.gz``; ``dag-4`` has 1,000).

@@ -4,7 +4,7 @@ A *collapse* is a run of one of our policies (``topas``, ``topas-plus``) that th
 steady-state test rejects (it grows) at a load ``L`` while the same (workload, policy, run
 length) is stable at some higher grid load ``L' > L``, on the same seed or on every seed
 (:func:`find_collapses`, from the cached per-run evidence ``data/results/protocol/evidence.csv``
-and :func:`topas.experiments.protocol_study.seed_verdicts`, the protocol's own per-run verdict).
+and :func:`studies.protocol_runs.study.seed_verdicts`, the protocol's own per-run verdict).
 
 The rest traces one run from its tables (:class:`topas.engine.metrics.SimResult`: tasks,
 requests, prefix events, the KV timeline, decisions) in time windows:
@@ -54,12 +54,12 @@ def find_collapses(evidence: pd.DataFrame, policies: Sequence[str] = OURS, alpha
     is stable at a higher load of the evidence's grid, on the same seed or on every seed.
 
     ``evidence``: per-run rows as in ``data/results/protocol/evidence.csv`` (one test version).
-    Verdicts are :func:`~topas.experiments.protocol_study.seed_verdicts`' (Bonferroni over the
+    Verdicts are :func:`~studies.protocol_runs.study.seed_verdicts`' (Bonferroni over the
     seeds at each load). One row per collapsing run, sorted by workload, policy, load and seed:
     its spec and evidence, ``seed_stable_above`` (the higher loads at which this seed's run does
     not grow, ``;``-separated), ``all_stable_above`` (the higher loads at which no seed grows),
     ``others_jct_low`` / ``others_jct_high`` (the other seeds' mean JCT at that load)."""
-    from topas.experiments.protocol_study import seed_verdicts
+    from studies.protocol_runs.study import seed_verdicts
 
     cols = ["workload", "policy", "n_tasks", "load", "seed", "key", "jct_mean", "others_jct_low", "others_jct_high",
             "level"] + [f"{i}_p_value" for i in indicators] + ["seed_stable_above", "all_stable_above"]
@@ -415,10 +415,10 @@ def budget_of(exp: Any) -> int:
 
 def profile_experiment(exp: Any) -> dict[str, Any]:
     """Simulate ``exp`` and return its :func:`run_profile` with the protocol's per-run evidence
-    (``jct_p_value``, ``in_system_p_value``: :func:`topas.experiments.protocol_study.run_evidence`)
+    (``jct_p_value``, ``in_system_p_value``: :func:`studies.protocol_runs.study.run_evidence`)
     and :func:`is_lock` as ``lock``. Module-level, so that
     :func:`topas.experiments.dispatch.map_experiments` can run it in worker processes."""
-    from topas.experiments.protocol_study import run_evidence
+    from studies.protocol_runs.study import run_evidence
     from topas.experiments.spec import run_experiment
 
     res = run_experiment(exp)

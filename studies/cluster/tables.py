@@ -1,7 +1,7 @@
 """Several engines behind a router: notebook 13's tables (issue 15).
 
-The notebook runs :func:`topas.experiments.grid.cluster_grid` and
-:func:`~topas.experiments.grid.cluster_scaling_grid` and hands their summaries (one row per
+The notebook runs :func:`studies.cluster.grid.cluster_grid` and
+:func:`~studies.cluster.grid.cluster_scaling_grid` and hands their summaries (one row per
 experiment, in the grid's order) to the functions here. Conventions:
 
 * ``load / engine``: the experiment's load divided by its number of engines (each engine is
@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from topas.experiments.capacity import stable_by
-from topas.experiments.claims import pct
+from studies.claims.tables import pct
 from topas.experiments.spec import Experiment
 
 #: The columns of :func:`cluster_table` taken from a run's summary, and their names there.

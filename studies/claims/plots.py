@@ -24,7 +24,7 @@ def plot_capacity_jct(table: pd.DataFrame, capacities: pd.DataFrame,
                       panel_size: tuple[float, float] = (3.2, 2.6)):
     """Mean and p99 JCT against the load as a fraction of the best baseline's capacity, per
     workload (canonical order) and policy (its colour and marker) (``table``:
-    :func:`topas.experiments.claims.operating_table`); each policy's own capacity
+    :func:`studies.claims.tables.operating_table`); each policy's own capacity
     (``capacities``: :func:`topas.experiments.capacity.capacity_table`, its ``fraction of best
     baseline``) is marked by a triangle on the x axis in its colour (the x axis reaches the
     largest, so none is cut off). The grey band is beyond the best baseline's capacity. A panel's
@@ -78,7 +78,7 @@ def plot_capacity_jct(table: pd.DataFrame, capacities: pd.DataFrame,
 def plot_headroom(table: pd.DataFrame, panel_size: tuple[float, float] = (3.2, 2.8)):
     """Per workload: the mean JCT of the best baseline, TOPAS and TOPAS+ (filled) at each operating
     point, the bounds every scheduler obeys (lines) and the best baseline's relaxations (hollow);
-    ``table``: :func:`topas.experiments.headroom.headroom_table` rows with a ``fraction`` column.
+    ``table``: :func:`studies.claims.headroom.headroom_table` rows with a ``fraction`` column.
     Workloads in the canonical order; a panel's y axis is linear from zero unless its values span
     100x or more."""
     workloads = workload_order(table["workload"])
@@ -128,7 +128,7 @@ def plot_reading_space(table: pd.DataFrame, metric: str = "mean", panel_size: tu
     """Per workload: TOPAS's change against the best baseline under every reading (grey dots),
     at each operating point; the default reading (the figures') in TOPAS's colour and marker; a
     linear axis through zero, its limits from the data (no point cut off). ``table``:
-    :func:`topas.experiments.claims.reading_space_table`."""
+    :func:`studies.claims.tables.reading_space_table`."""
     from matplotlib import ticker
     from matplotlib.lines import Line2D
 

@@ -19,10 +19,9 @@ import tempfile
 from pathlib import Path
 
 from topas.paths import REPO_ROOT as REPO
+from topas.sets import PAPER_BASELINES, SYNTHETIC
 
-WORKLOADS = ("chain-3", "dag-4", "dag-10-wide")
 AFTERNOON_TABLE = "results_gpu_afternoon"
-BASELINES = ("fcfs", "lpm", "spf", "parrot-fcfs", "autellix-las")
 METRICS = (("mean", "jct_mean"), ("p99", "jct_p99"))  # (table name, summary key)
 TABLE = "results_synthetic"
 PAPER_LABEL = "paper (reported)"
@@ -43,7 +42,7 @@ OURS = ("topas-plus",)
 
 
 def kind_of(policy: str) -> str:
-    if policy in BASELINES:
+    if policy in PAPER_BASELINES:
         return "baseline"
     if policy == "topas":
         return "topas"
@@ -148,7 +147,7 @@ def add_comparisons(rows: list[dict], paper: dict[tuple[str, str], float]) -> li
 
 
 def sort_rows(rows: list[dict], policies: list[str]) -> list[dict]:
-    worder = {w: i for i, w in enumerate(WORKLOADS)}
+    worder = {w: i for i, w in enumerate(SYNTHETIC)}
     korder = {"baseline": 0, "topas": 1, "ours": 2, "ablation": 3, "other": 4}
     porder = {p: i for i, p in enumerate(policies)}
     return sorted(rows, key=lambda r: (worder.get(r["workload"], len(worder)), r["workload"],
@@ -185,7 +184,7 @@ def render_markdown(rows: list[dict]) -> str:
         f"each trace's nominal rate, {seeds} arrival seed{'s' if seeds != 1 else ''}. JCT in seconds: "
         "mean over seeds, (min-max) across seeds. \"vs best baseline\" = (policy - best baseline) / "
         "best baseline, the best baseline chosen separately per metric among "
-        f"{', '.join(BASELINES)}; ablations are never a baseline. "
+        f"{', '.join(PAPER_BASELINES)}; ablations are never a baseline. "
         f"\"{PAPER_LABEL}\" is the paper's own number (SGLang on an A100, its operating point), "
         "from data/paper/reported.csv, shown for comparison only.",
         "",

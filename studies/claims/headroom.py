@@ -47,9 +47,9 @@ import numpy as np
 import pandas as pd
 
 from topas.experiments.spec import Experiment, Prepared, prepare
+from topas.sets import PAPER_BASELINES
 
 __all__ = [
-    "BASELINES",
     "bound_conditions",
     "critical_path_bounds",
     "task_work_bounds",
@@ -59,7 +59,6 @@ __all__ = [
     "headroom_table",
 ]
 
-BASELINES = ("fcfs", "lpm", "spf", "parrot-fcfs", "autellix-las")
 
 
 def bound_conditions(p: Prepared) -> list[str]:
@@ -212,7 +211,7 @@ def headroom_experiments(workload: str, load: float, policy: str, n_tasks: int, 
 
 
 def headroom_table(workloads: Sequence[str], loads: Sequence[float] | Mapping[str, Sequence[float]],
-                   n_tasks: int = 300, seeds: Sequence[int] = (0,), baselines: Sequence[str] = BASELINES,
+                   n_tasks: int = 300, seeds: Sequence[int] = (0,), baselines: Sequence[str] = PAPER_BASELINES,
                    policy: str | None = "topas", kv_factor: float = 4.0, store: Any = None,
                    progress: bool = True) -> pd.DataFrame:
     """Reference points per workload and load (multiple of nominal; ``loads`` may map each

@@ -1,6 +1,6 @@
 """Notebook 12's grids: every policy at operating points set by the best baseline's capacity, the
-space of readings and the ablations there (``topas.experiments.grid`` re-exports them, so
-``grid.reading_grid`` and ``grid.CLAIMS_FULL`` read as the other grids do)."""
+space of readings and the ablations there (the notebook imports this module as
+``grid``: ``grid.reading_grid``, ``grid.CLAIMS_FULL``)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,19 @@ import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from topas.experiments.claims import BASELINES
-from topas.experiments.grid_cluster import _claim_policies
 from topas.experiments.spec import Experiment
+from topas.sets import PAPER_BASELINES
+
+def claim_policies(policies: Sequence[str]) -> list[str]:
+    """``policies`` less those not registered (in their order)."""
+    from topas.policies import available_policies
+
+    have = set(available_policies())
+    return [p for p in policies if p in have]
+
 
 #: The policies of notebook 12's operating-point grid: the baselines, the paper's TOPAS and ours.
-CLAIM_POLICIES = BASELINES + ("topas", "topas-plus")
+CLAIM_POLICIES = PAPER_BASELINES + ("topas", "topas-plus")
 #: The reading axes crossed in notebook 12's small factorial: those that moved TOPAS most in the
 #: one-at-a-time runs of issue 13's first measurement (DAG-4 and MetaGPT-TL at 1.0x nominal, 200
 #: tasks; docs/method.md "Readings"): the host tier for TOPAS only, the search's moves and J_admit's
@@ -70,10 +77,10 @@ def operating_grid(points, quick: bool = False, policies: Sequence[str] = CLAIM_
     sz = claims_size(quick)
     return [Experiment(r["workload"], p, dict(params or {}) if p == "topas" else {}, load=r["load"], seed=s,
                        n_tasks=sz.op_tasks)
-            for r in points.to_dict("records") for p in _claim_policies(policies) for s in sz.seeds]
+            for r in points.to_dict("records") for p in claim_policies(policies) for s in sz.seeds]
 
 
-def _search_matters(workload: str) -> bool:
+def search_matters(workload: str) -> bool:
     """The search axis changes nothing on a trace with at most M agents (every subset is scored)."""
     from topas.experiments.spec import _read_trace, resolve_trace_path
     from topas.policies.topas import TopasParams
@@ -84,16 +91,16 @@ def _search_matters(workload: str) -> bool:
 def reading_grid(points, quick: bool = False, factorial_axes: Mapping[str, Sequence[object]] | None = None):
     """Notebook 12's space of readings: at each point of ``points`` whose fraction is one of
     :attr:`ClaimsSize.reading_fractions`, every one-at-a-time variant of the baselines and TOPAS
-    (:func:`topas.experiments.readings.one_at_a_time`) plus TOPAS's factorial over
+    (:func:`studies.claims.readings.one_at_a_time`) plus TOPAS's factorial over
     ``factorial_axes`` (default :data:`FACTORIAL_AXES`). Variants of the ``search`` axis are left
     out on traces with at most M agents (they are the default run there).
 
     Returns ``(label, experiment)`` pairs; a label names the non-default readings of the run."""
-    from topas.experiments.readings import one_at_a_time, variant
+    from studies.claims.readings import one_at_a_time, variant
 
     sz = claims_size(quick)
     axes = dict(FACTORIAL_AXES if factorial_axes is None else factorial_axes)
-    variants = one_at_a_time(BASELINES + ("topas",))
+    variants = one_at_a_time(PAPER_BASELINES + ("topas",))
     have = {(v.policy, v.label) for v in variants}
     for combo in itertools.product(*axes.values()):
         v = variant("topas", dict(zip(axes, combo)))
@@ -107,7 +114,7 @@ def reading_grid(points, quick: bool = False, factorial_axes: Mapping[str, Seque
             continue
         w = r["workload"]
         n = sz.reading_tasks_metagpt if w.startswith("metagpt") else sz.reading_tasks
-        search = _search_matters(w)
+        search = search_matters(w)
         for v in variants:
             if not search and "search=" in v.label:
                 continue
@@ -139,8 +146,8 @@ def ablation_grid(points, quick: bool = False) -> list[tuple[str, Experiment]]:
     at 0.8 of the best baseline's capacity and beyond it, at the reading grid's sizes (so the
     baselines' runs are the reading grid's default runs): ``(label, experiment)`` pairs."""
     sz = claims_size(quick)
-    have = set(_claim_policies([p for p, _ in CLAIM_ABLATIONS.values()]))
-    runs = [(b, (b, {})) for b in BASELINES] + [(k, v) for k, v in CLAIM_ABLATIONS.items() if v[0] in have]
+    have = set(claim_policies([p for p, _ in CLAIM_ABLATIONS.values()]))
+    runs = [(b, (b, {})) for b in PAPER_BASELINES] + [(k, v) for k, v in CLAIM_ABLATIONS.items() if v[0] in have]
     out = []
     for r in points.to_dict("records"):
         if not (math.isclose(r["fraction"], 0.8) or r["regime"] == "beyond"):

@@ -41,7 +41,7 @@ notebooks' grids in one :func:`topas.experiments.run_many`, longest first, one p
 time (:mod:`topas.sglang.pool`); the notebooks then find them stored. Past ``--max-hours``
 (default 1) of wall time the run stops there unless ``--yes`` is given (``make reproduce YES=1``);
 ``--plan`` prints the plan and stops. ``--grid gpu-afternoon``
-(:func:`topas.experiments.grid.gpu_afternoon`, about 3 h of arrivals on one server) runs only that
+(:func:`studies.grid.gpu_afternoon`, about 3 h of arrivals on one server) runs only that
 grid and writes ``results_gpu_afternoon.{csv,md}`` to ``figures/sglang/gpu-afternoon/``; ``--tasks``
 then caps every workload's task count (a smoke run). Every replay is stored as it finishes; a
 restart resumes. Notebooks with nothing measured to show (01, 09-13, 15, 16) are not executed for
@@ -77,7 +77,7 @@ import sys
 import time
 from pathlib import Path
 
-from topas.experiments.results_table import (AFTERNOON_TABLE, COLUMNS, TABLE, add_comparisons, aggregate,
+from pipeline.results_table import (AFTERNOON_TABLE, COLUMNS, TABLE, add_comparisons, aggregate,
                                              csv_text, emit, paper_reported, read_csv, sort_rows, write_atomic)
 from topas.paths import REPO_ROOT as REPO
 
@@ -209,7 +209,7 @@ def connect(args: argparse.Namespace):
 
 
 def table_experiments(args: argparse.Namespace, policies: list[str], profile: str) -> list:
-    from topas.experiments.grid import results_table
+    from studies.grid import results_table
 
     return results_table(args.quick, args.engine, args.load, args.seeds, args.tasks, profile, policies)
 
@@ -282,7 +282,7 @@ def simulated_plan(args: argparse.Namespace, stages_exps: list[tuple[str, list]]
           "version) ...", flush=True)
     notebooks = args.grid != "gpu-afternoon" and not args.no_notebooks
     if notebooks:  # planned only: notebook 16 runs it with its stopping rule
-        from topas.experiments import protocol_study as ps
+        from studies.protocol_runs import study as ps
 
         stages_exps = [*stages_exps, ("notebook 16 (read by 02, 03, 08): the protocol's grid, at most",
                                       ps.grid_bound(ps.protocol_size(args.quick)))]
@@ -307,7 +307,7 @@ def simulated_plan(args: argparse.Namespace, stages_exps: list[tuple[str, list]]
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from topas.experiments.grid import ENGINE_ENV
+    from studies.grid import ENGINE_ENV
     from topas.experiments.local import ExperimentFailed
     from topas.experiments.spec import ExperimentError
     from topas.sglang.server import ServerError
@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
 def write_docs(args: argparse.Namespace) -> int:
     """docs/results.md and the README's findings table, from a full-size run's figures/ only."""
     if args.out_dir.resolve() == (REPO / "figures").resolve():
-        from topas.experiments.results_doc import write_all
+        from pipeline.results_doc import write_all
 
         for p in write_all(REPO):
             print(f"wrote {p.relative_to(REPO)}")
@@ -371,7 +371,8 @@ def write_docs(args: argparse.Namespace) -> int:
 
 def reproduce(args: argparse.Namespace, ident) -> int:
     from topas.engine.cost import DEFAULT_PROFILE
-    from topas.experiments import grid, run_many
+    from topas.experiments import run_many
+    from studies import grid
 
     if args.ray_address:
         from topas.experiments.ray_backend import RAY_ADDRESS_ENV
@@ -456,7 +457,7 @@ def run_notebooks(args: argparse.Namespace) -> int:
     results; a reproduction runs one at a time, since each notebook's sweeps use every core."""
     if args.no_notebooks:
         return 0
-    from topas.experiments.notebooks import (NOTEBOOKS_DIR, NotebookFailed, UnknownParameter, busy_note,
+    from pipeline.notebooks import (NOTEBOOKS_DIR, NotebookFailed, UnknownParameter, busy_note,
                                              children_cpu, execute_notebooks, notebook_paths)
 
     executed = NOTEBOOKS_DIR / "executed" / ("quick" if args.quick else "full")

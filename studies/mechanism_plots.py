@@ -1,5 +1,5 @@
 """Decision overhead, KV occupancy, stage queueing, sensitivity heatmaps, paper vs ours and the
-engine models (notebooks 05-08, 11); the tables behind them are in :mod:`topas.experiments.analysis`."""
+engine models (notebooks 05-08, 11); the tables behind them are in :mod:`studies.analysis`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from topas.plots.style import policy_color, policy_label, policy_order, policy_p
 
 # --- notebooks 05-08 ------------------------------------------------------------------------
 # notebooks 05-08: decision overhead, mechanism (KV occupancy, queueing), sensitivity heatmaps,
-# paper vs ours. The tables behind them are in topas.experiments.analysis.
+# paper vs ours. The tables behind them are in studies.analysis.
 
 
 def _hide_stale_ticklabels(fig) -> None:
@@ -130,7 +130,7 @@ def plot_kv_occupancy(timelines: Mapping[tuple[str, str], pd.DataFrame], kv_budg
 def plot_stage_queueing(queueing: pd.DataFrame, panel_size: tuple[float, float] = (5.5, 3.2)):
     """Mean queueing time (s) per stage and policy, one panel per workload (canonical order),
     stages in depth order and labelled ``stage (depth)``; ``queueing`` from
-    :func:`topas.experiments.analysis.stage_queueing`. Zero-based bars when a panel's waits span
+    :func:`studies.analysis.stage_queueing`. Zero-based bars when a panel's waits span
     less than 100x; beyond that a bar's length on a log axis means nothing, so the panel shows
     dots (the policy's colour and marker) on a log axis instead, and says so."""
     from matplotlib.lines import Line2D
@@ -182,7 +182,7 @@ def plot_stage_queueing(queueing: pd.DataFrame, panel_size: tuple[float, float] 
 def plot_sensitivity(table: pd.DataFrame, x: str, y: str, values: Sequence[str] = ("mean JCT (s)", "p99 JCT (s)"),
                      labels: Mapping[str, str] | None = None, title: str | None = None):
     """One annotated heatmap per column in ``values`` over parameters ``x`` (columns) and ``y``
-    (rows) of a :func:`topas.experiments.analysis.sensitivity_table`; the best cell is boxed."""
+    (rows) of a :func:`studies.analysis.sensitivity_table`; the best cell is boxed."""
     import seaborn as sns
 
     labels = dict(labels or {})
@@ -206,7 +206,7 @@ def plot_paper_vs_ours(table: pd.DataFrame):
     """Dot plot of the % changes vs the best baseline (or TOPAS-base), one line per
     workload/metric: the paper's reported number (hollow) beside ours (filled), a zero line,
     and rows without our number marked ``(ours: n/a)``; ``table`` from
-    :func:`topas.experiments.paper_compare.paper_vs_ours` (the absolute overhead rows are skipped; its
+    :func:`studies.paper_compare.paper_vs_ours` (the absolute overhead rows are skipped; its
     ``ours_low`` / ``ours_high``, where given, are drawn as our interval)."""
     d = table[table["comparison"] != "absolute"].reset_index(drop=True)
     fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(d) + 1.4))
@@ -242,7 +242,7 @@ def plot_paper_vs_ours(table: pd.DataFrame):
 
 def plot_engine_model(table: pd.DataFrame, policy: str = "topas"):
     """Notebook 11: ``policy``'s mean and p99 JCT change against the best baseline, per workload,
-    on each engine model of ``table`` (from :func:`topas.experiments.analysis.engine_model_table`):
+    on each engine model of ``table`` (from :func:`studies.analysis.engine_model_table`):
     the figures' simulator (stock SGLang, filled) and the other readings (hollow)."""
     from topas.plots.style import workload_order
 
@@ -271,7 +271,7 @@ def plot_engine_model(table: pd.DataFrame, policy: str = "topas"):
 
 
 def plot_mechanism_case(table: pd.DataFrame):
-    """The mechanism case (notebook 06, ``topas.experiments.plan_study.mechanism_table``): mean JCT
+    """The mechanism case (notebook 06, ``studies.plan_study.mechanism_table``): mean JCT
     and the average decode batch against load, one line per policy; a run past capacity
     (``overload``) is drawn hollow, since its JCT grows with the run's length."""
     fig, axes = plt.subplots(1, 2, figsize=(9.0, 3.4))

@@ -1,11 +1,12 @@
 """Tables behind notebooks 05-08: decision overhead, mechanism numbers, sensitivity grids and
-the paper's reported numbers (their comparison with ours is :mod:`topas.experiments.paper_compare`).
+the paper's reported numbers (their comparison with ours is :mod:`studies.paper_compare`).
 
 Every function takes stored results (:class:`~topas.engine.metrics.SimResult` or the summary
 rows of :func:`topas.experiments.run_sweep`) and returns plain numbers or a DataFrame, so the
 notebooks only wire them together::
 
-    from topas.experiments import analysis, grid, run_sweep
+    from studies import analysis, grid
+    from topas.experiments import run_sweep
     summaries = run_sweep(grid.jct_vs_load(quick=True))
     table = analysis.engine_model_table(summaries)
 
@@ -22,14 +23,14 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from topas.experiments import grid
-from topas.experiments.grid import one_run_per_policy  # noqa: F401  (the notebooks' analysis.one_run_per_policy)
+from studies import grid
+
 from topas.experiments.spec import Experiment
+from topas.sets import PAPER_BASELINES
 
 PAPER_LABEL = "paper (reported)"
 MISSING_TRACE = "n/a (trace missing)"
 #: The paper's baselines; "vs best baseline" picks the best of these per workload and metric.
-BASELINES = ("fcfs", "lpm", "spf", "parrot-fcfs", "autellix-las")
 HIGHER_IS_BETTER = {"throughput_rps"}
 
 
@@ -212,7 +213,7 @@ def paper_reported(path: str | Path | None = None) -> pd.DataFrame:
 
 
 def change_vs(summaries: pd.DataFrame, workload: str, column: str, policy: str = "topas",
-              against: Sequence[str] = BASELINES) -> tuple[float, str | None]:
+              against: Sequence[str] = PAPER_BASELINES) -> tuple[float, str | None]:
     """(% change of ``policy`` vs the best of ``against`` in ``column``, that policy), means over
     seeds; negative = better for JCT. ``(nan, None)`` when a side is missing."""
     df = summaries[summaries.workload == workload]
@@ -225,9 +226,9 @@ def change_vs(summaries: pd.DataFrame, workload: str, column: str, policy: str =
 
 
 def engine_model_table(summaries: pd.DataFrame, policy: str = "topas",
-                       against: Sequence[str] = BASELINES, reference: str = "stock") -> pd.DataFrame:
+                       against: Sequence[str] = PAPER_BASELINES, reference: str = "stock") -> pd.DataFrame:
     """Does a conclusion depend on the engine model? One row per (workload, engine model) of
-    ``summaries`` (runs of :func:`topas.experiments.grid.engine_model`; the ``engine_model``
+    ``summaries`` (runs of :func:`studies.grid.engine_model`; the ``engine_model``
     column, ``reference`` first): the best of ``against`` by mean JCT, ``policy``'s mean and p99
     JCT change against it (%, means over seeds; negative = ``policy`` better), the same change
     against the baseline that was best on the ``reference`` model (so a change of best baseline
@@ -287,7 +288,7 @@ ROBUST_AXES = ("prior noise", "prior bias", "DAG visibility", "arrivals")
 
 
 def knowledge_condition(row: Mapping[str, object]) -> tuple[str, str, object]:
-    """``(axis, estimator, setting)`` of a summary row of :func:`topas.experiments.grid.robustness`:
+    """``(axis, estimator, setting)`` of a summary row of :func:`studies.grid.robustness`:
     the axis it varies from the reference (``"reference"`` for exact priors, full DAGs and Poisson
     arrivals), the output estimator (``online`` or ``prior``) and its setting on that axis."""
     est = _params(row.get("params")).get("output_estimator", "online")
@@ -369,7 +370,7 @@ ROBUST_CANDIDATES = ("topas", "topas-plus")
 
 
 def robustness_verdict(table: pd.DataFrame, policies: Sequence[str] = ROBUST_CANDIDATES,
-                       baselines: Sequence[str] = BASELINES) -> pd.DataFrame:
+                       baselines: Sequence[str] = PAPER_BASELINES) -> pd.DataFrame:
     """Does a policy's standing survive? Per candidate ``policy`` (TOPAS, TOPAS+), workload, axis,
     estimator and setting: its mean and p99 JCT against the best baseline *at that setting*
     (``vs best: mean %``, ``vs best: p99 %``; negative = the policy lower), the best baseline,
