@@ -28,12 +28,15 @@ from typing import Any, Mapping, Sequence
 
 from tqdm.auto import tqdm
 
+from topas.experiments.notebook_params import HEADLESS_ENV
 from topas.paths import REPO_ROOT
 
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 KERNEL = "python3"
-#: Extra kernel command-line arguments: silence ipykernel's own log (see the module docstring).
-KERNEL_ARGS = ["--IPKernelApp.log_level=CRITICAL"]
+#: Extra kernel command-line arguments: silence ipykernel's own log (see the module docstring), and
+#: tell the notebook it runs headless (``topas.experiments.notebook_params.headless``).
+KERNEL_ARGS = ["--IPKernelApp.log_level=CRITICAL",
+               f"--IPKernelApp.exec_lines=import os; os.environ['{HEADLESS_ENV}'] = '1'"]
 
 
 class UnknownParameter(ValueError):

@@ -14,7 +14,9 @@ notebook 14's degraded-knowledge variants and the engine variants, such as noteb
 model, the host tier and the cache study's prefixes-only cache, ship their tasks only, and so do
 the eviction study's runs (:func:`eviction_study_keys`: notebook 15 reads their summaries and
 tasks; the per-request tables of its default-engine cells would take the pack over 50 MB)); and every table of the experiments the
-notebooks load in full (mechanism and overhead). Experiments whose sweeps use only their summaries
+notebooks load in full (mechanism and overhead), and every table a notebook reads one by one
+(``ResultStore.load_table``: the store log's ``table`` lines, :func:`read_tables`; notebook 06
+reads the decisions of its plan runs). Experiments whose sweeps use only their summaries
 (``run_sweep(..., tables=False)``: notebook 12's capacity probes, operating points and ~1,000
 runs over the space of readings) ship their ``meta.json`` alone, which holds the summary and the
 stability indicators. All tables of all runs would be over 70 MB (the MetaGPT runs have ~4,000
@@ -123,6 +125,8 @@ def read_log(path: Path) -> tuple[list[str], set[str], set[str]]:
         elif kind == "load":
             loaded.add(key)
             swept[key] = None
+        elif kind == "table":  # one table read (ResultStore.load_table): read_tables lists them
+            swept[key.split(" ", 1)[0]] = None
         else:
             raise ValueError(f"{path}:{n}: not a store-log line: {line!r}")
     return list(swept), loaded, summary_only - tabled - loaded
@@ -193,12 +197,26 @@ def check_clean_tree(entries: list[str] | None, allow_dirty: bool) -> None:
                          "(recorded in the manifest)")
 
 
+def read_tables(path: Path) -> dict[str, set[str]]:
+    """Per key, the tables the notebooks read one by one (``table`` lines of the store log): the
+    pack ships them whatever :func:`shipped_tables` says (notebook 06 reads the decisions of runs
+    whose summaries its sweep used)."""
+    out: dict[str, set[str]] = {}
+    for line in path.read_text().splitlines():
+        kind, _, rest = line.partition(" ")
+        if kind == "table":
+            key, _, table = rest.partition(" ")
+            out.setdefault(key, set()).add(table)
+    return out
+
+
 def build_pack(keys: list[str], loaded: set[str], summary_only: set[str], engine: str, dest: Path,
                allow_dirty: bool = False, provenance: dict | None = None,
-               tasks_only: frozenset[str] = frozenset()) -> dict:
+               tasks_only: frozenset[str] = frozenset(), tables_read: dict[str, set[str]] | None = None) -> dict:
     """Copy the results into ``dest`` (a new folder) and return the manifest. A result produced
     from a dirty tree is refused (``SystemExit`` naming it) unless ``allow_dirty``; ``provenance``
-    (the pack's own: ``allow_dirty``, ``tree_dirty``, ``dirty_entries``) goes into the manifest."""
+    (the pack's own: ``allow_dirty``, ``tree_dirty``, ``dirty_entries``) goes into the manifest;
+    ``tables_read`` (:func:`read_tables`): tables shipped besides :func:`shipped_tables`'."""
     store = ResultStore()
     experiments = []
     size = 0
@@ -217,6 +235,8 @@ def build_pack(keys: list[str], loaded: set[str], summary_only: set[str], engine
         out = dest / key[:2] / key
         out.mkdir(parents=True)
         tables = shipped_tables(meta["experiment"], key in loaded, key in summary_only, key in tasks_only)
+        extra = (tables_read or {}).get(key, set()) - set(tables)
+        tables += [t for t in TABLES if t in extra]
         for t in tables:
             if not (src / f"{t}.parquet").is_file():
                 raise FileNotFoundError(f"{src / f'{t}.parquet'} is missing: re-run {meta['label']}")
@@ -285,7 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     tmp.mkdir(parents=True)
     try:
         manifest = build_pack(keys, loaded, summary_only, args.engine, tmp, args.allow_dirty, provenance,
-                              eviction_study_keys() if args.engine == "sim" else frozenset())
+                              eviction_study_keys() if args.engine == "sim" else frozenset(),
+                              read_tables(args.log) if args.log is not None else None)
         if grid_size is not None:
             manifest.update({"grid": args.grid, "grid_experiments": grid_size})
             (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.notebooks import KERNEL_ARGS
 from topas.paths import REPO_ROOT
 
 papermill = pytest.importorskip("papermill")
@@ -106,6 +107,7 @@ def _execute(src: Path, out: Path, parameters: dict, cwd: Path) -> None:
         cwd=str(cwd),
         progress_bar=False,
         log_output=False,
+        extra_arguments=KERNEL_ARGS,  # as the runner starts them: headless
     )
 
 

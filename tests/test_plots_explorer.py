@@ -104,3 +104,19 @@ def test_the_explorer_runs_on_release_and_reports_against_the_start():
     assert lines[1].startswith("TOPAS: mean ") and lines[1].endswith("against the start")
     assert any(line.startswith("TOPAS, mean per decision") for line in lines)
     assert lines[-1].startswith("At DAG-4, 8 tasks")
+
+
+def test_a_headless_run_builds_no_sliders(monkeypatch):
+    """The runner's and the tests' kernels run headless (no one to move a slider; displaying
+    ipywidgets can hang nbclient): the widget cell shows a line saying so instead."""
+    from IPython.display import Markdown
+
+    from topas.experiments.notebook_params import HEADLESS_ENV
+    from pipeline.notebooks import KERNEL_ARGS
+    from studies.explorer.ui import Explorer
+
+    assert any(HEADLESS_ENV in a for a in KERNEL_ARGS)
+    monkeypatch.setenv(HEADLESS_ENV, "1")
+    e = Explorer("dag-4", "parrot-fcfs", 1.2, 0, 8, {"beta": 1.0, "rho": 0.5}, 60.0, progress=False)
+    note = e.widget()
+    assert isinstance(note, Markdown) and "headless" in note.data

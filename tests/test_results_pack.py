@@ -75,8 +75,21 @@ def test_pack_holds_tasks_of_all_requests_of_seed_0_and_every_table_of_the_loade
     assert tables[exps[1].key()] == list(TABLES)
     assert tables[exps[2].key()] == ["tasks"]
     assert tables[exps[3].key()] == []  # only its summary was used: meta.json alone
+
     assert tables[exps[4].key()] == ["tasks"]  # seed 0, but degraded knowledge (notebook 14): no requests
     assert sorted(p.name for p in (dest / exps[3].key()[:2] / exps[3].key()).iterdir()) == ["meta.json"]
+
+
+def test_a_table_read_one_by_one_is_shipped_whatever_the_rule_says(packed, tmp_path, monkeypatch):
+    exps, _, _, work = packed
+    mod = load_pack_script()
+    monkeypatch.setattr(mod, "ResultStore", lambda: ResultStore(work))
+    log = tmp_path / "log2.txt"
+    log.write_text(f"summary {exps[3].key()}\ntable {exps[3].key()} decisions\n")
+    dest = tmp_path / "pack2"
+    dest.mkdir()
+    manifest = mod.build_pack(*mod.read_log(log), "sim", dest, allow_dirty=True, tables_read=mod.read_tables(log))
+    assert {e["key"]: e["tables"] for e in manifest["experiments"]} == {exps[3].key(): ["decisions"]}
 
 
 def test_default_store_reads_the_pack_after_the_working_store(packed, tmp_path):
@@ -128,6 +141,10 @@ def test_store_log_records_sweeps_and_full_loads(tmp_path, monkeypatch):
     keys, loaded, summary_only = load_pack_script().read_log(log)
     assert keys == [exp(0).key(), exp(1).key(), exp(2).key()] and loaded == {exp(1).key()}
     assert summary_only == {exp(2).key()}
+    s.load_table(exp(2), "decisions")  # one table of a run whose summary alone was used
+    assert log.read_text().split("\n")[-2] == f"table {exp(2).key()} decisions"
+    assert load_pack_script().read_log(log)[2] == {exp(2).key()}
+    assert load_pack_script().read_tables(log) == {exp(2).key(): {"decisions"}}
     (tmp_path / "bad.txt").write_text("sweep abc\nnonsense\n")
     with pytest.raises(ValueError, match=r"bad.txt:2: not a store-log line"):
         load_pack_script().read_log(tmp_path / "bad.txt")

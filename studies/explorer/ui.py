@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt
 
 from studies.explorer import runs as ex
 from studies.explorer.plots import TOPAS_SLIDERS, Slider, fmt_value, jct_xlim, plot_explorer, slider_choices
+from topas.experiments.notebook_params import headless
 from topas.plots.style import policy_label, workload_label
 
 
@@ -53,7 +54,7 @@ class Explorer:
         probed = {w: (min(s.choices), max(s.choices)) if _numeric(s.choices) else (s.choices[0], s.choices[-1])
                   for w, s in self.sliders.items()}
         runs: dict[str, list[ex.Run]] = {}
-        bar = tqdm(total=2 * len(probed), desc="each weight's range", disable=not progress)
+        bar = tqdm(total=2 * len(probed), desc="each weight's range", disable=not progress or headless())
         for w, values in probed.items():
             runs[w] = []
             for v in values:
@@ -86,9 +87,14 @@ class Explorer:
         return lines
 
     def widget(self):
-        """Sliders (run on release), a status line (running / shown) and the figure with its report."""
+        """Sliders (run on release), a status line (running / shown) and the figure with its report;
+        in a headless run (``notebook_params.headless``: no one to move them) a line saying so."""
+        from IPython.display import Markdown, display
+
+        if headless():
+            return Markdown("*The sliders are left out of a headless run (`make reproduce`, `make figures`, the "
+                            "tests): open the notebook in Jupyter to move them. The figure below is the start.*")
         import ipywidgets as W
-        from IPython.display import display
 
         style, layout = {"description_width": "15em"}, W.Layout(width="34em")
         controls = {w: W.SelectionSlider(value=self.start[w], options=slider_choices(self.start[w], s.choices),

@@ -24,8 +24,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
-__all__ = ["ParameterError", "Rule", "check_params", "declared_parameters", "dict_of", "each_of", "flag",
-           "integer", "non_negative", "numbers_list", "one_of", "optional", "path_or_none", "positive", "topas_fields", "topas_params_rule"]
+__all__ = ["HEADLESS_ENV", "ParameterError", "Rule", "check_params", "declared_parameters", "dict_of", "each_of", "flag",
+           "integer", "non_negative", "numbers_list", "headless", "one_of", "optional", "path_or_none", "positive", "topas_fields", "topas_params_rule"]
+
+#: Set to "1" in the kernels of a headless run (``make reproduce`` / ``make figures``, the test
+#: suite): no one is there to move a slider.
+HEADLESS_ENV = "TOPAS_HEADLESS"
+
+
+def headless() -> bool:
+    """Whether this notebook runs headless (:data:`HEADLESS_ENV`): interactive widgets are then not
+    built. Executing a cell that displays ipywidgets can hang nbclient now and then
+    (jupyter/nbclient#312), and a headless run has no use for them."""
+    return os.environ.get(HEADLESS_ENV) == "1"
 
 
 class ParameterError(ValueError):

@@ -323,6 +323,7 @@ class ResultStore:
         if table not in TABLES:
             raise ValueError(f"unknown table {table!r}; tables: {', '.join(TABLES)}")
         meta = self.meta(key_or_exp)
+        _log("table", f"{meta['key']} {table}")  # a pack ships every table a notebook reads
         p = self.locate(meta["key"]) / f"{table}.parquet"
         if not p.is_file():
             if not self._trimmed(p.parent, [table]):
