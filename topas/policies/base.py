@@ -16,6 +16,7 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Iterable, Mapping
 
 from topas.engine.view import Decision, EngineView, RequestView
+from topas.registry import Registry
 
 
 class PolicyError(ValueError):
@@ -80,30 +81,21 @@ class Policy(ABC):
         return f"{type(self).__name__}({self.params})"
 
 
-_REGISTRY: dict[str, type[Policy]] = {}
+_REGISTRY: Registry[type[Policy]] = Registry("policy", valid="valid policies", error=PolicyError,
+                                              builtins="topas.policies")  # importing it registers the built-ins
 
 
 def register(cls: type[Policy]) -> type[Policy]:
     """Class decorator: make a policy available by its ``name``."""
-    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
-        raise ValueError(f"policy name {cls.name!r} registered twice")
-    _REGISTRY[cls.name] = cls
-    return cls
+    return _REGISTRY.add(cls.name, cls)
 
 
 def available_policies() -> list[str]:
-    _load_builtin()
-    return list(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def policy_class(name: str) -> type[Policy]:
-    _load_builtin()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise PolicyError(
-            f"unknown policy {name!r}; valid policies: {', '.join(_REGISTRY)}"
-        ) from None
+    return _REGISTRY.get(name)
 
 
 def make_policy(name: str, params: Mapping[str, Any] | None = None, **kw: Any) -> Policy:
@@ -196,8 +188,3 @@ def parse_param_strings(items: Iterable[str]) -> dict[str, str]:
             raise PolicyError(f"parameter {item!r} is not of the form NAME=VALUE")
         out[key.strip()] = value.strip()
     return out
-
-
-def _load_builtin() -> None:
-    # Importing the package registers the built-in policies (one module per policy).
-    import topas.policies  # noqa: F401

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+from topas.registry import Registry
+
 if TYPE_CHECKING:  # pragma: no cover
     from topas.engine.view import EngineView, RequestView
     from topas.workload.model import Stage, Task, Trace
@@ -61,22 +63,22 @@ PriorityRule = Callable[["RequestView", "EngineView"], "int | None"]
 #: A rule factory: ``factory(policy)`` -> the rule for a run of that policy (None: send nothing).
 RuleFactory = Callable[[Any], "PriorityRule | None"]
 
-RULES: dict[str, RuleFactory] = {}
+RULES: Registry[RuleFactory] = Registry("eviction-priority rule", valid="valid", suggest=lambda: rule_names())
 
 #: Rules registered by another module on import: name -> module (none today).
 PROVIDERS: dict[str, str] = {}
 
 
 def register_rule(name: str, factory: RuleFactory) -> None:
-    """Register (or replace) a rule factory under ``name``."""
+    """Register a rule factory under ``name`` (a name taken by another factory is an error)."""
     if not name or not name.replace("-", "").replace("_", "").isalnum():
         raise ValueError(f"a rule name is a plain word, got {name!r}")
-    RULES[name] = factory
+    RULES.add(name, factory)
 
 
 def rule_names() -> list[str]:
     """The rules that can be asked for: those registered and those :data:`PROVIDERS` name."""
-    return sorted(set(RULES) | set(PROVIDERS))
+    return sorted(set(RULES.names()) | set(PROVIDERS))
 
 
 def make_rule(name: str | None, policy: Any = None) -> PriorityRule | None:
@@ -89,12 +91,10 @@ def make_rule(name: str | None, policy: Any = None) -> PriorityRule | None:
             importlib.import_module(PROVIDERS[name])
         except ImportError as e:
             raise ValueError(f"eviction-priority rule {name!r} comes with {PROVIDERS[name]}, which this install "
-                             f"lacks ({e}); rules here: {', '.join(sorted(RULES))}") from None
+                             f"lacks ({e}); rules here: {', '.join(sorted(RULES.names()))}") from None
         if name not in RULES:
             raise ValueError(f"{PROVIDERS[name]} did not register the eviction-priority rule {name!r}")
-    if name not in RULES:
-        raise ValueError(f"unknown eviction-priority rule {name!r}; valid: {', '.join(rule_names())}")
-    return RULES[name](policy)
+    return RULES.get(name)(policy)
 
 
 def check_priority(value: Any, what: str) -> int | None:
