@@ -20,7 +20,7 @@ finished stages; no server state), built from a :class:`PriorityContext`. Rules 
 * ``reuse``: :func:`reuse_priority`, the number of future stages on the request's agent in the
   tasks in view (a workflow-aware rule that needs no policy).
 * ``steps``: :func:`steps_priority`, KVFlow's steps-to-execution of the request's agent after
-  this call (``topas.policies.kvflow_steps``).
+  this call (``topas.engine.kvflow_steps``).
 * more by :func:`register_rule`, or lazily by a module named in :data:`PROVIDERS`.
 """
 
@@ -203,10 +203,10 @@ def steps_priority(request: "RequestView", view: "EngineView") -> int:
     this call is done, as SGLang's priority (higher kept longer): ``H + 1 - min(steps, H + 1)`` with
     KVFlow's horizon ``H`` (its ``evict_pri_level``, 4): an agent due right after this call gets
     ``H + 1``, one no known stage waits for 0. That is
-    :func:`topas.policies.kvflow_steps.kvflow_request_priority` less one: KVFlow keeps its lowest
+    :func:`topas.engine.kvflow_steps.kvflow_request_priority` less one: KVFlow keeps its lowest
     value for a node no known agent uses, which a request (its agent is known) never is, so the rule
     starts at 0, the priority of a request that sends none."""
-    from topas.policies.kvflow_steps import kvflow_request_priority
+    from topas.engine.kvflow_steps import kvflow_request_priority
 
     return kvflow_request_priority(view, request.task_id, request.stage_id) - 1
 
