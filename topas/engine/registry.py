@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from topas.engine.cost import CostModel
     from topas.engine.knowledge import Knowledge
     from topas.engine.metrics import SimResult
-    from topas.policies.base import Policy
+    from topas.engine.policy_api import PolicyAPI
     from topas.workload.model import Trace
 
 __all__ = ["Engine", "EngineRegistryError", "PreparedRun", "available_engines", "get_engine", "register",
@@ -49,7 +49,7 @@ class PreparedRun(Protocol):
     experiment: Any
     trace: "Trace"
     rate: float | None
-    policy: "Policy"
+    policy: "PolicyAPI"
     cost: "CostModel"
     config: "EngineConfig"
     knowledge: "Knowledge | None"
