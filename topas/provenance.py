@@ -29,6 +29,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import topas
+
 __all__ = ["CODE_PACKAGES", "ENGINE_CODE", "code_fingerprint", "engine_fingerprint", "environment",
            "dirty_entries", "git_commit", "git_dirty", "versions", "VERSIONED", "OUTPUT_PATHS", "MEASURED_ON_ENV"]
 
@@ -134,7 +136,6 @@ def _versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[dist] = "not installed"
     if out["topas"] == "not installed":  # run from a checkout without installing
-        import topas
 
         out["topas"] = topas.__version__
     return out
