@@ -26,15 +26,19 @@ finished stages; no server state), built from a :class:`PriorityContext`. Rules 
 
 from __future__ import annotations
 
+import copy
 import importlib
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+import numpy as np
+
+from topas.engine.kvflow_steps import kvflow_request_priority
+from topas.engine.view import EngineView, RequestView, StageView, TaskView
 from topas.registry import Registry
 
 if TYPE_CHECKING:  # pragma: no cover
-    from topas.engine.view import EngineView, RequestView
     from topas.workload.model import Stage, Task, Trace
 
 __all__ = ["PriorityContext", "PriorityRule", "RULES", "PROVIDERS", "register_rule", "make_rule", "rule_names",
@@ -103,15 +107,9 @@ def check_priority(value: Any, what: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        try:
-            import numpy as np
-
-            if isinstance(value, np.integer):
-                value = int(value)
-            else:
-                raise TypeError
-        except (ImportError, TypeError):
-            raise ValueError(f"{what}: a priority must be an int or None, got {value!r}") from None
+        if not isinstance(value, np.integer):
+            raise ValueError(f"{what}: a priority must be an int or None, got {value!r}")
+        value = int(value)
     if not -(1 << 63) <= value < (1 << 63):
         raise ValueError(f"{what}: priority {value} is not a signed 64-bit integer")
     return int(value)
@@ -121,7 +119,6 @@ def client_view(ctx: PriorityContext) -> "EngineView":
     """The engine view a client can build: the time, the tasks submitted and not finished (their
     whole DAGs, the finished stages), the cost model when the run has one; no requests, prefixes or
     memory (server state the client does not see; memory fields are 0)."""
-    from topas.engine.view import EngineView, StageView, TaskView
 
     tasks = {}
     by_id = ctx.index if ctx.index is not None else {t.id: t for t in ctx.trace.tasks}
@@ -138,7 +135,6 @@ def client_view(ctx: PriorityContext) -> "EngineView":
 
 def request_view(ctx: PriorityContext) -> "RequestView":
     """The request as a waiting request's view at its submission (nothing generated, no KV)."""
-    from topas.engine.view import RequestView
 
     s = ctx.stage
     return RequestView(rid=f"{ctx.task.id}/{s.id}", task_id=ctx.task.id, stage_id=s.id, agent=s.agent,
@@ -184,7 +180,6 @@ def apply_rule(policy: Any, name: str | None) -> Any:
     (its own hook), else a copy whose class is a subclass overriding the hook (the engine asks a
     policy for priorities only when its class overrides ``Policy.request_priority``,
     ``topas.engine.evict_pass``)."""
-    import copy
 
     rule = make_rule(name, policy)
     if rule is None or name == "policy":
@@ -206,7 +201,6 @@ def steps_priority(request: "RequestView", view: "EngineView") -> int:
     :func:`topas.engine.kvflow_steps.kvflow_request_priority` less one: KVFlow keeps its lowest
     value for a node no known agent uses, which a request (its agent is known) never is, so the rule
     starts at 0, the priority of a request that sends none."""
-    from topas.engine.kvflow_steps import kvflow_request_priority
 
     return kvflow_request_priority(view, request.task_id, request.stage_id) - 1
 
