@@ -80,6 +80,7 @@ from pathlib import Path
 from pipeline.results_table import (AFTERNOON_TABLE, COLUMNS, TABLE, add_comparisons, aggregate,
                                              csv_text, emit, paper_reported, read_csv, sort_rows, write_atomic)
 from topas.paths import REPO_ROOT as REPO
+from topas.provenance import MEASURED_ON_ENV
 
 GRIDS = ("full", "quick", "gpu-afternoon")
 #: Notebooks with nothing measured on a server to show (trace statistics, the simulator-only
@@ -334,8 +335,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return EXIT_SERVER
     if ident is not None:  # the notebooks' figures and tables say where they were measured
-        from topas.plots import MEASURED_ON_ENV
-
         os.environ[MEASURED_ON_ENV] = ident.short
     if args.figures_only:
         # Figures from stored results only: the working store, then the results shipped in

@@ -59,7 +59,7 @@ class _Echo(Engine):
 
 
 def test_a_registered_engine_runs_experiments_the_experiment_layer_never_named(monkeypatch):
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_REGISTRY", registry._REGISTRY.copy())
     registry.register(_Echo())
     e = Experiment("dag-4", "fcfs", load=1.2, n_tasks=5, engine="echo")
     assert e.canonical()["echo"] == "fcfs" and e.canonical()["engine"] == "echo"
@@ -74,7 +74,7 @@ def test_a_registered_engine_runs_experiments_the_experiment_layer_never_named(m
 
 
 def test_a_second_engine_of_a_taken_name_is_refused(monkeypatch):
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    monkeypatch.setattr(registry, "_REGISTRY", registry._REGISTRY.copy())
 
     class Other(Engine):
         name = "sim"

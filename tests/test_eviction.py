@@ -210,7 +210,8 @@ class Oracle(Recorder):
 
 @pytest.mark.parametrize("cls", [Recorder, Oracle])
 def test_a_dynamic_strategy_gets_the_view_before_each_pass_and_a_bound_the_future(cls, monkeypatch):
-    monkeypatch.setitem(ev._REGISTRY, cls.name, cls)
+    monkeypatch.setattr(ev, "_REGISTRY", ev._REGISTRY.copy())
+    ev.register_eviction(cls)
     sim = Simulator(pool_trace(), Z0(), load_profile(), EngineConfig(kv_budget=56, eviction=cls.name))
     sim.run()
     seen = sim._eviction.seen

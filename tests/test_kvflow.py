@@ -1,11 +1,11 @@
-"""KVFlow's Agent Step Graph (topas.policies.kvflow_steps), on hand-built DAGs, read like the spec."""
+"""KVFlow's Agent Step Graph (topas.engine.kvflow_steps), on hand-built DAGs, read like the spec."""
 
 from __future__ import annotations
 
 import pytest
 
 from conftest import task_view as task
-from topas.policies.kvflow_steps import (agent_steps, eviction_pass, node_value, prefetch_order, sglang_priority,
+from topas.engine.kvflow_steps import (agent_steps, eviction_pass, node_value, prefetch_order, sglang_priority,
     stage_steps)
 
 
@@ -96,7 +96,7 @@ def test_sglang_priority_keeps_the_due_longest() -> None:
 def test_a_request_priority_is_its_agents_next_use_after_it() -> None:
     from topas.engine.cost import CostModel  # noqa: F401  (the view's type only)
     from topas.engine.view import EngineView
-    from topas.policies.kvflow_steps import kvflow_request_priority
+    from topas.engine.kvflow_steps import kvflow_request_priority
 
     # chain X -> Y -> X: once the first X is done, X is due again in 1 step (value 1 -> priority 5)
     chain = [("s0", "X", ()), ("s1", "Y", ("s0",)), ("s2", "X", ("s1",))]
@@ -160,7 +160,7 @@ def test_kvflow_parameters_are_checked() -> None:
 
 def test_the_step_cache_agrees_with_the_function_as_tasks_move() -> None:
     from topas.engine.view import EngineView
-    from topas.policies.kvflow_steps import AgentStepCache, view_agent_steps
+    from topas.engine.kvflow_steps import AgentStepCache, view_agent_steps
 
     cache = AgentStepCache()
     t1, t2 = task("t1", DIAMOND), task("t2", [("x", "A", ()), ("y", "E", ("x",))])

@@ -8,7 +8,7 @@ from conftest import ROUND_COST, stage, task, trace
 from topas.engine.config import EngineConfig
 from topas.engine.simulator import Simulator
 from topas.policies import make_policy
-from topas.policies.kvflow_steps import prefetch_order, view_agent_steps
+from topas.engine.kvflow_steps import prefetch_order, view_agent_steps
 
 
 def kvflow_prefetcher(view):

@@ -20,6 +20,7 @@ def strip_outputs(model: dict[str, Any], **kwargs: Any) -> None:
     """jupyter_server pre-save hook: strip a notebook model's outputs in place."""
     if model.get("type") != "notebook" or not isinstance(model.get("content"), dict):
         return
+    # lazy: nbformat and nbstripout come with the lab extras; only Jupyter calls this hook
     import nbformat
     from nbstripout import strip_output
 

@@ -29,8 +29,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import topas
+
 __all__ = ["CODE_PACKAGES", "ENGINE_CODE", "code_fingerprint", "engine_fingerprint", "environment",
-           "dirty_entries", "git_commit", "git_dirty", "versions", "VERSIONED", "OUTPUT_PATHS"]
+           "dirty_entries", "git_commit", "git_dirty", "versions", "VERSIONED", "OUTPUT_PATHS", "MEASURED_ON_ENV"]
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 #: The sub-packages whose code produces a simulated result: the workload model and arrivals, the
@@ -43,6 +45,9 @@ ENGINE_CODE: dict[str, tuple[str, ...]] = {
     "sim": CODE_PACKAGES,
     "sglang": (*CODE_PACKAGES, "sglang"),
 }
+#: Set (by ``scripts/reproduce.py --engine sglang``) to the SGLang server's short identity: the
+#: figures and tables then say they were measured there (``topas.plots.captions.measured_caption``).
+MEASURED_ON_ENV = "TOPAS_MEASURED_ON"
 #: Distributions whose versions :func:`versions` records (besides Python).
 VERSIONED = ("numpy", "pandas", "pyarrow", "matplotlib", "seaborn", "networkx", "topas")
 
@@ -131,7 +136,6 @@ def _versions() -> dict[str, str]:
         except metadata.PackageNotFoundError:
             out[dist] = "not installed"
     if out["topas"] == "not installed":  # run from a checkout without installing
-        import topas
 
         out["topas"] = topas.__version__
     return out

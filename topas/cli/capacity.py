@@ -35,6 +35,7 @@ def capacity_cmd(workloads: tuple[str, ...], policies: str, n_tasks: int | None,
     queue at --load-sat. Runs are cached in the results store. Exit status 1 naming the bad item
     for an unknown workload, policy or engine option.
     """
+    # lazy: loaded when the command runs, so `topas --help` stays fast
     from topas.engine.cost import ProfileError
     from topas.experiments.capacity import DEFAULT_LOAD_SAT, DEFAULT_TASKS, capacity_experiment, capacity_table
     from topas.experiments.spec import ExperimentError

@@ -3,15 +3,19 @@ one's parameters."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+import typing
 
 import click
 
 from topas.cli.group import main
+from topas.engine.eviction import available_evictions
 
 
 def policies_lines() -> list[str]:
     """The ``topas policies`` listing: each policy, its one-line description and its parameters."""
+    # lazy: loaded when the command runs, so `topas --help` stays fast
     from topas.policies.base import available_policies, policy_class
 
     lines: list[str] = []
@@ -30,8 +34,6 @@ def params_lines(params: type, fixed: dict | None = None) -> list[str]:
     """``    name: type = default`` for each field of a parameters dataclass (``fixed``: values an
     ablation fixes, marked so), or ``    (no parameters)``: the body of ``topas policies`` and
     ``topas routers``."""
-    import dataclasses
-    import typing
 
     fixed = fixed or {}
     fields = dataclasses.fields(params)
@@ -59,6 +61,7 @@ def policies_cmd() -> None:
 
 def routers_lines() -> list[str]:
     """The ``topas routers`` listing: each router, its one-line description and its parameters."""
+    # lazy: loaded when the command runs, so `topas --help` stays fast
     from topas.cluster.routers import available_routers, router_class
 
     lines: list[str] = []
@@ -82,7 +85,6 @@ def routers_cmd() -> None:
 def evictions_lines() -> list[str]:
     """The ``topas evictions`` listing: each eviction strategy, its one-line description and its
     parameters (``topas.engine.eviction``)."""
-    from topas.engine.eviction import available_evictions
 
     lines: list[str] = []
     for name, (desc, params) in available_evictions().items():

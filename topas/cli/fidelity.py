@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from topas.cli.group import fail, main
+from topas.out_dir import OutDirError, check_out_file
 
 
 @main.command("profile-server")
@@ -27,8 +28,8 @@ def profile_server_cmd(server: str, out: Path, name: str | None, repeats: int, q
     """Measure a running SGLang server (prefill vs new/cached tokens, decode step vs batch and KV,
     per-iteration floors) and write a fitted profile (topas.profile/1) with its fit error. An
     existing --out FILE that is not a profile is refused before measuring (see --force)."""
+    # lazy: loaded when the command runs, so `topas --help` stays fast
     from topas.fidelity.profile_server import ServerError, profile_server
-    from topas.out_dir import OutDirError, check_out_file
 
     try:
         out = check_out_file(out, "topas.profile/", force)
@@ -73,9 +74,16 @@ def profile_server_cmd(server: str, out: Path, name: str | None, repeats: int, q
 def fidelity_cmd(traces, policies, rates, loads, seeds, repeats, n_tasks, server, profile, kv_budget, params,
                  bars, out, calibrate, engine_model, decision_log, check) -> None:
     """Replay traces on a real server and simulate them with the server's profile; compare."""
+    # lazy: loaded when the command runs, so `topas --help` stays fast
     from topas.fidelity import compare as fc
-    from topas.fidelity.run import (fidelity_points, replay_measure, run_fidelity, server_kv_settings, sim_engine,
-                                    speed_probe)
+    from topas.fidelity.run import (
+        fidelity_points,
+        replay_measure,
+        run_fidelity,
+        server_kv_settings,
+        sim_engine,
+        speed_probe,
+    )
     from topas.policies.base import PolicyError, parse_param_strings
 
     if (rates is None) == (loads is None):

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from topas.cli_options import arrival_options, knowledge_options
-
+from topas.out_dir import OutDirError, check_out_dir
 
 #: Exit status of a refused or unreachable server (as ``scripts/reproduce.py``'s).
 EXIT_SERVER = 3
@@ -49,6 +49,7 @@ def serve_cmd(policy, params, profile, decision_log, python, dummy, cpu_test, dr
     or without weights: `topas serve --dummy-weights qwen2.5-32b-instruct -- --port 30000 --enable-metrics`.
     A replay may still name another policy per run (`topas replay --policy`).
     """
+    # lazy: loaded when the command runs, so `topas --help` stays fast
     from topas.policies.base import PolicyError, parse_param_strings
     from topas.sglang.launcher import dummy_weight_args, launch_command, server_env
 
@@ -66,6 +67,7 @@ def serve_cmd(policy, params, profile, decision_log, python, dummy, cpu_test, dr
     except PolicyError as e:
         _fail(f"error: {e}")
     if cpu_test:
+        # lazy: loaded when the command runs, so `topas --help` stays fast
         from topas.paths import REPO_ROOT
         from topas.sglang.launcher import cpu_standin_args, cpu_standin_env, tiny_model_dir
 
@@ -134,12 +136,12 @@ def replay_cmd(trace_name, policy, params, rate, load, seed, n_tasks, server, ou
     """
     if rate is not None and load is not None:
         raise click.UsageError("give either --rate or --load, not both")
-    from topas.out_dir import OutDirError, check_out_dir
 
     try:
         out = check_out_dir(out, "replay", force)
     except OutDirError as e:
         _fail(f"error: {e}")
+    # lazy: loaded when the command runs, so `topas --help` stays fast
     from topas.sglang import server as srv
     from topas.sglang.client import ReplayError, require_client
 
@@ -148,13 +150,14 @@ def replay_cmd(trace_name, policy, params, rate, load, seed, n_tasks, server, ou
         srv.preflight(server, () if server_policy else (policy,), timeout_s=min(10.0, timeout_s))
     except (ReplayError, srv.ServerError) as e:
         _fail(f"error: {e}", EXIT_SERVER)
+    # lazy: loaded when the command runs, so `topas --help` stays fast
     from topas.cli.simulate import simulate_summary_lines
     from topas.engine.cost import ProfileError
     from topas.experiments.spec import Experiment, ExperimentError, prepare
     from topas.policies.base import PolicyError, parse_param_strings
+    from topas.sglang.priority import make_rule
     from topas.sglang.replay import ReplayError, run_replay
     from topas.workload.validate import TraceError
-    from topas.sglang.priority import make_rule
 
     try:
         exp = Experiment(workload=trace_name, policy=policy, params=parse_param_strings(params), rate=rate,

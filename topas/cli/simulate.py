@@ -4,13 +4,20 @@ and, with ``--out``, its tables and inputs written.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import click
 
 from topas.cli.group import fail, main
 from topas.cli_options import arrival_options, knowledge_options
+from topas.out_dir import OutDirError, mark
+from topas.out_dir import check_out_dir as check
+from topas.provenance import environment
 
 
 def _fmt_bytes(n: float) -> str:
@@ -24,7 +31,6 @@ def check_out_dir(out: Path | str, force: bool = False) -> Path:
     """Fail (exit 1, naming ``out``) unless the result tables can be written to ``out``: checked
     *before* simulating, so an unwritable folder does not lose the run, and a folder of other
     files is never replaced without ``--force`` (:func:`topas.out_dir.check_out_dir`)."""
-    from topas.out_dir import OutDirError, check_out_dir as check
 
     try:
         return check(out, "simulate", force)
@@ -36,9 +42,6 @@ def simulate_inputs(prepared) -> dict:
     """What ``topas simulate --out`` records beside the tables (``inputs.json``): the spec, the
     resolved inputs it ran with (trace file and sha256, rate, seed, tasks, policy parameters,
     profile and its hash), the experiment key and the environment (versions, commit, dirty flag)."""
-    import dataclasses
-
-    from topas.provenance import environment
 
     exp = prepared.experiment
     canonical = exp.canonical()
@@ -70,15 +73,10 @@ def write_out_dir(out: Path, result, inputs: dict) -> None:
     """Write the tables and ``inputs.json`` into ``out`` atomically: all of them into a temporary
     folder beside it, then one rename (an ``out`` already there is replaced only once the new one
     is complete)."""
-    import json
-    import shutil
-    import tempfile
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
-        from topas.out_dir import mark
-
         result.to_parquet(tmp)
         mark(tmp, "simulate")
         (tmp / "inputs.json").write_text(json.dumps(inputs, indent=1, default=str) + "\n")
@@ -169,6 +167,7 @@ def _head_note(n_tasks: int | None, prepared) -> str:
     """``(first N of the trace)``, or ``(all N: --tasks asked for M)`` when the trace is shorter."""
     if n_tasks is None:
         return ""
+    # lazy: loaded when the command runs, so `topas --help` stays fast
     from topas.experiments.spec import _read_trace
 
     total = len(_read_trace(prepared.trace_path).tasks)
@@ -230,9 +229,10 @@ def simulate_cmd(trace_name: str, policy: str, params: tuple[str, ...], rate: fl
     if rate is not None and load is not None:
         raise click.UsageError("give either --rate or --load, not both")
     out = None if out_arg is None else check_out_dir(out_arg, force)  # before the minutes of simulating
+    # lazy: loaded when the command runs, so `topas --help` stays fast
     from topas.engine.cost import DEFAULT_PROFILE, ProfileError
-    from topas.experiments.spec import Experiment, ExperimentError, prepare, run_prepared
     from topas.engine.evict_pass import check_policy_eviction
+    from topas.experiments.spec import Experiment, ExperimentError, prepare, run_prepared
     from topas.policies.base import PolicyError, parse_param_strings
     from topas.workload.validate import TraceError
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from topas.cli.group import fail, main
+from topas.engine.cost import DEFAULT_PROFILE, load_profile
 
 
 @main.group()
@@ -18,6 +19,7 @@ def trace() -> None:
 def _trace_file(file: Path) -> Path:
     """``file`` itself when it exists (or looks like a path), else the trace of that name in
     ``data/traces/`` (as ``simulate --trace`` resolves it); exit 1 listing the available traces."""
+    # lazy: loaded when the command runs, so `topas --help` stays fast
     from topas.experiments.spec import ExperimentError, resolve_trace_path
 
     if file.exists():
@@ -33,6 +35,7 @@ def _trace_file(file: Path) -> Path:
 def _load(file: Path, kv_budget: int | None = None):
     """Read a trace (a file or a trace name) or exit 1 with the reason (missing file, unreadable,
     invalid trace)."""
+    # lazy: loaded when the command runs, so `topas --help` stays fast
     from topas.workload.trace_io import read_trace
     from topas.workload.validate import TraceError
 
@@ -63,15 +66,9 @@ def trace_validate(file: Path, profile: str | None, kv_budget: int | None) -> No
         raise click.UsageError("give either --profile or --kv-budget, not both")
     budget_of = "--kv-budget"
     if kv_budget is None:
-        from topas.engine.cost import DEFAULT_PROFILE
-
         budget_of = f"profile {profile}" if profile is not None else f"the default profile {DEFAULT_PROFILE}"
         profile = profile or DEFAULT_PROFILE
     if kv_budget is None:
-        try:
-            from topas.engine.cost import load_profile
-        except ImportError as e:  # pragma: no cover - only before the engine exists
-            fail(f"error: --profile needs topas.engine.cost, which cannot be imported: {e}")
         try:
             kv_budget = load_profile(profile).kv_budget_tokens
         except UnicodeDecodeError:
@@ -91,6 +88,7 @@ def _mmm(values: list[int]) -> tuple[str, str, str]:
 
 def describe_lines(t, source: str = "") -> list[str]:
     """The ``topas trace describe`` report of a trace, as lines."""
+    # lazy: loaded when the command runs, so `topas --help` stays fast
     from topas.workload.critical_path import longest_remaining_path
 
     tasks = t.tasks
@@ -142,6 +140,7 @@ def describe_lines(t, source: str = "") -> list[str]:
     lines.append(fmt(header))
     lines.extend(fmt(r) for r in rows)
     lines.append(f"sum of prefixes: {total_prefix} tokens")
+    # lazy: loaded when the command runs, so `topas --help` stays fast
     from topas.workload.reuse import reuse_lines
 
     lines.extend(reuse_lines(t))

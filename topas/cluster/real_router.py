@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from itertools import product
 from typing import Any, Iterable, Mapping, Sequence
 
+from topas.cluster.simulator import simulate_cluster
 from topas.cluster.state import EngineState, RouteRequest
+from topas.policies.base import make_policy
 
 
 def choices_from_logs(logs: Sequence[Iterable[Mapping[str, Any]]], run_id: str) -> dict[str, int]:
@@ -118,8 +120,6 @@ def _loads_read(rows: Sequence[Any], r: Any, t: float, choices: Mapping[str, int
 def simulated_choices(trace: Any, policy: str, router: Any, cost: Any, config: Any, n_workers: int,
                       seed: int = 0) -> dict[str, int]:
     """``{rid: engine}`` of the cluster simulator on ``trace`` (``policy`` on every engine)."""
-    from topas.cluster.simulator import simulate_cluster
-    from topas.policies.base import make_policy
 
     res = simulate_cluster(trace, [make_policy(policy) for _ in range(n_workers)], router, cost, config, seed=seed)
     return {str(k): int(v) for k, v in zip(res.requests["rid"], res.requests["engine"])}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from topas.cluster.simulator import simulate_cluster
 from topas.engine.registry import Engine, PreparedRun, register
 from topas.provenance import CODE_PACKAGES
 
@@ -31,7 +32,6 @@ class ClusterSimEngine(Engine):
     def run(self, prepared: PreparedRun, progress: bool = False) -> "ClusterResult":
         """Run the prepared trace on ``experiment.engines`` engines, the prepared policy on the
         first and a fresh instance (``experiment.make_policy()``) on each other one."""
-        from topas.cluster.simulator import simulate_cluster
 
         p = prepared
         exp = p.experiment

@@ -31,6 +31,7 @@ from typing import Sequence
 from tqdm.auto import tqdm
 
 from topas.cluster.engine import INF, ClusterEngine
+from topas.cluster.metrics import build_cluster_result
 from topas.cluster.routers.base import Router
 from topas.cluster.state import ClusterInfo, EngineState, RouteRequest
 from topas.engine.config import EngineConfig
@@ -99,8 +100,6 @@ class ClusterSimulator:
 
     # ------------------------------------------------------------------ the loop
     def run(self, progress: bool = False):
-        from topas.cluster.metrics import build_cluster_result
-
         wall0 = _time.perf_counter()
         bar = tqdm(total=len(self._arrivals), desc=f"cluster {self.router.name}", unit="task", disable=not progress,
                    delay=2.0)  # (shown only for a run longer than 2 s)

@@ -429,7 +429,7 @@ def prefill_design(N, C, cached_term: bool = False):
     """Design matrix of the prefill form for single-chunk iterations of ``N`` new tokens on ``C``
     cached ones: columns ``[1, N, N*C, N*N]`` (c0, c_new, c_new_cached, c_new_sq), and ``C*C``
     (c_cached_sq) with ``cached_term``."""
-    import numpy as np
+    import numpy as np  # lazy: numpy (~90 ms) only to fit; the policies' view imports this module
 
     N, C = np.asarray(N, dtype=float), np.asarray(C, dtype=float)
     X = np.c_[np.ones_like(N), N, N * C, N * N]
@@ -439,7 +439,7 @@ def prefill_design(N, C, cached_term: bool = False):
 def decode_design(B, T):
     """Design matrix of the decode form for steps of batch ``B`` holding ``T`` KV tokens in all:
     columns ``[1, B, T]`` (c0, c_batch, c_kv)."""
-    import numpy as np
+    import numpy as np  # lazy: numpy (~90 ms) only to fit; the policies' view imports this module
 
     B, T = np.asarray(B, dtype=float), np.asarray(T, dtype=float)
     return np.c_[np.ones_like(B), B, T]
@@ -448,7 +448,7 @@ def decode_design(B, T):
 def fit_relative(X, y):
     """Least squares on the relative error (rows divided by y), coefficients >= 0: unconstrained
     fit, then drop the most negative coefficient (fix it at 0) and refit until none is negative."""
-    import numpy as np
+    import numpy as np  # lazy: numpy (~90 ms) only to fit; the policies' view imports this module
 
     X, y = np.asarray(X, dtype=float), np.asarray(y, dtype=float)
     active = list(range(X.shape[1]))

@@ -17,15 +17,15 @@ import heapq
 from topas.engine.entities import Prefix, Request
 from topas.engine.eviction import LEAF, PREFIX, SEGMENT, Evictable, EvictionStrategy, OfflineFuture, eviction_strategy
 from topas.engine.radix_cache import NO_PRIORITY, SegmentCache, SegmentNode
-from topas.policies.base import Policy, PolicyError
+from topas.engine.policy_api import PolicyAPI, PolicyError, overrides
 
 
-def check_policy_eviction(policy: Policy, strategy: EvictionStrategy | str) -> None:
+def check_policy_eviction(policy: PolicyAPI, strategy: EvictionStrategy | str) -> None:
     """``PolicyError`` if ``strategy`` (a strategy or its spec) orders by the policy's own values
     (:attr:`EvictionStrategy.reads_policy`) and ``policy`` does not give any
     (``Policy.eviction_values`` not overridden)."""
     ev = eviction_strategy(strategy) if isinstance(strategy, str) else strategy
-    if ev.reads_policy and type(policy).eviction_values is Policy.eviction_values:
+    if ev.reads_policy and not overrides(policy, "eviction_values"):
         raise PolicyError(f"eviction {ev.name!r} orders by the policy's eviction values, and policy "
                           f"{policy.name!r} has none (Policy.eviction_values); use a policy that does")
 
@@ -39,8 +39,7 @@ class StrategyEviction:
         self._eviction = eviction_strategy(self.config.eviction)
         #: the policy sets request priorities (it overrides ``Policy.request_priority``) and the
         #: strategy reads them
-        self._sets_priority = (self._eviction.reads_priority
-                               and type(self.policy).request_priority is not Policy.request_priority)
+        self._sets_priority = self._eviction.reads_priority and overrides(self.policy, "request_priority")
         check_policy_eviction(self.policy, self._eviction)
 
     def _new_tree(self) -> SegmentCache:

@@ -48,7 +48,9 @@ run's true future. A strategy that declares neither is never given either.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+
+from topas.registry import Registry
 
 if TYPE_CHECKING:
     from topas.engine.view import EngineView
@@ -152,20 +154,19 @@ class EvictionStrategy:
         return self.name + (":" + ",".join(changed) if changed else "")
 
 
-_REGISTRY: dict[str, Callable[..., EvictionStrategy]] = {}
+_REGISTRY: Registry[type[EvictionStrategy]] = Registry("eviction", valid="valid")
 
 
 def register_eviction(cls: type[EvictionStrategy]) -> type[EvictionStrategy]:
     """Class decorator: make ``cls`` available under ``cls.name`` (a name taken twice is an error)."""
-    if not cls.name or cls.name in _REGISTRY:
-        raise ValueError(f"eviction strategy name {cls.name!r} is empty or already registered")
-    _REGISTRY[cls.name] = cls
-    return cls
+    if not cls.name:
+        raise ValueError(f"eviction strategy {cls.__qualname__} has no name")
+    return _REGISTRY.add(cls.name, cls)
 
 
 def available_evictions() -> dict[str, tuple[str, dict[str, int]]]:
     """name -> (one-line description, parameters with their defaults), in registration order."""
-    return {n: (c.description, dict(c.params)) for n, c in _REGISTRY.items()}  # type: ignore[attr-defined]
+    return {n: (c.description, dict(c.params)) for n, c in _REGISTRY.items()}
 
 
 def eviction_strategy(spec: str) -> EvictionStrategy:
@@ -173,8 +174,6 @@ def eviction_strategy(spec: str) -> EvictionStrategy:
     unknown name or parameter raises ``ValueError`` listing the valid ones."""
     name, _, args = spec.strip().partition(":")
     cls = _REGISTRY.get(name.strip().lower())
-    if cls is None:
-        raise ValueError(f"unknown eviction {name!r}; valid: {', '.join(_REGISTRY)}")
     kw: dict[str, int] = {}
     for item in filter(None, (s.strip() for s in args.split(","))):
         k, eq, v = item.partition("=")

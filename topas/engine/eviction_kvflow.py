@@ -1,12 +1,12 @@
 """The ``kvflow`` eviction strategy: KVFlow's workflow-aware eviction and (with a host tier) its
 prefetch (arXiv 2507.07400; docs/method.md, "KVFlow"; the Agent Step Graph is
-``topas.policies.kvflow_steps``).
+``topas.engine.kvflow_steps``).
 
 Before each eviction pass the engine gives the strategy its knowledge-limited view
 (:meth:`KVFlowEviction.prepare`); the strategy computes every agent's steps-to-execution from the
 tasks the view shows and keys each evictable entry by
 
-1. its KVFlow pass (:func:`topas.policies.kvflow_steps.eviction_pass` of its agent's node value):
+1. its KVFlow pass (:func:`topas.engine.kvflow_steps.eviction_pass` of its agent's node value):
    the entries of agents due furthest away (value ``>= H - 1``) first, then ``H - 2``, ... 1, and
    those of agents due now last (KVFlow's ``HiRadixCache.evict``: passes with ``steps`` from
    ``H - 1`` down to 1, then ``ignore_holding``);
@@ -28,7 +28,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from topas.engine.eviction import PREFIX, Evictable, EvictionStrategy, OfflineFuture, register_eviction
-from topas.policies.kvflow_steps import (DEFAULT_HORIZON, DEFAULT_LOOKAHEAD, AgentStepCache, eviction_pass,
+from topas.engine.kvflow_steps import (DEFAULT_HORIZON, DEFAULT_LOOKAHEAD, AgentStepCache, eviction_pass,
     node_value, prefetch_order)
 
 if TYPE_CHECKING:

@@ -26,12 +26,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Protocol, Sequence, TypeVar
 
+from topas.registry import Registry
+
 if TYPE_CHECKING:  # pragma: no cover
     from topas.engine.config import EngineConfig
     from topas.engine.cost import CostModel
     from topas.engine.knowledge import Knowledge
     from topas.engine.metrics import SimResult
-    from topas.policies.base import Policy
+    from topas.engine.policy_api import PolicyAPI
     from topas.workload.model import Trace
 
 __all__ = ["Engine", "EngineRegistryError", "PreparedRun", "available_engines", "get_engine", "register",
@@ -47,7 +49,7 @@ class PreparedRun(Protocol):
     experiment: Any
     trace: "Trace"
     rate: float | None
-    policy: "Policy"
+    policy: "PolicyAPI"
     cost: "CostModel"
     config: "EngineConfig"
     knowledge: "Knowledge | None"
@@ -92,7 +94,13 @@ class Engine:
         raise NotImplementedError(f"engine {self.name!r} runs on worker processes, not through map")
 
 
-_REGISTRY: dict[str, Engine] = {}
+def available_engines() -> tuple[str, ...]:
+    """The engines an experiment may name (``listed``), in registration order."""
+    return tuple(n for n, e in _REGISTRY.items() if e.listed)
+
+
+_REGISTRY: Registry[Engine] = Registry("engine", valid="valid engines", error=EngineRegistryError,
+                                       suggest=available_engines)
 
 
 def register(engine: Engine) -> Engine:
@@ -100,27 +108,15 @@ def register(engine: Engine) -> Engine:
     :class:`EngineRegistryError` (re-registering the same class, on a module reload, replaces it)."""
     if not isinstance(engine, Engine) or not engine.name:
         raise EngineRegistryError(f"{engine!r} is not an Engine with a name")
-    old = _REGISTRY.get(engine.name)
-    if old is not None and type(old).__qualname__ != type(engine).__qualname__:
-        raise EngineRegistryError(f"engine {engine.name!r} is already registered ({type(old).__qualname__})")
-    _REGISTRY[engine.name] = engine
-    return engine
+    return _REGISTRY.add(engine.name, engine)
 
 
 def get_engine(name: str) -> Engine:
     """The engine registered as ``name``; an unknown one raises :class:`EngineRegistryError`
     listing the engines an experiment may name."""
-    try:
-        return _REGISTRY[name]
-    except (KeyError, TypeError):
-        raise EngineRegistryError(f"unknown engine {name!r}; valid engines: {', '.join(available_engines())}") from None
-
-
-def available_engines() -> tuple[str, ...]:
-    """The engines an experiment may name (``listed``), in registration order."""
-    return tuple(n for n, e in _REGISTRY.items() if e.listed)
+    return _REGISTRY.get(name)
 
 
 def registered_engines() -> tuple[str, ...]:
     """Every registered engine, listed or not, in registration order."""
-    return tuple(_REGISTRY)
+    return tuple(_REGISTRY.names())

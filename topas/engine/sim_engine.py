@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from topas.engine import simulator
 from topas.engine.registry import Engine, PreparedRun, register
 from topas.provenance import CODE_PACKAGES
 
@@ -30,7 +31,6 @@ class SimEngine(Engine):
     def run(self, prepared: PreparedRun, progress: bool = False) -> "SimResult":
         """Simulate the prepared trace: requests end at EOS as a real model's do, so running
         requests reserve SGLang's decaying ``new_token_ratio`` of their remaining output."""
-        from topas.engine import simulator  # looked up per call: tests stand in for simulate
 
         p = prepared
         return simulator.simulate(p.trace, p.policy, p.cost, p.config, progress=progress, knowledge=p.knowledge)

@@ -47,11 +47,11 @@ from topas.engine.iterations import Iterations
 from topas.engine.knowledge import Knowledge
 from topas.engine.memory import KVMemory
 from topas.engine.metrics import SimResult, build_result
+from topas.engine.policy_api import PolicyAPI
 from topas.engine.prefetch import Prefetch
 from topas.engine.segments import SegmentMemory
 from topas.engine.view import (Decision, EngineView, InfeasibleDecision, PrefixView, admission_tokens, admit_cap,
     within_caps)
-from topas.policies.base import Policy
 from topas.workload.model import Trace
 from topas.workload.validate import validate_trace
 
@@ -122,7 +122,7 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch)
     def __init__(
         self,
         trace: Trace,
-        policy: Policy,
+        policy: PolicyAPI,
         cost: CostModel,
         config: EngineConfig | None = None,
         knowledge: Knowledge | None = None,
@@ -560,7 +560,7 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch)
 
 def simulate(
     trace: Trace,
-    policy: Policy,
+    policy: PolicyAPI,
     cost: CostModel,
     config: EngineConfig | None = None,
     progress: bool = False,

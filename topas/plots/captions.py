@@ -13,10 +13,7 @@ import matplotlib.transforms
 import pandas as pd
 
 from topas.plots.style import LOG_SPAN
-
-#: Set (by ``scripts/reproduce.py --engine sglang``) to the SGLang server's short identity: the
-#: figures and tables then say they were measured there (:func:`measured_caption`).
-MEASURED_ON_ENV = "TOPAS_MEASURED_ON"
+from topas.provenance import MEASURED_ON_ENV
 
 
 def measured_caption() -> str | None:

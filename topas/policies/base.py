@@ -15,11 +15,9 @@ import typing
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Iterable, Mapping
 
-from topas.engine.view import Decision, EngineView, RequestView
-
-
-class PolicyError(ValueError):
-    """An unknown policy or parameter, or a parameter of the wrong type; names the valid ones."""
+from topas.engine.policy_api import PolicyAPI, PolicyError
+from topas.engine.view import Decision, EngineView
+from topas.registry import Registry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,83 +25,41 @@ class NoParams:
     """This policy has no parameters."""
 
 
-class Policy(ABC):
-    """Base class: subclasses set ``name``, optionally ``Params``, ``manages_prefixes`` and
-    ``may_preempt``."""
+class Policy(PolicyAPI, ABC):
+    """Base class: subclasses set ``name``, optionally ``Params``, ``manages_prefixes``,
+    ``may_preempt`` and ``plans_admissions``, implement :meth:`decide` and may override the
+    engine's hooks (:class:`topas.engine.policy_api.PolicyAPI`: ``reset``, ``on_finish``,
+    ``on_preempt``, ``request_priority``, ``eviction_values``)."""
 
-    name: ClassVar[str]
     Params: ClassVar[type] = NoParams
-    manages_prefixes: ClassVar[bool] = False
-    #: a policy that does not manage prefixes may still return ``Decision.preempt`` if it sets
-    #: this (a prefix-managing policy always may): the engine stops those requests, frees their
-    #: KV and rebuilds their generated tokens on readmission, as for TOPAS's preemptions
-    may_preempt: ClassVar[bool] = False
-    #: the admit list is a plan (the requests the policy means to start now, sized to the memory
-    #: it expects), not an order of the whole queue: runs then report ``planned_admits`` beside
-    #: ``admitted`` (topas.engine.metrics)
-    plans_admissions: ClassVar[bool] = False
 
     def __init__(self, **params: Any) -> None:
         self.params = make_params(self.Params, params, policy=self.name)
         self.reset()
 
-    def reset(self) -> None:
-        """Forget all per-run state (called before a run)."""
-
     @abstractmethod
     def decide(self, view: EngineView) -> Decision:
         """The decision at this scheduling point."""
-
-    def on_finish(self, request: RequestView, time: float, output_tokens: int) -> None:
-        """A request finished at ``time`` having produced ``output_tokens`` (observed now)."""
-
-    def request_priority(self, request: RequestView, view: EngineView) -> int:
-        """The priority a request carries, fixed once when it reaches the scheduler (SGLang: the
-        ``/generate`` request's top-level ``priority``; higher is kept longer by the ``priority``
-        eviction, ``topas.engine.eviction``). Default 0: every request alike, so the radix
-        cache's nodes differ only by SGLang's prompt-over-output rule. The engine asks only when
-        its eviction strategy reads priorities (``EvictionStrategy.reads_priority``)."""
-        return 0
-
-    def eviction_values(self, view: EngineView) -> Mapping[str, float] | None:
-        """Each agent's *next-use* value for the eviction strategy ``policy``
-        (``topas.engine.eviction_policy``): the larger, the later the agent's KV is expected to be
-        needed, so the sooner it is evicted. Asked before every eviction pass, from the same
-        knowledge-limited view as :meth:`decide`. Default: none (``None``; that strategy then
-        refuses the policy)."""
-        return None
-
-    def on_preempt(self, request: RequestView, time: float, by_engine: bool) -> None:
-        """A running request was preempted (by this policy) or retracted (by the engine)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.params})"
 
 
-_REGISTRY: dict[str, type[Policy]] = {}
+_REGISTRY: Registry[type[Policy]] = Registry("policy", valid="valid policies", error=PolicyError,
+                                              builtins="topas.policies")  # importing it registers the built-ins
 
 
 def register(cls: type[Policy]) -> type[Policy]:
     """Class decorator: make a policy available by its ``name``."""
-    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
-        raise ValueError(f"policy name {cls.name!r} registered twice")
-    _REGISTRY[cls.name] = cls
-    return cls
+    return _REGISTRY.add(cls.name, cls)
 
 
 def available_policies() -> list[str]:
-    _load_builtin()
-    return list(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def policy_class(name: str) -> type[Policy]:
-    _load_builtin()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise PolicyError(
-            f"unknown policy {name!r}; valid policies: {', '.join(_REGISTRY)}"
-        ) from None
+    return _REGISTRY.get(name)
 
 
 def make_policy(name: str, params: Mapping[str, Any] | None = None, **kw: Any) -> Policy:
@@ -196,8 +152,3 @@ def parse_param_strings(items: Iterable[str]) -> dict[str, str]:
             raise PolicyError(f"parameter {item!r} is not of the form NAME=VALUE")
         out[key.strip()] = value.strip()
     return out
-
-
-def _load_builtin() -> None:
-    # Importing the package registers the built-in policies (one module per policy).
-    import topas.policies  # noqa: F401

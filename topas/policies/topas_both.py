@@ -17,7 +17,7 @@ output length, no future arrival):
 
 * ``"steps"`` (KVFlow's reading): the agent's steps-to-execution (a ready or running stage 0, a
   stage after its unfinished parents one more than the latest of them;
-  ``topas.policies.kvflow_steps.agent_steps``), capped at ``horizon + 1``, the value of an agent
+  ``topas.engine.kvflow_steps.agent_steps``), capped at ``horizon + 1``, the value of an agent
   no shown stage waits for (KVFlow's ``min(steps, H + 1)``);
 * ``"time"`` (the critical-path reading): the expected time (s) until the agent's earliest
   unfinished shown stage can start: 0 for a ready or running stage, else the latest expected
@@ -44,7 +44,7 @@ from typing import Literal
 from topas.engine.view import EngineView
 from topas.policies.base import PolicyError, register
 from topas.policies.estimates import OperatingPoint
-from topas.policies.kvflow_steps import agent_steps
+from topas.engine.kvflow_steps import agent_steps
 from topas.policies.topas_plus import TopasPlus, TopasPlusParams
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from topas.sglang.adapter import RequestMeta, rid_with_meta
+from topas.sglang.priority import PriorityContext, check_priority, client_priority
 from topas.sglang.text import ids_to_text
 from topas.sglang.tokens import stage_ids
 from topas.workload.model import Trace
@@ -53,7 +54,6 @@ class _Done:
 def priority_body(body: dict, priority: int | None) -> int | None:
     """Put ``priority`` into a ``/generate`` body as SGLang takes it: a top-level ``"priority"``
     integer (``GenerateReqInput.priority``, ``managers/io_struct.py``); nothing for None. Returns it."""
-    from topas.sglang.priority import check_priority
 
     p = check_priority(priority, f"request {body.get('rid')}")
     if p is not None:
@@ -65,14 +65,14 @@ def require_client() -> None:
     """:class:`ReplayError` naming the install command unless the client's HTTP library (aiohttp,
     in the ``sglang`` extra) can be imported."""
     try:
-        import aiohttp  # noqa: F401
+        import aiohttp  # noqa: F401  (lazy: optional, the replay client's only)
     except ImportError:
         raise ReplayError(f"the replay client needs aiohttp, which is not installed: {CLIENT_INSTALL} "
                           f"(or pip install aiohttp)") from None
 
 
 async def _post(session, url: str, body: dict, retries: int, what: str, want_json: bool = True) -> Any:
-    import aiohttp
+    import aiohttp  # lazy: optional, the replay client's only
 
     delay = 0.2
     for attempt in range(retries + 1):
@@ -105,7 +105,7 @@ class _Retry(Exception):
 
 async def wait_healthy(server: str, timeout_s: float = 120.0) -> None:
     """Wait until ``server`` answers ``GET /health`` with 200 (raises ReplayError on timeout)."""
-    import aiohttp
+    import aiohttp  # lazy: optional, the replay client's only
 
     deadline = time.monotonic() + timeout_s
     last = "no answer"
@@ -129,9 +129,7 @@ async def replay_requests(trace: Trace, server: str, policy: str | None, params:
                   send_text: bool = False, meta_in_rid: bool = False,
                   priority_rule: "PriorityRule | None" = None, cost: Any = None,
                   ) -> tuple[list[_Done], dict[str, float], float]:
-    import aiohttp
-
-    from topas.sglang.priority import PriorityContext, client_priority
+    import aiohttp  # lazy: optional, the replay client's only
 
     agents = tuple((a.name, a.prefix_tokens, float(a.expected_output_tokens)) for a in trace.agents.values())
     index = {}

@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
 from topas.engine.registry import Engine, PreparedRun, register
 from topas.provenance import CODE_PACKAGES
+from topas.sglang.pool import current_server, map_on_servers
+from topas.sglang.replay import run_replay
+from topas.sglang.server import check_policy, common_identity
 from topas.sglang.urls import SGLANG_IDENTITY_ENV, SGLANG_URL_ENV, sglang_urls
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -31,7 +34,6 @@ T = TypeVar("T")
 def sglang_url() -> str:
     """The server this thread replays on: the one a multi-server sweep assigned to it
     (:func:`topas.sglang.pool.current_server`), else the first of :func:`sglang_urls`."""
-    from topas.sglang.pool import current_server
 
     return current_server() or sglang_urls()[0]
 
@@ -40,7 +42,6 @@ def sglang_server_identity(policy: str | None = None) -> dict[str, Any]:
     """The identity of the server(s) in ``$TOPAS_SGLANG_URL`` (the handshake: each must run the
     topas plugin, able to run ``policy``, and all must be identical), or, with no server named,
     ``$TOPAS_SGLANG_IDENTITY``. Raises :class:`topas.sglang.server.ServerError` (one line)."""
-    from topas.sglang.server import check_policy, common_identity
 
     if not os.environ.get(SGLANG_URL_ENV, "").strip() and os.environ.get(SGLANG_IDENTITY_ENV):
         return json.loads(os.environ[SGLANG_IDENTITY_ENV])
@@ -66,14 +67,11 @@ class SGLangReplay(Engine):
 
     def run(self, prepared: PreparedRun, progress: bool = False) -> "SimResult":
         url = sglang_url()
-        from topas.sglang.replay import run_replay
 
         return run_replay(prepared, url, progress=progress)
 
     def map(self, fn: Callable[[Any], T], experiments: Sequence[Any], *, progress: bool = True,
             desc: str = "experiments", order: Callable[[Any], float] | None = None) -> list[T]:
-        from topas.sglang.pool import map_on_servers
-
         return map_on_servers(fn, experiments, progress=progress, desc=desc, order=order)
 
 

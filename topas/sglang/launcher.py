@@ -7,13 +7,19 @@ installed packages register plugins in the same entry-point group).
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+from topas.paths import REPO_ROOT
+from topas.policies.base import make_policy
 
 
 def server_env(policy: str, params: Mapping[str, Any] | None = None, profile: str | None = None,
@@ -22,9 +28,6 @@ def server_env(policy: str, params: Mapping[str, Any] | None = None, profile: st
     """The environment for ``python -m sglang.launch_server`` with the plugin running ``policy``.
 
     The policy and its parameters are checked here (``PolicyError`` names a bad one)."""
-    import importlib
-
-    from topas.policies.base import make_policy
 
     for m in policy_modules:
         importlib.import_module(m)
@@ -103,7 +106,6 @@ DUMMY_MODELS: dict[str, str] = {"qwen2.5-32b-instruct": "qwen2.5-32b-instruct"}
 
 def dummy_model_dir(name: str):
     """The folder of a shipped model config (``data/models/<name>``); ``ValueError`` names the known ones."""
-    from topas.paths import REPO_ROOT
 
     if name not in DUMMY_MODELS:
         raise ValueError(f"unknown dummy model {name!r} (known: {', '.join(sorted(DUMMY_MODELS))})")
@@ -164,9 +166,6 @@ CPU_STANDIN_POOL = 32768
 def tiny_model_dir():
     """The tiny CPU model (``$TOPAS_TINY_MODEL``, else ``.venvs/sglang-cpu/tiny-llama``, written by
     ``tools/sglang_cpu/build_env.sh``)."""
-    from pathlib import Path
-
-    from topas.paths import REPO_ROOT
 
     return Path(os.environ.get("TOPAS_TINY_MODEL") or REPO_ROOT / ".venvs" / "sglang-cpu" / "tiny-llama")
 
@@ -216,7 +215,6 @@ def start_router(worker_urls: Sequence[str], port: int, log_path: str | os.PathL
 
 def stop(proc: subprocess.Popen, timeout: float = 20.0) -> None:
     """Stop a server started by :func:`start` and its children (its process group)."""
-    import signal
 
     if proc.poll() is not None:
         return

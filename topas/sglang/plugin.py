@@ -47,14 +47,18 @@ charge, which :mod:`topas.sglang.server` detects and refuses to replay on.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import logging
 import os
+import platform
 import threading
 import time
 from array import array
 from typing import Any
+import topas
+from topas.sglang.snapshot import output_reserve_of
 
 logger = logging.getLogger("topas.sglang.plugin")
 
@@ -87,6 +91,8 @@ class Controller:
     """Per scheduler process: the adapter, the prefix locks and the log."""
 
     def __init__(self, scheduler: Any) -> None:
+        # lazy: SGLang loads this module in every server process; the adapter, the policies and the
+        # tokens (~0.3 s, numpy) load only once a scheduler starts
         from topas.engine.cost import DEFAULT_PROFILE, load_profile
         from topas.policies.base import make_policy
         from topas.sglang.adapter import Adapter
@@ -117,7 +123,7 @@ class Controller:
         self.requeue: list[Any] = []
         self.page = int(getattr(scheduler, "page_size", 1) or 1)
         try:  # SGLang's CLIP_MAX_NEW_TOKENS (env SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION, default 4096)
-            from sglang.srt.managers.schedule_policy import CLIP_MAX_NEW_TOKENS as clip
+            from sglang.srt.managers.schedule_policy import CLIP_MAX_NEW_TOKENS as clip  # lazy: SGLang (server only)
         except Exception:
             clip = int(os.environ.get("SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION", "4096"))
         self.clip = int(clip)
@@ -139,8 +145,7 @@ class Controller:
 
     def info(self) -> dict[str, Any]:
         """What ``GET /server_info`` reports of the plugin (``internal_states[i]["topas"]``)."""
-        import topas
-        from topas.policies.base import available_policies
+        from topas.policies.base import available_policies  # lazy: as in Controller
 
         return {
             "plugin": "topas", "protocol": PLUGIN_PROTOCOL, "topas_version": topas.__version__,
@@ -160,7 +165,7 @@ class Controller:
     def meta(self, req: Any):
         rid = req.rid
         if rid not in self.meta_cache:
-            from topas.sglang.adapter import meta_from_request, short_rid
+            from topas.sglang.adapter import meta_from_request, short_rid  # lazy: as in Controller
 
             try:
                 self.meta_cache[rid] = meta_from_request(getattr(req.sampling_params, "custom_params", None), rid)
@@ -174,7 +179,6 @@ class Controller:
         iteration (:func:`topas.sglang.snapshot.output_reserve_of`): its ``max_new_tokens`` left,
         clipped at ``CLIP_MAX_NEW_TOKENS``; in full while waiting or with ``ignore_eos``, else
         the scheduler's new-token ratio of it (:meth:`new_token_ratio`)."""
-        from topas.sglang.snapshot import output_reserve_of
 
         sp = req.sampling_params
         max_new = getattr(sp, "max_new_tokens", None)
@@ -192,7 +196,7 @@ class Controller:
         return float(getattr(self.sched, "new_token_ratio", 1.0))
 
     def snapshot(self, running_batch: Any):
-        from topas.sglang.adapter import ReqSnap, Snapshot
+        from topas.sglang.adapter import ReqSnap, Snapshot  # lazy: as in Controller
 
         s = self.sched
         now = time.time()
@@ -235,9 +239,9 @@ class Controller:
         """Is the agent's prefix fully in the device tree? A read-only walk where the tree core has
         one (``match_full_device_prefix``), so probing does not refresh the prefix's LRU time and
         SGLang's own eviction order (what the baselines rely on) is left as it is."""
-        from sglang.srt.mem_cache.radix_cache import RadixKey
+        from sglang.srt.mem_cache.radix_cache import RadixKey  # lazy: SGLang (server only)
 
-        from topas.sglang.tokens import prefix_ids
+        from topas.sglang.tokens import prefix_ids  # lazy: as in Controller
 
         n = self.pin_len(agent)
         core = getattr(self.sched.tree_cache, "tree_core", None)
@@ -247,10 +251,10 @@ class Controller:
 
     def cached_len(self, agent: str):
         """Match (and split the tree at) the agent's prefix: its cached length and last node, to lock."""
-        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams
-        from sglang.srt.mem_cache.radix_cache import RadixKey
+        from sglang.srt.mem_cache.base_prefix_cache import MatchPrefixParams  # lazy: SGLang (server only)
+        from sglang.srt.mem_cache.radix_cache import RadixKey  # lazy: SGLang (server only)
 
-        from topas.sglang.tokens import prefix_ids
+        from topas.sglang.tokens import prefix_ids  # lazy: as in Controller
 
         ids = prefix_ids(agent, self.pin_len(agent))
         m = self.sched.tree_cache.match_prefix(MatchPrefixParams(key=RadixKey(array("q", ids))))
@@ -308,7 +312,7 @@ class Controller:
                 self.requeue = reqs
                 for r in reqs:
                     self.last_running.pop(r.rid, None)
-        from topas.sglang.adapter import short_rid
+        from topas.sglang.adapter import short_rid  # lazy: as in Controller
 
         self.log.write("preempt", {"run": self.adapter.run, "rids": [short_rid(r.rid) for r in reqs],
                                    "released_tokens": [len(r.origin_input_ids) + len(r.output_ids) for r in reqs]})
@@ -327,7 +331,7 @@ class Controller:
         if not new:
             return
         self.adapter.on_admitted([r.rid for r in new], now)
-        from topas.sglang.adapter import short_rid
+        from topas.sglang.adapter import short_rid  # lazy: as in Controller
 
         admitted = []
         for r in new:
@@ -345,12 +349,11 @@ class Controller:
 
 def device_name(scheduler: Any) -> str:
     """The scheduler's device, e.g. ``NVIDIA H100 80GB HBM3`` (CUDA) or ``cpu (x86_64)``."""
-    import platform
 
     device = str(getattr(getattr(scheduler, "server_args", None), "device", "") or "")
     if device.startswith("cuda"):
         try:
-            import torch
+            import torch  # lazy: torch, present only inside the server
 
             return torch.cuda.get_device_name(torch.cuda.current_device())
         except Exception:  # reported, not fatal
@@ -361,7 +364,6 @@ def device_name(scheduler: Any) -> str:
 def model_config_hash(scheduler: Any) -> str:
     """sha256 of the served model's Hugging Face config (sorted JSON): two servers of the same
     model name but another config (size, layers, context) never share results."""
-    import hashlib
 
     try:
         cfg = scheduler.model_config.hf_config.to_dict()
@@ -444,7 +446,7 @@ def _around_add_one_req(original, self, req, *args, **kwargs):
     if acts is not None:
         try:
             if ctl.meta(req) is not None and req.rid not in acts.admit:
-                from sglang.srt.managers.schedule_policy import AddReqResult
+                from sglang.srt.managers.schedule_policy import AddReqResult  # lazy: SGLang (server only)
 
                 return AddReqResult.OTHER
         except Exception:
@@ -477,7 +479,7 @@ def _around_get_internal_state(original, self, *args, **kwargs):
 
 def register() -> None:
     """The entry point: register the hooks (SGLang applies them after all plugins ran)."""
-    from sglang.srt.plugins.hook_registry import HookRegistry, HookType
+    from sglang.srt.plugins.hook_registry import HookRegistry, HookType  # lazy: SGLang (server only)
 
     base = "sglang.srt.managers"
     HookRegistry.register(f"{base}.scheduler.Scheduler.__init__", _after_scheduler_init, HookType.AFTER)

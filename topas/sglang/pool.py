@@ -25,6 +25,9 @@ from typing import Any, Callable, Sequence, TypeVar
 
 from tqdm.auto import tqdm
 
+from topas.errors import ExperimentFailed
+from topas.sglang.urls import sglang_urls
+
 __all__ = ["current_server", "map_on_servers", "hand_out_order", "schedule", "Slot", "Schedule"]
 
 T = TypeVar("T")
@@ -110,8 +113,6 @@ def map_on_servers(
     starts; the replays in flight are abandoned (the threads are daemons) and
     ``KeyboardInterrupt`` propagates.
     """
-    from topas.errors import ExperimentFailed
-    from topas.sglang.urls import sglang_urls
 
     servers = list(servers) if servers is not None else sglang_urls()
     out: list[Any] = [None] * len(exps)

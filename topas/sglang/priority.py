@@ -20,19 +20,25 @@ finished stages; no server state), built from a :class:`PriorityContext`. Rules 
 * ``reuse``: :func:`reuse_priority`, the number of future stages on the request's agent in the
   tasks in view (a workflow-aware rule that needs no policy).
 * ``steps``: :func:`steps_priority`, KVFlow's steps-to-execution of the request's agent after
-  this call (``topas.policies.kvflow_steps``).
+  this call (``topas.engine.kvflow_steps``).
 * more by :func:`register_rule`, or lazily by a module named in :data:`PROVIDERS`.
 """
 
 from __future__ import annotations
 
+import copy
 import importlib
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+import numpy as np
+
+from topas.engine.kvflow_steps import kvflow_request_priority
+from topas.engine.view import EngineView, RequestView, StageView, TaskView
+from topas.registry import Registry
+
 if TYPE_CHECKING:  # pragma: no cover
-    from topas.engine.view import EngineView, RequestView
     from topas.workload.model import Stage, Task, Trace
 
 __all__ = ["PriorityContext", "PriorityRule", "RULES", "PROVIDERS", "register_rule", "make_rule", "rule_names",
@@ -61,22 +67,22 @@ PriorityRule = Callable[["RequestView", "EngineView"], "int | None"]
 #: A rule factory: ``factory(policy)`` -> the rule for a run of that policy (None: send nothing).
 RuleFactory = Callable[[Any], "PriorityRule | None"]
 
-RULES: dict[str, RuleFactory] = {}
+RULES: Registry[RuleFactory] = Registry("eviction-priority rule", valid="valid", suggest=lambda: rule_names())
 
 #: Rules registered by another module on import: name -> module (none today).
 PROVIDERS: dict[str, str] = {}
 
 
 def register_rule(name: str, factory: RuleFactory) -> None:
-    """Register (or replace) a rule factory under ``name``."""
+    """Register a rule factory under ``name`` (a name taken by another factory is an error)."""
     if not name or not name.replace("-", "").replace("_", "").isalnum():
         raise ValueError(f"a rule name is a plain word, got {name!r}")
-    RULES[name] = factory
+    RULES.add(name, factory)
 
 
 def rule_names() -> list[str]:
     """The rules that can be asked for: those registered and those :data:`PROVIDERS` name."""
-    return sorted(set(RULES) | set(PROVIDERS))
+    return sorted(set(RULES.names()) | set(PROVIDERS))
 
 
 def make_rule(name: str | None, policy: Any = None) -> PriorityRule | None:
@@ -89,12 +95,10 @@ def make_rule(name: str | None, policy: Any = None) -> PriorityRule | None:
             importlib.import_module(PROVIDERS[name])
         except ImportError as e:
             raise ValueError(f"eviction-priority rule {name!r} comes with {PROVIDERS[name]}, which this install "
-                             f"lacks ({e}); rules here: {', '.join(sorted(RULES))}") from None
+                             f"lacks ({e}); rules here: {', '.join(sorted(RULES.names()))}") from None
         if name not in RULES:
             raise ValueError(f"{PROVIDERS[name]} did not register the eviction-priority rule {name!r}")
-    if name not in RULES:
-        raise ValueError(f"unknown eviction-priority rule {name!r}; valid: {', '.join(rule_names())}")
-    return RULES[name](policy)
+    return RULES.get(name)(policy)
 
 
 def check_priority(value: Any, what: str) -> int | None:
@@ -103,15 +107,9 @@ def check_priority(value: Any, what: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        try:
-            import numpy as np
-
-            if isinstance(value, np.integer):
-                value = int(value)
-            else:
-                raise TypeError
-        except (ImportError, TypeError):
-            raise ValueError(f"{what}: a priority must be an int or None, got {value!r}") from None
+        if not isinstance(value, np.integer):
+            raise ValueError(f"{what}: a priority must be an int or None, got {value!r}")
+        value = int(value)
     if not -(1 << 63) <= value < (1 << 63):
         raise ValueError(f"{what}: priority {value} is not a signed 64-bit integer")
     return int(value)
@@ -121,7 +119,6 @@ def client_view(ctx: PriorityContext) -> "EngineView":
     """The engine view a client can build: the time, the tasks submitted and not finished (their
     whole DAGs, the finished stages), the cost model when the run has one; no requests, prefixes or
     memory (server state the client does not see; memory fields are 0)."""
-    from topas.engine.view import EngineView, StageView, TaskView
 
     tasks = {}
     by_id = ctx.index if ctx.index is not None else {t.id: t for t in ctx.trace.tasks}
@@ -138,7 +135,6 @@ def client_view(ctx: PriorityContext) -> "EngineView":
 
 def request_view(ctx: PriorityContext) -> "RequestView":
     """The request as a waiting request's view at its submission (nothing generated, no KV)."""
-    from topas.engine.view import RequestView
 
     s = ctx.stage
     return RequestView(rid=f"{ctx.task.id}/{s.id}", task_id=ctx.task.id, stage_id=s.id, agent=s.agent,
@@ -184,7 +180,6 @@ def apply_rule(policy: Any, name: str | None) -> Any:
     (its own hook), else a copy whose class is a subclass overriding the hook (the engine asks a
     policy for priorities only when its class overrides ``Policy.request_priority``,
     ``topas.engine.evict_pass``)."""
-    import copy
 
     rule = make_rule(name, policy)
     if rule is None or name == "policy":
@@ -203,10 +198,9 @@ def steps_priority(request: "RequestView", view: "EngineView") -> int:
     this call is done, as SGLang's priority (higher kept longer): ``H + 1 - min(steps, H + 1)`` with
     KVFlow's horizon ``H`` (its ``evict_pri_level``, 4): an agent due right after this call gets
     ``H + 1``, one no known stage waits for 0. That is
-    :func:`topas.policies.kvflow_steps.kvflow_request_priority` less one: KVFlow keeps its lowest
+    :func:`topas.engine.kvflow_steps.kvflow_request_priority` less one: KVFlow keeps its lowest
     value for a node no known agent uses, which a request (its agent is known) never is, so the rule
     starts at 0, the priority of a request that sends none."""
-    from topas.policies.kvflow_steps import kvflow_request_priority
 
     return kvflow_request_priority(view, request.task_id, request.stage_id) - 1
 

@@ -48,15 +48,20 @@ HTTP 503 are retried with backoff, up to ``retries`` times per request.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from tqdm.auto import tqdm
+
 from topas.engine.metrics import SimResult
+from topas.sglang import server as srv
 from topas.sglang.client import ReplayError, _Done, require_client, wait_healthy  # noqa: F401
 from topas.sglang.client import replay_requests as _replay
+from topas.sglang.priority import make_rule
 from topas.sglang.replay_result import (NAN_REQUEST_COLUMNS, NAN_SUMMARY_KEYS, PREFIX_EVENT_COLUMNS,  # noqa: F401
                                         REQUEST_COLUMNS, TASK_COLUMNS, TIMELINE_COLUMNS, build_replay_result,
                                         read_decision_log, read_decision_logs, scheduler_arrival,
@@ -66,7 +71,6 @@ from topas.workload.model import Trace
 
 def check_server(server: str, trace: Trace, policy: str | None) -> None:
     """The handshake before a replay (see the module docstring); :class:`ReplayError` naming the fix."""
-    from topas.sglang import server as srv
 
     try:
         targets = srv.servers_behind(server)
@@ -92,7 +96,6 @@ def check_server(server: str, trace: Trace, policy: str | None) -> None:
 def check_decisions(server: str, run_id: str, policy: str) -> dict[str, Any]:
     """The plugin's decision count of a finished run; :class:`ReplayError` when it made none (SGLang's
     own scheduler ran every request, so the result would be mislabelled ``policy``)."""
-    from topas.sglang import server as srv
 
     try:
         targets = srv.servers_behind(server)
@@ -171,7 +174,6 @@ def run_replay(
     Raises :class:`ReplayError` if any request fails or the run exceeds ``timeout_s``, the server
     fails the handshake, or the plugin made no decision for the run.
     """
-    import dataclasses
 
     require_client()
     prepared = prepared_or_experiment
@@ -180,8 +182,6 @@ def run_replay(
     fixed = getattr(type(policy), "FIXED", None) or {}  # an ablation's fixed values may not be passed
     params = {k: v for k, v in dataclasses.asdict(policy.params).items() if k not in fixed}
     run_id = uuid.uuid4().hex[:12]
-    from topas.sglang import server as srv
-    from topas.sglang.priority import make_rule
 
     try:
         rule = make_rule(eviction_priority, policy)
@@ -210,8 +210,6 @@ def run_replay(
 
     bar = None
     if progress is True:
-        from tqdm.auto import tqdm
-
         bar = tqdm(total=len(trace.tasks), desc=f"replay {policy.name}", unit="task")
         progress = lambda k, n: bar.update(1)  # noqa: E731
     elif not callable(progress):

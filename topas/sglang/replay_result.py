@@ -22,6 +22,8 @@ import numpy as np
 import pandas as pd
 
 from topas.engine.metrics import SimResult, completion_ratio, percentile, stability_ratio
+from topas.out_dir import mark
+from topas.paths import usual_mode
 from topas.sglang.adapter import DECISION_COLUMNS
 from topas.sglang.client import _Done
 from topas.workload.model import Trace
@@ -227,9 +229,6 @@ def write_result_atomic(result: SimResult, out: str | os.PathLike) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
-        from topas.out_dir import mark
-        from topas.paths import usual_mode
-
         result.to_parquet(tmp)
         mark(tmp, "replay")
         usual_mode(tmp)  # mkdtemp made it 0700

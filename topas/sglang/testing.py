@@ -7,10 +7,15 @@ so they never appear in ``topas policies``.
 from __future__ import annotations
 
 import dataclasses
+import os
+from pathlib import Path
 
 from topas.engine.view import Decision, EngineView
+from topas.paths import data_dir
 from topas.policies.base import Policy, register
 from topas.policies.fcfs import FCFS
+from topas.workload.synthetic import scaled_down
+from topas.workload.trace_io import read_trace, trace_from_dict, trace_to_dict, write_trace
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,12 +127,6 @@ def tiny_data_dir(dest, n_tasks: int = 2, source=None, max_stages: int = 8):
     MetaGPT-TL its first ``n_tasks`` tasks, each cut to its first ``max_stages`` stages (in the
     trace's order, parents before children) and every prefix, input and output capped (128, 32, 8
     tokens). Profiles are linked from ``source`` (default: the repository's ``data/``)."""
-    import os
-    from pathlib import Path
-
-    from topas.paths import data_dir
-    from topas.workload.synthetic import scaled_down
-    from topas.workload.trace_io import read_trace, trace_from_dict, trace_to_dict, write_trace
 
     dest = Path(dest)
     src = Path(source) if source is not None else data_dir()

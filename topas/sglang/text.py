@@ -33,6 +33,8 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
+from topas.sglang.tokens import request_ids
+
 #: token id i <-> chr(TEXT_BASE + i): Supplementary Private Use Area-A (U+F0000..U+FFFFD)
 TEXT_BASE = 0xF0000
 #: the largest vocabulary the private-use plane can spell (U+FFFFE/U+FFFFF are non-characters)
@@ -66,7 +68,6 @@ def text_to_ids(text: str) -> list[int]:
 def request_text(agent: str, prefix_tokens: int, run: str, index: int, task: str, stage: str,
                  input_tokens: int) -> str:
     """A request's text: :func:`topas.sglang.tokens.request_ids` spelled one character per token."""
-    from topas.sglang.tokens import request_ids
 
     return ids_to_text(request_ids(agent, prefix_tokens, run, index, task, stage, input_tokens))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from topas.errors import ExperimentError
+from topas.sglang.server import ServerError, parse_servers
 
 __all__ = ["SGLANG_IDENTITY_ENV", "SGLANG_URL_ENV", "sglang_urls"]
 
@@ -24,7 +25,6 @@ SGLANG_IDENTITY_ENV = "TOPAS_SGLANG_IDENTITY"
 def sglang_urls() -> list[str]:
     """The server URLs from ``$TOPAS_SGLANG_URL`` (comma-separated: several identical servers
     share a sweep); :class:`~topas.errors.ExperimentError` when unset or malformed."""
-    from topas.sglang.server import ServerError, parse_servers
 
     text = os.environ.get(SGLANG_URL_ENV, "").strip()
     if not text:

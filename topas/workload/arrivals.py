@@ -28,6 +28,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from topas.workload.trace_rules import MAX_ARRIVAL_S
+from topas.workload.validate import TraceError, validate_trace
+
 if TYPE_CHECKING:  # pragma: no cover
     from topas.workload.model import Trace
 
@@ -94,10 +97,6 @@ def retime(trace: "Trace", rate: float, seed: int, process: str = "poisson") -> 
     ``meta`` records the new arrivals: ``rate``, ``arrival_seed`` and ``arrival_process``. The
     result is validated.
     """
-    from topas.workload.validate import validate_trace
-
-    from topas.workload.trace_rules import MAX_ARRIVAL_S
-    from topas.workload.validate import TraceError
 
     rate = _check_rate(rate)
     process = canonical_process(process)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import heapq
 from typing import Sequence
 
 
@@ -17,7 +18,6 @@ def topological_order(stages: Sequence[tuple[str, Sequence[str]]]) -> list[str] 
     for sid, parents in stages:
         for q in sorted(set(parents), key=index.__getitem__):
             kids[q].append(sid)
-    import heapq
 
     ready = [index[sid] for sid, _p in stages if indeg[sid] == 0]
     heapq.heapify(ready)

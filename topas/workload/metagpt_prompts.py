@@ -75,7 +75,7 @@ def tiktoken_encoder(encoding: str = "cl100k_base") -> Encoder:
     """tiktoken's ``encoding`` (needs tiktoken and its BPE file: ``TIKTOKEN_CACHE_DIR``, see
     tools/metagpt/README.md); special-token text is encoded as ordinary text."""
     try:
-        import tiktoken
+        import tiktoken  # lazy: optional, installed in the MetaGPT venvs only
     except ImportError:  # pragma: no cover - depends on the environment
         raise RuntimeError(
             "converting MetaGPT calls needs tiktoken (cl100k_base); run it in a MetaGPT venv "

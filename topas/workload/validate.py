@@ -48,6 +48,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Mapping
 
 from topas.workload.dag_order import find_cycle, topological_order
+from topas.workload.model import CHECKED
 from topas.workload.trace_error import TraceError
 from topas.workload.trace_rules import (
     AGENT_FIELDS,
@@ -235,7 +236,6 @@ def validate_trace(trace: "Trace", kv_budget: int | None = None, source: str | N
     or the first tasks or re-timed copy of one (``topas.workload.model.CHECKED``), has only its
     arrival times checked again: a run's trace is checked by the experiment, the re-timing and
     the simulator in turn, and a sweep runs the same tasks many times."""
-    from topas.workload.model import CHECKED
 
     source = source if source is not None else f"<trace {trace.name}>"
     _check_budget(kv_budget, source)

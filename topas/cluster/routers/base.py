@@ -16,6 +16,7 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Mapping, Sequence
 
 from topas.cluster.state import ClusterInfo, EngineState, RouteRequest
+from topas.registry import Registry
 
 
 class RouterError(ValueError):
@@ -76,28 +77,21 @@ def least_loaded(engines: Sequence[EngineState], candidates: Sequence[int] | Non
     return min(idx, key=lambda i: (engines[i].in_flight, i))
 
 
-_REGISTRY: dict[str, type[Router]] = {}
+_REGISTRY: Registry[type[Router]] = Registry("router", valid="valid routers", error=RouterError,
+                                              builtins="topas.cluster.routers")  # importing it registers the built-ins
 
 
 def register(cls: type[Router]) -> type[Router]:
     """Class decorator: make a router available by its ``name``."""
-    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
-        raise ValueError(f"router name {cls.name!r} registered twice")
-    _REGISTRY[cls.name] = cls
-    return cls
+    return _REGISTRY.add(cls.name, cls)
 
 
 def available_routers() -> list[str]:
-    _load_builtin()
-    return list(_REGISTRY)
+    return _REGISTRY.names()
 
 
 def router_class(name: str) -> type[Router]:
-    _load_builtin()
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise RouterError(f"unknown router {name!r}; valid routers: {', '.join(_REGISTRY)}") from None
+    return _REGISTRY.get(name)
 
 
 def make_router(name: str, params: Mapping[str, Any] | None = None, **kw: Any) -> Router:
@@ -135,10 +129,6 @@ def make_router_params(cls: type, given: Mapping[str, Any], router: str = "?") -
         return cls(**values)
     except ValueError as e:  # a Params' own range check
         raise RouterError(f"router {router!r}: {e}") from None
-
-
-def _load_builtin() -> None:
-    import topas.cluster.routers  # noqa: F401  (registers the built-in routers)
 
 
 def has_room(engine: EngineState, sent: int, max_queue: int) -> bool:
