@@ -109,6 +109,31 @@ def test_a_request_admitted_then_retracted_counts_as_an_admission_and_rejoins_at
     assert order(klpm, six()) == ["c2", "a1", "c1", "b1", "a2", "b2"]
 
 
+def test_guarded_the_counter_walks_the_order_sent_not_the_requests_the_guard_held():
+    """k=3, oldest first e1 d1 c1 c2 b1 b2; e's prefix is being computed (the guard holds every e
+    request), d's is not in the tree (one request may compute it). k-LPM's slots: c1 c2 (LPM), e1
+    (the oldest), b1 b2 (LPM), d1 (the oldest); the guard holds e1 and sends c1 c2 b1 b2 d1."""
+    tokens = {"b": 1000, "c": 2000, "d": 1000, "e": 1000, "g": 3000, "h": 500}
+
+    def at(waiting, computing_e):
+        prefixes = {a: PrefixView(a, n, 50.0, a in "bcgh", False, 0, -1.0, False, a in "bcgh") for a, n in tokens.items()}
+        if computing_e:
+            prefixes["e"] = PrefixView("e", 1000, 50.0, True, False, 1, -1.0, False, False, True)
+        return EngineView(time=1.0, kv_budget=100_000, prefix_tokens=0, request_tokens=0, prefixes=prefixes,
+                          running=(), waiting=tuple(waiting), tasks={}, cost=COST)
+
+    first = [req("e1", "e", 0.0), req("d1", "d", 0.1), req("c1", "c", 0.2), req("c2", "c", 0.3),
+             req("b1", "b", 0.4), req("b2", "b", 0.5)]
+    guarded = make_policy("k-lpm-guarded", k=3)
+    assert order(guarded, at(first, computing_e=True)) == ["c1", "c2", "b1", "b2", "d1"]
+    # The engine admitted all five: c1 c2 b1 b2 (LPM) d1 (the oldest), so the count restarts and
+    # two LPM picks come first: g1, then h1 (more cached tokens first), then the oldest, e1.
+    # (Walking the order with the held e1 in it would stop the count at e1 after two LPM picks
+    # and give e1 the first slot.)
+    later = [req("e1", "e", 0.0), req("h1", "h", 0.8), req("g1", "g", 0.9)]
+    assert order(guarded, at(later, computing_e=False)) == ["g1", "h1", "e1"]
+
+
 # ------------------------------------------------------------------------------- parameters
 def test_registered_as_k_lpm_with_k_8_by_default():
     # k = 8 was chosen among 2, 4, 8, 16 on tuning seeds (scripts/select_plan_execution.py)

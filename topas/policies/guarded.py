@@ -29,7 +29,13 @@ def _guarded(base: type[Policy]) -> type[Policy]:
             return d
         by_id = {r.rid: r for r in view.waiting}
         keep, held = within_caps([by_id[rid] for rid in d.admit], view.admit_cap)
-        return dataclasses.replace(d, admit=tuple(r.rid for r in keep)) if held else d
+        if not held:
+            return d
+        admit = tuple(r.rid for r in keep)
+        sent = getattr(self, "sent", None)
+        if sent is not None:  # a policy that counts what the engine admits of its order (k-LPM)
+            sent(admit)
+        return dataclasses.replace(d, admit=admit)
 
     doc = (f"``{base.name}`` with the in-batch guard: its order, less the requests past their agent's admit "
            f"cap (held back until the prefix is cached; ``topas.policies.guarded``).")

@@ -92,6 +92,13 @@ class KLPM(Policy):
         self._last = order
         return Decision(admit=tuple(rid for rid, _ in order))
 
+    def sent(self, admit: tuple[str, ...]) -> None:
+        """The order the engine was given is ``admit``, a subsequence of this decision's (the
+        in-batch guard, ``topas.policies.guarded``, held the others back): the counter of step 3
+        walks that order, so a held request is neither an admission nor where the engine stopped."""
+        kept = set(admit)
+        self._last = [(rid, was_fcfs) for rid, was_fcfs in self._last if rid in kept]
+
     def _count_admissions(self, view: EngineView) -> None:
         """Step 3: advance the counter over the last order's requests that were admitted."""
         waiting = {r.rid for r in view.waiting}

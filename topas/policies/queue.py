@@ -30,8 +30,9 @@ class WaitingQueue:
     def keep(self, order: list[RequestView]) -> None:
         """The queue's order after this scheduling point (a policy's in-place sort)."""
         self._rids = [r.rid for r in order]
-        for r in order:
-            self._requeued.pop(r.rid, None)
+        if self._requeued:  # (rarely any: only retracted or preempted requests)
+            for r in order:
+                self._requeued.pop(r.rid, None)
 
     def requeue(self, rid: str, time: float) -> None:
         """A running request was retracted or preempted at ``time``: it re-enters at the end."""

@@ -10,7 +10,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from topas.engine.view import RequestView, TaskView
-from topas.policies.topas_terms import expected_longest_path, longest_path_pair
+from topas.policies.topas_terms import delta_task, expected_longest_path
 
 
 class _TaskCtx:
@@ -41,10 +41,6 @@ class _TaskCtx:
             v = self._cache[h] = expected_longest_path(self.order, self.children, self.residual, h)
         return v
 
-    def gain(self, h: frozenset[str], stages: tuple[str, ...]) -> float:
-        """g_i(t) * Delta_task(stages | H, t)."""
-        return self.g * (self.L(h) - self.L(h | frozenset(stages)))
-
     def frontier_gains(self) -> list[tuple[RequestView, float]]:
         """Each waiting request's share of g_i(t) * Delta_task(F | H, t), F = the waiting stages
         (in topological order), split by ``share`` and, unless ``norm == "absolute"``, divided by
@@ -53,12 +49,7 @@ class _TaskCtx:
         frontier = tuple(r.stage_id for r in waiting)
         if not frontier:
             return []
-        if self.scalar:  # L_i(H) and L_i(H + F) in one pass
-            before, after = longest_path_pair(self.order, self.children, self.residual, self.committed, frontier)
-            self._cache[self.committed] = before
-            total = self.g * (before - after)
-        else:
-            total = self.gain(self.committed, frontier)
+        total = self.g * delta_task(self.order, self.children, self.residual, self.committed, frontier, self.scalar)
         if self.norm != "absolute":
             remaining = self.L(self.committed)
             total = total / remaining if remaining > 0 else 0.0

@@ -116,13 +116,20 @@ def delta_task(
     children: Mapping[str, Sequence[str]],
     residual: Mapping[str, float | np.ndarray],
     committed: Collection[str],
-    admitted: Iterable[str],
+    admitted: Collection[str],
+    scalar: bool | None = None,
 ) -> float:
     """``Delta_task(r | H, t) = L_i(H, t) - L_i(H + {r}, t)``, for one or several stages ``r``.
 
     With several stages this is the sequentially conditioned sum of their Deltas (the sum
-    telescopes, so the order does not matter).
+    telescopes, so the order does not matter). ``scalar``: whether every residual is a number
+    (None: look); then both longest paths come from one pass (:func:`longest_path_pair`).
     """
+    if scalar is None:
+        scalar = not any(isinstance(residual[v], np.ndarray) for v in topo_order)
+    if scalar:
+        before, after = longest_path_pair(topo_order, children, residual, committed, admitted)
+        return before - after
     h = set(committed)
     before = expected_longest_path(topo_order, children, residual, h)
     after = expected_longest_path(topo_order, children, residual, h | set(admitted))
