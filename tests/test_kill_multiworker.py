@@ -24,7 +24,10 @@ psutil = pytest.importorskip("psutil")
 N = 12
 SWEEP = textwrap.dedent(
     f"""
-    import sys, time
+    import signal, sys, time
+    # Ctrl-C as in a terminal: a test runner's worker may start us with SIGINT ignored, and Python
+    # then keeps it ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     import topas.experiments.store as st
     from topas.experiments import Experiment
 
