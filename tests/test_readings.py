@@ -25,7 +25,7 @@ from topas.policies.base import key_params
 from topas.policies.estimates import OperatingPoint
 from topas.policies.topas import TopasParams, _DecisionCtx
 from topas.policies.topas_params import EARLIER_PLAN
-from topas.policies.topas_terms import aging
+from topas.policies.topas_terms import aging, delta_task
 from tests.conftest import stage, task, trace
 
 COST = load_profile()
@@ -254,7 +254,7 @@ def test_sibling_share_splits_the_frontier_gain(share):
     stages = [("A", "a", 100, ()), ("B", "long", 100, ("A",)), ("C", "short", 100, ("A",))]
     _, ctx = _ctx(_view(prefixes, [("t", 0.0, stages, ("A",))]), sibling_share=share)
     tc = ctx.tasks["t"]
-    total = tc.gain(frozenset(), ("B", "C"))
+    total = tc.g * delta_task(tc.order, tc.children, tc.residual, frozenset(), ("B", "C"))  # g_i * Delta_task(F | H)
     b, c = ctx.gain["t/B"], ctx.gain["t/C"]
     assert b + c == pytest.approx(total)
     expected = {"residual": tc.residual["B"] / (tc.residual["B"] + tc.residual["C"]), "equal": 0.5, "last": 0.0}
