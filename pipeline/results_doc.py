@@ -121,6 +121,7 @@ HEADER = ("# Results\n\n"
           "nominal rate unless a table says otherwise. Numbers labelled \"paper\" are the paper's\n"
           "(`data/paper/reported.csv`); all others are ours.\n")
 
+
 def results_markdown(figures: Path) -> str:
     """docs/results.md's text: each table in SECTIONS that exists in ``figures``, with its caption."""
     parts = [HEADER]

@@ -242,7 +242,7 @@ def build_pack(keys: list[str], loaded: set[str], summary_only: set[str], engine
                 raise FileNotFoundError(f"{src / f'{t}.parquet'} is missing: re-run {meta['label']}")
             shutil.copyfile(src / f"{t}.parquet", out / f"{t}.parquet")
         # compact: the pack's meta.json files were 23 of its 50 MB with the store's indentation
-        (out / META).write_text(json.dumps(meta, separators=(",", ":"), sort_keys=False) + "\n")
+        (out / META).write_text(json.dumps(meta, separators=(",", ":")) + "\n")
         size += sum(f.stat().st_size for f in out.iterdir())
         experiments.append({"key": key, "label": meta["label"], "engine": meta.get("engine", "sim"), "tables": tables,
                             "git_commit": meta["git_commit"], "git_dirty": meta.get("git_dirty"),

@@ -25,6 +25,7 @@ from typing import Mapping
 import pytest
 from click.testing import CliRunner
 
+import topas.experiments.store as store_mod
 from topas.cli import main as cli_main
 from topas.engine.cost import CostModel
 from topas.workload.model import Agent, Stage, Task, Trace
@@ -222,8 +223,6 @@ def run_cli(runner: CliRunner, *args):
 def counted(monkeypatch) -> list[str]:
     """The keys of the experiments run in this process from now on, in order (sweeps with
     ``jobs=1`` run here)."""
-    import topas.experiments.store as store_mod
-
     runs: list[str] = []
     real = store_mod.run_experiment
 

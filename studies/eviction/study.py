@@ -46,7 +46,7 @@ from topas.experiments.protocol.paired import compare_latency
 from topas.experiments.protocol.seeds import EVALUATION_SEEDS, first
 from topas.experiments.protocol.steady import steady_state
 from studies.protocol_runs.study import sample_of
-from topas.sets import HELD_OUT, IN_SAMPLE
+from topas.sets import HELD_OUT, IN_SAMPLE, RANDOM_DAGS
 from topas.experiments.spec import Experiment
 
 __all__ = ["ADMISSIONS", "BASELINE_ADMISSIONS", "BOUND", "EVICTIONS", "EvictionSize", "FULL", "GAP_COLUMNS",
@@ -97,7 +97,7 @@ FULL = EvictionSize(n_tasks=100, n_seeds=5, host_n_tasks=100, host_n_seeds=5,
 #: a check that the notebook runs (``make test``), not a result: a baseline and our two on the
 #: in-sample workloads and one held-out random DAG (the MetaGPT runs are most of the time), 64 runs
 QUICK = EvictionSize(n_tasks=40, n_seeds=2, host_n_tasks=40, host_n_seeds=2, host_admissions=("lpm",),
-                     admissions=("lpm", "topas-plus", "topas-both"), workloads=IN_SAMPLE + ("random-dag-1000",))
+                     admissions=("lpm", "topas-plus", "topas-both"), workloads=IN_SAMPLE + RANDOM_DAGS[:1])
 
 RUN_COLUMNS = ("workload", "host_tier", "admission", "eviction", "bound", "load", "seeds", "tasks", "cached_pct",
                "uncached_tokens", "jct_mean", "jct_p99", "stable", "growing_seeds", "growing")
