@@ -285,6 +285,19 @@ def test_paired_bootstrap_is_scipy_bca_and_deterministic():
     assert a.difference == pytest.approx(d.mean())
 
 
+@pytest.mark.parametrize("n", [2, 5, 8, 13, 30])
+def test_the_bootstrap_evaluates_all_resamples_at_once_with_the_same_interval_to_the_bit(n):
+    rng = np.random.default_rng(n)
+    base = {s: float(v) for s, v in enumerate(rng.lognormal(5, 1, n))}
+    pol = {s: v * float(rng.uniform(0.5, 1.5)) for s, v in base.items()}
+    c = paired_bootstrap(pol, base)
+    for d, (low, high) in ((np.array([pol[s] - base[s] for s in sorted(base)]), (c.low, c.high)),
+                           (np.array([pol[s] / base[s] - 1.0 for s in sorted(base)]), (c.relative_low, c.relative_high))):
+        one_at_a_time = stats.bootstrap((d,), np.mean, n_resamples=9999, method="BCa", vectorized=False,
+                                        rng=np.random.default_rng(0)).confidence_interval
+        assert (low, high) == (float(one_at_a_time.low), float(one_at_a_time.high))
+
+
 def test_latency_is_refused_where_a_compared_policy_is_not_stable():
     values = {"topas": {0: 1.0, 1: 2.0}, "lpm": {0: 1.5, 1: 2.5}}
     with pytest.raises(UnstableComparison, match=r"lpm is not stable on dag-4 at load 1\.3"):
