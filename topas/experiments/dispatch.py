@@ -6,7 +6,7 @@ runs (worker processes, Ray, or, for an ``in_process`` engine such as a replay o
 this process); :func:`map_experiments` runs a function over the experiments there, in the input
 order, the first failure raising :class:`~topas.errors.ExperimentFailed` naming the experiment.
 Both :func:`topas.experiments.local.run_many` and the results store's sweeps
-(:func:`topas.experiments.store.ensure_stored`) run through here.
+(:func:`topas.experiments.sweep.ensure_stored`) run through here.
 """
 
 from __future__ import annotations
