@@ -24,7 +24,9 @@ from typing import Any, Iterable
 
 from topas.errors import ExperimentFailed
 from topas.experiments.dispatch import check_sweep, map_experiments, workers
+from topas.experiments.ray_backend import map_experiments_ray
 from topas.experiments.spec import KNOWLEDGE_FIELDS, Experiment, prepare, run_prepared
+from topas.experiments.sweep import ensure_stored
 
 __all__ = ["run_many", "run_row", "map_experiments", "check_sweep", "workers", "ExperimentFailed"]
 
@@ -71,11 +73,7 @@ def run_many(
     :class:`ExperimentFailed` names the experiment (its cause is the original error). A bad spec
     (unknown workload, policy, parameter or profile) raises its own error before anything runs.
     """
-    from topas.experiments.ray_backend import map_experiments_ray
-
     if store is not False:
-        from topas.experiments.store import ensure_stored
-
         st, keys = ensure_stored(experiments, store, jobs, progress, desc, ray_address, "run_many")
         return st.rows(keys)
     exps, jobs = check_sweep(experiments, jobs, "run_many")
