@@ -25,7 +25,7 @@ from typing import Mapping
 import pytest
 from click.testing import CliRunner
 
-import topas.experiments.store as store_mod
+import topas.experiments.sweep as sweep_mod
 from topas.cli import main as cli_main
 from topas.engine.cost import CostModel
 from topas.workload.model import Agent, Stage, Task, Trace
@@ -224,11 +224,11 @@ def counted(monkeypatch) -> list[str]:
     """The keys of the experiments run in this process from now on, in order (sweeps with
     ``jobs=1`` run here)."""
     runs: list[str] = []
-    real = store_mod.run_experiment
+    real = sweep_mod.run_experiment
 
     def counting(e):
         runs.append(e.key())
         return real(e)
 
-    monkeypatch.setattr(store_mod, "run_experiment", counting)
+    monkeypatch.setattr(sweep_mod, "run_experiment", counting)
     return runs

@@ -214,8 +214,7 @@ def test_the_plugin_prices_its_decisions_with_the_simulations_profile(monkeypatc
     costs would differ otherwise); stock SGLang gets none; handshakes only with the plugin."""
     import contextlib
 
-    import topas.fidelity.cpu_server as cs
-    import topas.fidelity.run as fr
+    import topas.fidelity.contention.suite as suite
 
     started, measured = [], []
 
@@ -224,10 +223,12 @@ def test_the_plugin_prices_its_decisions_with_the_simulations_profile(monkeypatc
         started.append(kw)
         yield "http://127.0.0.1:1"
 
-    monkeypatch.setattr(cs, "cpu_server", fake_server)
-    monkeypatch.setattr(fr, "server_kv_settings", lambda url: {"kv_budget_tokens": ct.CASES["burst-4x2"].pool_tokens})
-    monkeypatch.setattr(fr, "replay_measure", lambda url, decision_log=None, handshake=True: measured.append(handshake))
-    monkeypatch.setattr(fr, "run_fidelity", lambda *a, **k: None)
+    monkeypatch.setattr(suite, "cpu_server", fake_server)
+    monkeypatch.setattr(suite, "server_kv_settings",
+                        lambda url: {"kv_budget_tokens": ct.CASES["burst-4x2"].pool_tokens})
+    monkeypatch.setattr(suite, "replay_measure",
+                        lambda url, decision_log=None, handshake=True: measured.append(handshake))
+    monkeypatch.setattr(suite, "run_fidelity", lambda *a, **k: None)
     ct.measure_cases([ct.CASES["burst-4x2"]], [ct.MODES["plugin"], ct.MODES["sglang-fcfs"]], "my-profile.json",
                      tmp_path, repeats=1, log=None, server_log_dir=tmp_path)
     assert [(s["plugin"], s["profile"]) for s in started] == [(True, "my-profile.json"), (False, None)]

@@ -34,8 +34,6 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("fidelity",),
     ("cli",),
 )
-#: Parts whose function-level imports are not yet all explained (to do: each says why, or moves to the top).
-UNEXPLAINED_LAZY_IMPORTS_ALLOWED = ("experiments", "plots", "fidelity")
 
 
 def module_name(path: Path, root: Path = PACKAGE) -> str:
@@ -357,8 +355,8 @@ def unexplained_lazy_imports(path: Path) -> list[int]:
 
 
 def test_every_import_inside_a_function_says_why():
-    bad = [f"{path.relative_to(PACKAGE.parent)}:{line}" for name, path in modules().items()
-           if part(name) not in UNEXPLAINED_LAZY_IMPORTS_ALLOWED for line in unexplained_lazy_imports(path)]
+    bad = [f"{path.relative_to(PACKAGE.parent)}:{line}" for path in modules().values()
+           for line in unexplained_lazy_imports(path)]
     assert not bad, ("imports inside functions without a comment saying why (an optional dependency, a slow "
                      "import; anything else goes at the top):\n  " + "\n  ".join(bad))
 

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-import topas.experiments.store as store_mod
+import topas.experiments.sweep as sweep_mod
 from topas.experiments import Experiment
 from topas.experiments.store import ResultStore, run_sweep
 from topas.paths import REPO_ROOT
@@ -28,7 +28,7 @@ SWEEP = textwrap.dedent(
     # Ctrl-C as in a terminal: a test runner's worker may start us with SIGINT ignored, and Python
     # then keeps it ignored
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    import topas.experiments.store as st
+    import topas.experiments.sweep as st
     from topas.experiments import Experiment
 
     real = st.run_experiment
@@ -82,8 +82,8 @@ def test_a_killed_multi_worker_sweep_leaves_no_orphans_loses_nothing_and_resumes
     assert 1 <= len(done_before) < N
     created = {k: s.meta(k)["created"] for k in done_before}
     runs: list[str] = []
-    real = store_mod.run_experiment
-    monkeypatch.setattr(store_mod, "run_experiment", lambda e: runs.append(e.key()) or real(e))
+    real = sweep_mod.run_experiment
+    monkeypatch.setattr(sweep_mod, "run_experiment", lambda e: runs.append(e.key()) or real(e))
     df = run_sweep(exps(), s, jobs=1, progress=False)
     assert sorted(runs) == sorted(e.key() for e in exps() if e.key() not in done_before)  # only the missing
     assert list(df["key"]) == [e.key() for e in exps()] and df["jct_mean"].notna().all()

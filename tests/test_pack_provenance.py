@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-import topas.experiments.store as store_mod
+import topas.experiments.store_meta as store_meta
 import topas.provenance as provenance
 from topas.experiments import Experiment, ResultStore, run_sweep
 from topas.paths import REPO_ROOT
@@ -25,7 +25,7 @@ def pack_script():
 def small_store(tmp_path, monkeypatch, dirty: bool):
     """A store of two short runs recorded with ``git_dirty = dirty``, and a store log naming them."""
     work = tmp_path / "work"
-    monkeypatch.setattr(store_mod, "git_dirty", lambda: dirty)
+    monkeypatch.setattr(store_meta, "git_dirty", lambda: dirty)
     exps = [Experiment("dag-4", "fcfs", load=1.2, seed=s, n_tasks=6) for s in (0, 1)]
     run_sweep(exps, ResultStore(work), jobs=1, progress=False)
     log = tmp_path / "log.txt"

@@ -19,6 +19,7 @@ import nbformat
 import pytest
 
 import topas.experiments.store as store_mod
+import topas.experiments.sweep as sweep_mod
 from topas.experiments import Experiment, ResultStore, run_many
 from studies import grid
 from topas.paths import REPO_ROOT
@@ -39,7 +40,7 @@ def counted_runs(monkeypatch, tmp_path):
     """Every simulation this process runs is counted; the working store is a temporary folder."""
     monkeypatch.setenv(store_mod.STORE_ENV, str(tmp_path / "store"))
     monkeypatch.setenv(store_mod.USE_PACKS_ENV, "0")
-    real = store_mod.run_experiment
+    real = sweep_mod.run_experiment
     state = {"runs": 0, "interrupt_at": None}
 
     def run(exp):
@@ -48,7 +49,7 @@ def counted_runs(monkeypatch, tmp_path):
             raise KeyboardInterrupt
         return real(exp)
 
-    monkeypatch.setattr(store_mod, "run_experiment", run)
+    monkeypatch.setattr(sweep_mod, "run_experiment", run)
     return state
 
 

@@ -10,11 +10,9 @@ from topas.experiments.spec import Experiment
 
 
 def test_each_policy_is_calibrated_on_each_workload_the_plan_runs_it_on(tmp_path, monkeypatch):
-    import topas.experiments.spec as spec
-
     ran: list[tuple[str, str]] = []
-    monkeypatch.setattr(spec, "run_experiment", lambda e: ran.append((e.policy, e.workload)))
-    monkeypatch.setattr(spec, "prepare", lambda e: None)
+    monkeypatch.setattr(sim_plan, "run_experiment", lambda e: ran.append((e.policy, e.workload)))
+    monkeypatch.setattr(sim_plan, "prepare", lambda e: None)
     costs = sim_plan.calibrate(["fcfs"], root=tmp_path, pairs={("topas", "metagpt-tl")})
     assert sorted(ran) == [("fcfs", "chain-3"), ("fcfs", "dag-10-wide"), ("fcfs", "dag-4"), ("topas", "metagpt-tl")]
     assert set(costs) == {"fcfs", "topas"} and set(costs["topas"]) == {"metagpt-tl"}

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 import topas
-import topas.experiments.store as store_mod
+import topas.experiments.sweep as sweep_mod
 from topas.engine.metrics import WALL_CLOCK_KEYS
 from topas.experiments import Experiment, ExperimentFailed, run_experiment
 from topas.experiments.store import TABLES, ResultStore, run_sweep
@@ -136,14 +136,14 @@ def test_a_sweep_on_several_workers_starts_the_longest_runs_first(tmp_path, monk
 
 def test_sweep_names_a_failing_experiment_and_keeps_finished_results(tmp_path, monkeypatch):
     s = ResultStore(tmp_path)
-    real = store_mod.run_experiment
+    real = sweep_mod.run_experiment
 
     def flaky(e):
         if e.seed == 1:
             raise RuntimeError("kaput")
         return real(e)
 
-    monkeypatch.setattr(store_mod, "run_experiment", flaky)
+    monkeypatch.setattr(sweep_mod, "run_experiment", flaky)
     with pytest.raises(ExperimentFailed, match=r"dag-4/fcfs@load=1.2,seed=1,tasks=10.*kaput"):
         run_sweep([exp(0), exp(1), exp(2)], s, jobs=1, progress=False)
     assert s.keys() == [exp(0).key()]
@@ -153,7 +153,7 @@ def test_sweep_names_a_failing_experiment_and_keeps_finished_results(tmp_path, m
 KILLED_SWEEP = textwrap.dedent(
     """
     import sys, time
-    import topas.experiments.store as st
+    import topas.experiments.sweep as st
     from topas.experiments import Experiment
 
     real = st.run_experiment

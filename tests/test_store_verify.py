@@ -147,7 +147,7 @@ def test_a_dead_writers_temp_folder_goes_with_the_next_write_even_while_it_is_an
     container need not reap them); they hold nothing, so their temp folders are removed."""
     import time
 
-    from topas.experiments.store import _alive
+    from topas.experiments.result_store import _alive
 
     pid = os.fork()
     if pid == 0:  # the child exits at once; the parent does not wait for it yet: a zombie

@@ -8,7 +8,7 @@ An experiment is (trace, policy + parameters, engine profile, arrival rate, seed
     result = run_experiment(exp)                  # a SimResult (tables + summary)
     rows = run_many([exp, ...], jobs=None)        # one summary row per experiment, in order
 
-Results go to a Parquet store keyed by :meth:`Experiment.key` (:mod:`.store`); a sweep over it
+Results go to a Parquet store keyed by :meth:`Experiment.key` (:mod:`.store`, :mod:`.sweep`); a sweep over it
 runs only what is missing, so a killed sweep resumes where it stopped::
 
     from topas.experiments import ResultStore, run_sweep
@@ -19,6 +19,7 @@ runs only what is missing, so a killed sweep resumes where it stopped::
 """
 
 from topas.experiments.local import ExperimentFailed, map_experiments, run_many, run_row
+from topas.experiments.result_store import ResultStore
 from topas.experiments.spec import (
     Experiment,
     ExperimentError,
@@ -27,7 +28,7 @@ from topas.experiments.spec import (
     resolve_trace_path,
     run_experiment,
 )
-from topas.experiments.store import ResultStore, run_sweep
+from topas.experiments.sweep import run_sweep
 
 __all__ = [
     "Experiment",

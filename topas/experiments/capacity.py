@@ -47,7 +47,10 @@ import numpy as np
 import pandas as pd
 
 from topas.engine.metrics import completion_ratio, stability_ratio
-from topas.experiments.spec import Experiment, ExperimentError
+from topas.experiments.result_store import ResultStore
+from topas.experiments.solo import chunk_size, stage_solo_time
+from topas.experiments.spec import Experiment, ExperimentError, prepare, run_experiment
+from topas.experiments.sweep import run_sweep
 from topas.sets import PAPER_BASELINES
 
 __all__ = [
@@ -126,9 +129,6 @@ def estimate_from_tables(exp: Experiment, tasks: pd.DataFrame, requests: pd.Data
                          quantiles: tuple[float, float] = (0.25, 0.75)) -> CapacityEstimate:
     """The capacity estimate of a finished saturated run of ``exp`` from its ``tasks`` and
     ``requests`` tables (:class:`~topas.engine.metrics.SimResult`)."""
-    from topas.experiments.solo import chunk_size, stage_solo_time
-    from topas.experiments.spec import prepare
-
     q_lo, q_hi = quantiles
     if not 0 <= q_lo < q_hi <= 1:
         raise ValueError(f"quantiles must satisfy 0 <= lo < hi <= 1, got {quantiles!r}")
@@ -178,15 +178,11 @@ def saturated_throughput(workload: str, policy: str, n_tasks: int = DEFAULT_TASK
 def _estimates(exps: Sequence[Experiment], store: Any, quantiles: tuple[float, float],
                progress: bool) -> list[CapacityEstimate]:
     if store is False:
-        from topas.experiments.spec import run_experiment
-
         out = []
         for e in exps:
             r = run_experiment(e)
             out.append(estimate_from_tables(e, r.tasks, r.requests, quantiles))
         return out
-    from topas.experiments.store import ResultStore, run_sweep
-
     st = store if isinstance(store, ResultStore) else ResultStore(store)
     run_sweep(exps, st, jobs=1, progress=progress, desc="capacity")
     return [estimate_from_tables(e, st.load_table(e, "tasks"), st.load_table(e, "requests"), quantiles)
@@ -279,8 +275,6 @@ def stable_capacities(cases: Sequence[tuple[str, str, int]], n_tasks: int = DEFA
     searches advance in lockstep, each round's probes running as one sweep (``jobs`` worker
     processes, ``None``: one per core), so independent searches use every core. The same probes
     and results as one search at a time."""
-    from topas.experiments.store import ResultStore, run_sweep
-
     st = store if isinstance(store, ResultStore) else ResultStore(store)
     searches = {i: _search(start, steps, max_load, min_load) for i in range(len(cases))}
     probes: dict[int, list[tuple[float, float, float]]] = {i: [] for i in searches}
@@ -332,8 +326,6 @@ def capacity_table(workloads: Sequence[str], policies: Sequence[str] = PAPER_BAS
     Every spec is checked before anything runs: a bad workload or policy name raises
     (:class:`~topas.experiments.ExperimentError` / :class:`~topas.policies.base.PolicyError`)
     naming it. Runs are cached in ``store`` (see :func:`topas.experiments.run_sweep`)."""
-    from topas.experiments.store import ResultStore
-
     if over_seeds not in ("min", "mean"):
         raise ValueError(f"over_seeds must be 'min' or 'mean', got {over_seeds!r}")
     for w in workloads:
@@ -445,8 +437,6 @@ def stability_table(experiments: Iterable[Experiment], store: Any = None,
     :func:`topas.experiments.run_sweep`): ``workload``, ``policy``, ``load``, ``seed``, ``key``,
     ``jct_mean``, ``last/first quarter JCT`` (:func:`stability_ratio`), ``completion ratio``
     (:func:`completion_ratio`) and ``stable`` (:func:`is_stable`)."""
-    from topas.experiments.store import ResultStore
-
     st = store if isinstance(store, ResultStore) else ResultStore(store)
     rows = []
     for e in experiments:

@@ -6,13 +6,14 @@ runs (worker processes, Ray, or, for an ``in_process`` engine such as a replay o
 this process); :func:`map_experiments` runs a function over the experiments there, in the input
 order, the first failure raising :class:`~topas.errors.ExperimentFailed` naming the experiment.
 Both :func:`topas.experiments.local.run_many` and the results store's sweeps
-(:func:`topas.experiments.store.ensure_stored`) run through here.
+(:func:`topas.experiments.sweep.ensure_stored`) run through here.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, Future, ProcessPoolExecutor, wait
 from typing import Any, Callable, Iterable, Sequence, TypeVar
@@ -20,6 +21,8 @@ from typing import Any, Callable, Iterable, Sequence, TypeVar
 from tqdm.auto import tqdm
 
 from topas.errors import ExperimentFailed
+from topas.experiments.ray_backend import resolve_address
+from topas.experiments.replay_time import replay_order
 from topas.experiments.spec import Experiment
 
 __all__ = ["check_sweep", "map_experiments", "workers"]
@@ -46,8 +49,6 @@ def workers(exps: Sequence[Experiment], jobs: int, ray_address: str | None) -> t
     """Where a sweep of ``exps`` runs: ``(jobs, Ray address or None)``. Runs of an ``in_process``
     engine (a replay on a real server: concurrent replays on one server would measure each
     other) run in this process, handed out by the engine (:func:`map_experiments`)."""
-    from topas.experiments.ray_backend import resolve_address
-
     if _in_process_engine(exps) is not None:
         return 1, None
     return jobs, resolve_address(ray_address)
@@ -67,8 +68,6 @@ def map_experiments(
     """
     engine = _in_process_engine(exps)
     if engine is not None:  # e.g. one replay at a time per server, in threads
-        from topas.experiments.replay_time import replay_order
-
         return engine.map(fn, exps, progress=progress, desc=desc, order=replay_order)
     out: list[Any] = [None] * len(exps)
     bar = tqdm(total=len(exps), desc=desc, unit="run", disable=not progress)
@@ -129,8 +128,6 @@ def _exit_with_parent() -> None:
     """Start a daemon thread that ends this worker as soon as its parent is gone (its parent
     process id changes: it was re-parented). A run in flight is lost, which the store's atomic
     writes allow (its temporary folder is removed by the next write); the sweep resumes it."""
-    import threading
-
     parent = os.getppid()
 
     def watch() -> None:

@@ -15,7 +15,7 @@ and returns one flat row per experiment in the input order: the experiment's fie
 Rows are deterministic apart from the wall-clock keys
 (:data:`topas.engine.metrics.WALL_CLOCK_KEYS`): the same experiments give the same rows whatever
 ``jobs`` is. Full per-task tables are not returned (they stay in the worker); the Parquet results
-store (:func:`topas.experiments.store.run_sweep`) keeps them.
+store (:func:`topas.experiments.sweep.run_sweep`) keeps them.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ from typing import Any, Iterable
 
 from topas.errors import ExperimentFailed
 from topas.experiments.dispatch import check_sweep, map_experiments, workers
+from topas.experiments.ray_backend import map_experiments_ray
 from topas.experiments.spec import KNOWLEDGE_FIELDS, Experiment, prepare, run_prepared
+from topas.experiments.sweep import ensure_stored
 
 __all__ = ["run_many", "run_row", "map_experiments", "check_sweep", "workers", "ExperimentFailed"]
 
@@ -61,8 +63,8 @@ def run_many(
     """Run ``experiments`` and return their rows, in the input order.
 
     ``store``: the results store read first and written as each run finishes (a
-    :class:`~topas.experiments.store.ResultStore` or its root folder; ``None``: the default store,
-    ``data/results/store`` plus the shipped packs unless ``$TOPAS_USE_PACKS=0``; ``False``: no
+    :class:`~topas.experiments.result_store.ResultStore` or its root folder; ``None``: the default
+    store, ``data/results/store`` plus the shipped packs unless ``$TOPAS_USE_PACKS=0``; ``False``: no
     store, everything runs and nothing is kept). ``jobs``: worker processes (``None``: ``os.cpu_count()``; never more than there are
     experiments; ``1`` runs in this process). ``ray_address`` (or ``$TOPAS_RAY_ADDRESS``): run
     on Ray instead, one task per experiment (see :mod:`topas.experiments.ray_backend`; ``jobs``
@@ -71,11 +73,7 @@ def run_many(
     :class:`ExperimentFailed` names the experiment (its cause is the original error). A bad spec
     (unknown workload, policy, parameter or profile) raises its own error before anything runs.
     """
-    from topas.experiments.ray_backend import map_experiments_ray
-
     if store is not False:
-        from topas.experiments.store import ensure_stored
-
         st, keys = ensure_stored(experiments, store, jobs, progress, desc, ray_address, "run_many")
         return st.rows(keys)
     exps, jobs = check_sweep(experiments, jobs, "run_many")

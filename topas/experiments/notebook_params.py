@@ -20,9 +20,11 @@ import ast
 import math
 import numbers
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
+
+from topas.policies.topas_params import TopasParams
 
 __all__ = ["HEADLESS_ENV", "ParameterError", "Rule", "check_params", "declared_parameters", "dict_of", "each_of", "flag",
            "integer", "non_negative", "numbers_list", "headless", "one_of", "optional", "path_or_none", "positive", "topas_fields", "topas_params_rule"]
@@ -104,10 +106,6 @@ def dict_of(keys: Iterable[str], value: Rule) -> Rule:
 
 def topas_fields() -> list[str]:
     """The names of :class:`~topas.policies.topas_params.TopasParams`'s fields."""
-    from dataclasses import fields
-
-    from topas.policies.topas_params import TopasParams
-
     return [f.name for f in fields(TopasParams)]
 
 
@@ -136,7 +134,7 @@ def check_params(values: Mapping[str, Any], **rules: Rule) -> None:
 
 def declared_parameters(notebook: str | os.PathLike) -> list[str]:
     """The names the notebook's ``parameters`` cell assigns, in order."""
-    import nbformat
+    import nbformat  # lazy: nbformat is in the optional notebooks extra
 
     nb = nbformat.read(Path(notebook), as_version=4)
     cells = [c for c in nb.cells if "parameters" in c.get("metadata", {}).get("tags", [])]

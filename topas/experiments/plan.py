@@ -25,8 +25,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from topas.experiments.local import run_many
 from topas.experiments.replay_time import _PLANNED, _arrivals, arrival_span, last_arrival, replay_order  # noqa: F401
+from topas.experiments.result_store import ResultStore
 from topas.experiments.spec import Experiment, prepare
+from topas.experiments.store_layout import default_packs, default_store_root
+from topas.sglang.pool import schedule
 
 __all__ = ["arrival_span", "last_arrival", "REPLAY_OVERHEAD_S", "ReplayEstimate", "twin", "estimate_replays",
            "replay_order", "Stage", "wall_on_servers", "plan_lines", "format_hours", "CPU_PROFILE"]
@@ -76,8 +80,6 @@ def _drain(row: Mapping[str, Any], exp: Experiment) -> float:
 def twin_store() -> Any:
     """Where the plan keeps the twins it simulates: ``plan-twins`` beside the working store (never
     in it, where they would count as the reproduction's runs), reading the shipped packs too."""
-    from topas.experiments.store import ResultStore, default_packs, default_store_root
-
     return ResultStore(default_store_root().parent / "plan-twins", packs=default_packs())
 
 
@@ -88,8 +90,6 @@ def estimate_replays(exps: Sequence[Experiment], device: str | None = None, kv_p
     ``store`` (default: the plan's own store and the shipped packs, whatever ``$TOPAS_USE_PACKS``
     says) and the missing ones simulated and stored when there are at most ``simulate_max``
     (default store: :func:`twin_store`)."""
-    from topas.experiments.local import run_many
-
     store = store if store is not None else twin_store()
     twins = [twin(e, device, kv_pool) for e in exps]
     missing = [t for t in twins if not store.has(t)]
@@ -118,8 +118,6 @@ def estimate_replays(exps: Sequence[Experiment], device: str | None = None, kv_p
 def wall_on_servers(durations: Sequence[float], servers: int) -> float:
     """The wall time of independent replays of these durations on ``servers`` servers, one replay
     at a time each, longest first (:func:`topas.sglang.pool.schedule`)."""
-    from topas.sglang.pool import schedule
-
     return schedule(list(durations), servers).wall
 
 
@@ -149,8 +147,6 @@ def plan_lines(stages: Sequence[Stage], servers: int) -> tuple[list[str], float]
     """The plan's lines (one per stage, then the pool on ``servers`` servers) and its wall time
     (seconds). Every stage's replays go into one pool, in which no server waits while a replay
     does; a stage without ``estimates`` counts its replays' last arrival and the overhead only."""
-    from topas.sglang.pool import schedule
-
     lines, walls = [], []
     unpredicted = 0
     for st in stages:

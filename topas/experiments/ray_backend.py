@@ -25,6 +25,7 @@ from typing import Any, Callable, Sequence, TypeVar
 
 from tqdm.auto import tqdm
 
+from topas.errors import ExperimentFailed
 from topas.experiments.spec import Experiment
 
 __all__ = ["RAY_ADDRESS_ENV", "resolve_address", "map_experiments_ray"]
@@ -49,7 +50,7 @@ def resolve_address(ray_address: str | None) -> str | None:
 
 def _import_ray():
     try:
-        import ray
+        import ray  # lazy: Ray is an optional extra, and slow to import
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError("sweeps on Ray need the optional extra: pip install 'topas[ray]'") from e
     return ray
@@ -70,8 +71,6 @@ def map_experiments_ray(
     :class:`topas.experiments.ExperimentFailed` naming the experiment; values already passed to
     ``on_result`` are kept.
     """
-    from topas.errors import ExperimentFailed
-
     ray = _import_ray()
     started = False
     if not ray.is_initialized():

@@ -8,14 +8,14 @@ import json
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from topas.experiments.replay_time import _arrivals
 from topas.experiments.spec import Experiment
+from topas.provenance import engine_fingerprint
 
 __all__ = ["cached_costs", "estimate_cpu", "longest_first"]
 
 
 def _cache_path(root: Path) -> Path:
-    from topas.provenance import engine_fingerprint
-
     return root / f"plan_costs-{engine_fingerprint('sim')[:16]}.json"
 
 
@@ -45,8 +45,6 @@ def _tasks(exp: Experiment) -> int:
     """The tasks ``exp`` runs: its ``n_tasks``, else its whole trace's (read once per experiment)."""
     if exp.n_tasks is not None:
         return int(exp.n_tasks)
-    from topas.experiments.replay_time import _arrivals
-
     return len(_arrivals(exp))
 
 

@@ -25,9 +25,12 @@ from typing import Iterable, Mapping, Sequence
 
 from tqdm.auto import tqdm
 
+from topas.experiments.plan import format_hours
 from topas.experiments.run_cost import _cache_path, cached_costs, estimate_cpu, longest_first  # noqa: F401
-from topas.experiments.spec import Experiment
+from topas.experiments.spec import Experiment, prepare, run_experiment
+from topas.experiments.store_layout import default_store_root
 from topas.sets import SYNTHETIC
+from topas.sglang.pool import schedule
 
 __all__ = ["CALIBRATION_TASKS", "CALIBRATION_WORKLOADS", "cached_costs", "calibrate", "estimate_cpu", "longest_first",
            "sim_plan_lines"]
@@ -44,9 +47,6 @@ def calibrate(policies: Sequence[str], root: Path | None = None,
     measured once per code version and kept in the cache in ``root`` (default: the results
     store's folder). A workload's trace is read before its runs are timed: a sweep's worker reads
     it once for all its runs. ``progress``: a bar on stderr while 20 or more runs are measured."""
-    from topas.experiments.spec import prepare, run_experiment
-    from topas.experiments.store import default_store_root
-
     root = Path(root) if root is not None else default_store_root()
     costs = cached_costs(root)
     wanted = {(p, w) for p in policies for w in CALIBRATION_WORKLOADS} | set(pairs)
@@ -74,9 +74,6 @@ def sim_plan_lines(stages: Sequence[tuple[str, Sequence[Experiment], int]], jobs
     """The simulator's plan: one line per ``(name, experiments to run, stored)`` stage with its
     runs and expected CPU time, then the total CPU and the wall time on ``jobs`` workers (each
     stage's runs one pool; the stages one after the other). Returns ``(lines, cpu_s, wall_s)``."""
-    from topas.experiments.plan import format_hours
-    from topas.sglang.pool import schedule
-
     lines, cpu_total, wall_total = [], 0.0, 0.0
     for name, exps, stored in stages:
         cpu = [estimate_cpu(e, costs) for e in exps]

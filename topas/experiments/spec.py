@@ -57,7 +57,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from topas import engines as _engines
-from topas.engine.cost import DEFAULT_PROFILE
+from topas.cluster.routers import RouterError, available_routers
+from topas.cluster.routers import make_router as _make_router
+from topas.engine.config import LEGACY_ENGINE
+from topas.engine.config import engine_config as _engine_config
+from topas.engine.cost import DEFAULT_PROFILE, load_profile
+from topas.engine.knowledge import Knowledge, KnowledgeError
 from topas.errors import ExperimentError
 from topas.experiments.spec_args import _labels, _norm_params, _positive
 from topas.experiments.traces import (  # noqa: F401
@@ -67,13 +72,16 @@ from topas.experiments.traces import (  # noqa: F401
     resolve_trace_path,
     trace_sha256,
 )
+from topas.policies.base import key_params
+from topas.policies.base import make_policy as _make_policy
 from topas.provenance import code_fingerprint
+from topas.workload.arrivals import canonical_process, retime
+from topas.workload.validate import validate_trace
 
 if TYPE_CHECKING:  # pragma: no cover
     from topas.engine.config import EngineConfig
     from topas.engine.cost import CostModel
     from topas.engine.registry import Engine
-    from topas.engine.knowledge import Knowledge
     from topas.engine.metrics import SimResult
     from topas.policies.base import Policy
     from topas.cluster.routers.base import Router
@@ -195,9 +203,6 @@ class Experiment:
                 raise ExperimentError(str(e)) from None
             # stored coerced ("true" from the CLI and True agree)
             object.__setattr__(self, "engine_options", tuple((k, getattr(cfg, k)) for k, _ in opts))
-        from topas.engine.knowledge import KnowledgeError
-        from topas.workload.arrivals import canonical_process
-
         try:
             k = self.knowledge()
         except KnowledgeError as e:
@@ -220,8 +225,6 @@ class Experiment:
         object.__setattr__(self, "router_params", _norm_params(self.router_params))
         if self.router is None:
             if self.engines > 1:
-                from topas.cluster.routers import available_routers
-
                 raise ExperimentError(f"engines={self.engines} needs a router (router=NAME); valid routers: "
                                       f"{', '.join(available_routers())}")
             if self.router_params:
@@ -232,8 +235,6 @@ class Experiment:
         if self.base_engine().cluster is None:
             raise ExperimentError(f"a cluster (engines={self.engines}, router={self.router!r}) runs on "
                                   f"{_labels('cluster')} only, not engine {self.engine!r}")
-        from topas.cluster.routers import RouterError
-
         try:
             self.make_router()
         except RouterError as e:
@@ -283,30 +284,22 @@ class Experiment:
 
     def load_cost(self) -> "CostModel":
         """The cost model: the profile, with the ``kv_budget`` override applied."""
-        from topas.engine.cost import load_profile
-
         cost = load_profile(self.profile)
         return cost.with_budget(self.kv_budget) if self.kv_budget is not None else cost
 
     def knowledge(self) -> "Knowledge":
         """What the policy may know (:class:`topas.engine.knowledge.Knowledge`); its noise is
         seeded by ``seed``."""
-        from topas.engine.knowledge import Knowledge
-
         return Knowledge(self.prior_noise, self.prior_bias, self.dag_visibility, self.seed)
 
     def engine_config(self) -> "EngineConfig":
         """The simulator's configuration: stock SGLang's, with ``engine_options`` applied."""
-        from topas.engine.config import engine_config
-
-        return engine_config(dict(self.engine_options))
+        return _engine_config(dict(self.engine_options))
 
     @property
     def engine_model(self) -> str:
         """A label of the engine options: ``stock`` (none), ``legacy``
         (:data:`topas.engine.config.LEGACY_ENGINE`), else ``name=value,...``."""
-        from topas.engine.config import LEGACY_ENGINE
-
         opts = dict(self.engine_options)
         if not opts:
             return "stock"
@@ -315,17 +308,13 @@ class Experiment:
         return ",".join(f"{k}={v}" for k, v in sorted(opts.items()))
 
     def make_policy(self) -> "Policy":
-        from topas.policies.base import make_policy
-
-        return make_policy(self.policy, self.params_dict)
+        return _make_policy(self.policy, self.params_dict)
 
     def make_router(self) -> "Router":
         """A fresh router of a cluster experiment (:mod:`topas.cluster.routers`)."""
-        from topas.cluster.routers import make_router
-
         if self.router is None:
             raise ExperimentError("this experiment has no router (a single engine)")
-        return make_router(self.router, dict(self.router_params))
+        return _make_router(self.router, dict(self.router_params))
 
     def prepare(self) -> "Prepared":
         """Every input built and checked (:func:`prepare`)."""
@@ -334,8 +323,6 @@ class Experiment:
     def canonical(self) -> dict[str, Any]:
         """What the result depends on (see the module docstring); :meth:`key` hashes it."""
         if "canonical" not in self._cache:
-            from topas.policies.base import key_params
-
             path = self.trace_path()
             policy = self.make_policy()
             rate = self.resolve_rate()
@@ -452,9 +439,6 @@ def prepare(exp: Experiment) -> Prepared:
     listing the available ones), :class:`topas.policies.base.PolicyError` (unknown policy or
     parameter, listing the valid ones).
     """
-    from topas.workload.arrivals import retime
-    from topas.workload.validate import validate_trace
-
     policy = exp.make_policy()
     cost = exp.load_cost()
     path = exp.trace_path()

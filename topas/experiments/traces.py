@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING
 
 from topas.errors import ExperimentError
 from topas.paths import traces_dir
+from topas.workload.trace_io import read_trace
+from topas.workload.validate import TraceError
 
 if TYPE_CHECKING:  # pragma: no cover
     from topas.workload.model import Trace
@@ -87,8 +89,6 @@ def trace_sha256(path: Path) -> str:
 #: interleaves every workload does not re-read and re-validate one per experiment.
 @lru_cache(maxsize=32)
 def _read_trace_cached(stamp: tuple[str, int, int], kv_budget: int | None) -> "Trace":
-    from topas.workload.trace_io import read_trace
-
     return read_trace(stamp[0], kv_budget=kv_budget)
 
 
@@ -109,9 +109,6 @@ def _read_trace(path: Path, kv_budget: int | None = None) -> "Trace":
     """Read (and validate) a trace, cached per process: a sweep reads each file once per worker.
 
     Errors name the path as given, not the resolved one."""
-    from topas.workload.trace_io import read_trace
-    from topas.workload.validate import TraceError
-
     try:
         return _read_trace_cached(_file_stamp(path), kv_budget)
     except TraceError:

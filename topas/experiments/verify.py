@@ -1,7 +1,7 @@
 """Checking a stored result before it is served (issue 44): its tables' checksums and structure.
 
-:meth:`topas.experiments.store.ResultStore.put` records in ``meta.json`` the sha256 and size of
-every table it wrote (``"checksums": {"tasks.parquet": {"sha256": ..., "bytes": ...}, ...}``).
+:meth:`topas.experiments.result_store.ResultStore.put` records in ``meta.json`` the sha256 and
+size of every table it wrote (``"checksums": {"tasks.parquet": {"sha256": ..., "bytes": ...}, ...}``).
 :func:`result_problem` says what is wrong with a stored result, or ``None``:
 
 - ``meta.json`` unreadable or not a JSON object with a key (a truncated write, a damaged disk);

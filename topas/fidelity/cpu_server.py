@@ -13,10 +13,13 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
 from topas.paths import REPO_ROOT
+from topas.sglang import launcher
+from topas.sglang.launcher import cpu_test_args, eviction_args
 
 VENV = REPO_ROOT / ".venvs" / "sglang-cpu"
 MODEL = VENV / "tiny-llama"
@@ -27,8 +30,6 @@ def cpu_server_args(port: int, max_total_tokens: int = 4096, schedule_policy: st
     """The server's flags. ``eviction``: SGLang's ``--radix-eviction-policy`` (lru, lfu, slru, priority,
     tlru, ...; None: SGLang's default, lru, no flag); ``eviction_config``: its
     ``--radix-eviction-policy-config`` (a JSON object, e.g. slru's ``protected_threshold``)."""
-    from topas.sglang.launcher import cpu_test_args, eviction_args
-
     extra = ["--schedule-policy", schedule_policy] if schedule_policy else []
     return (cpu_test_args(MODEL, port, max_total_tokens) + ["--enable-metrics", "--sleep-on-idle", *extra]
             + eviction_args(eviction, eviction_config))
@@ -58,10 +59,6 @@ def cpu_server(port: int | None = None, policy: str = "fcfs", log_path: str | Pa
     the simulator must give the profile the simulation uses, or TOPAS decides on other costs.
     ``eviction`` / ``eviction_config``: the radix cache's eviction policy (:func:`cpu_server_args`);
     ``extra_args``: more SGLang flags (e.g. ``--enable-hierarchical-cache``)."""
-    import urllib.request
-
-    from topas.sglang import launcher
-
     if not (VENV / ".ready").exists():
         raise RuntimeError(f"{VENV} is not built: run tools/sglang_cpu/build_env.sh (make test-sglang builds it)")
     port = port or launcher.free_port()

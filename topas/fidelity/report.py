@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Sequence
 
 import matplotlib.pyplot as plt
@@ -109,8 +110,6 @@ def path_table(c: Comparison, comparison_dir) -> pd.DataFrame:
     measured runs' request tables under ``comparison_dir/raw/sglang``), beside the simulated
     queueing (ready -> first admission) and service (first admission -> finish), and the
     measured queueing and service the same way (``queue`` = path in + scheduler queue)."""
-    from pathlib import Path
-
     raw = Path(comparison_dir) / "raw" / "sglang"
     rows = []
     for (wl, load, pol), g in c.table.groupby(["workload", "load", "policy"], sort=True):
@@ -149,8 +148,6 @@ def contention_table(out_dir: "str | Path", engine_models: Sequence[str] | None 
     requests whose hit/miss agrees with the server, the misses on each side, whether every repeat
     missed exactly where the simulation did (the bursts' bar), admission waves and completion order
     that agree, the server's own agreement between repeats, and the mean/p99 JCT errors."""
-    from pathlib import Path
-
     d = Path(out_dir)
     files = sorted(d.glob("summary_*.csv"))
     if engine_models is not None:
@@ -172,8 +169,6 @@ def contention_table(out_dir: "str | Path", engine_models: Sequence[str] | None 
 
 def _contention_summary(out_dir: "str | Path", tag: str) -> "Path":
     """``summary_<tag>.csv`` under ``out_dir``; missing: an error saying how to write it."""
-    from pathlib import Path
-
     f = Path(out_dir) / f"summary_{tag}.csv"
     if not f.exists():
         raise FileNotFoundError(f"no {f} (scripts/fidelity_contention.py --compare-only --tag {tag} --out {f.parent})")
@@ -207,8 +202,6 @@ def contention_current_table(root: "str | Path", dirs: Sequence[str], tag: str =
     it, so that a case measured again (e.g. after the plugin's policy changed) is read from its
     new runs only. The ``runs`` column names the folder; the other columns are
     :func:`contention_table`'s."""
-    from pathlib import Path
-
     keys = ["case", "mode", "policy"]
     parts = []
     seen: set[tuple] = set()

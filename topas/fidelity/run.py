@@ -15,25 +15,35 @@ without a server.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import platform
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import pandas as pd
 
-from topas.fidelity.compare import (BENCHMARK_BARS, Comparison, build_comparison, run_metrics, task_pairs,
-                                    write_comparison)
+from topas.engine.config import LEGACY_ENGINE, EngineConfig
+from topas.engine.cost import CostModel, load_profile
+from topas.engine.metrics import SimResult
+from topas.engine.simulator import simulate
+from topas.experiments.spec import Prepared, _read_trace, resolve_trace_path
+from topas.fidelity.compare import (BENCHMARK_BARS, Comparison, build_comparison, read_comparison, run_metrics,
+                                    task_pairs, write_comparison)
+from topas.fidelity.profile_server import ServerClient, server_settings
+from topas.fidelity.server_eviction import eviction_config_kw
 # speed_probe is re-exported: topas/cli/fidelity.py and scripts/fidelity_cpu.py take it from here
 from topas.fidelity.server_probes import scheduler_seconds, speed_probe  # noqa: F401
+from topas.fidelity.workloads import TRACES_DIR
+from topas.paths import REPO_ROOT, profiles_dir
+from topas.policies.base import PolicyError, make_policy
+from topas.sglang.priority import apply_rule
+from topas.sglang.replay import run_replay
+from topas.workload.arrivals import retime
+from topas.workload.validate import validate_trace
 
 if TYPE_CHECKING:  # pragma: no cover
-    from topas.engine.config import EngineConfig
-    from topas.engine.cost import CostModel
-    from topas.engine.metrics import SimResult
     from topas.workload.model import Trace
 
 __all__ = ["Point", "sim_engine", "point_trace", "simulate_point", "run_fidelity"]
@@ -67,8 +77,6 @@ class Point:
 def _portable_source(source: Any) -> str:
     """A profile file's path as a stored run records it: relative to the checkout when inside it,
     so that the runs compare again from any other clone."""
-    from topas.paths import REPO_ROOT
-
     text = str(source)
     try:
         return str(Path(text).resolve().relative_to(REPO_ROOT))
@@ -81,8 +89,6 @@ def recorded_profile(meta: Mapping[str, Any]) -> str:
     or absolute) when that file exists; else the file of the same name in this checkout's
     profiles (runs recorded in another clone or worktree stored its absolute path); else the
     profile's name."""
-    from topas.paths import REPO_ROOT, profiles_dir
-
     source = str(meta.get("profile_source") or "")
     if source:
         path = Path(source) if Path(source).is_absolute() else REPO_ROOT / source
@@ -114,9 +120,6 @@ def sim_engine(profile: "str | Path | CostModel", kv_budget: int | None = None,
     unless it is disabled (``settings["disable_overlap_schedule"]``), ``ignore_eos`` requests (the
     replay client sends every request so) and the profile's request path
     (``overhead.request_s``, 0 when absent, as in the GPU profiles)."""
-    from topas.engine.config import EngineConfig
-    from topas.engine.cost import CostModel, load_profile
-
     cost = profile if isinstance(profile, CostModel) else load_profile(profile)
     settings = dict(settings or cost.meta.get("server_settings") or {})
     budget = kv_budget or settings.get("kv_budget_tokens") or cost.kv_budget_tokens
@@ -128,8 +131,6 @@ def sim_engine(profile: "str | Path | CostModel", kv_budget: int | None = None,
         kw["max_running_requests"] = mrr
     if settings.get("disable_overlap_schedule") is True:  # SGLang overlaps by default
         kw["overlap_schedule"] = False
-    from topas.fidelity.server_eviction import eviction_config_kw
-
     kw.update(eviction_config_kw(settings.get("radix_eviction_policy"), settings.get("radix_eviction_policy_config")))
     return cost, EngineConfig(**kw)
 
@@ -137,10 +138,6 @@ def sim_engine(profile: "str | Path | CostModel", kv_budget: int | None = None,
 def point_trace(p: Point, kv_budget: int | None = None) -> "Trace":
     """The trace a point runs: the head of ``p.n_tasks`` tasks, re-timed to ``p.rate`` with ``p.seed``
     (with ``p.rate`` None or NaN: at the trace's own times)."""
-    from topas.experiments.spec import _read_trace, resolve_trace_path
-    from topas.workload.arrivals import retime
-    from topas.workload.validate import validate_trace
-
     path = resolve_trace_path(p.workload)
     trace = _read_trace(path)
     if p.n_tasks is not None:
@@ -164,19 +161,11 @@ ENGINE_MODELS = ("sglang", "legacy")
 
 def simulate_point(p: Point, cost: "CostModel", config: "EngineConfig",
                    engine_model: str = "sglang") -> tuple["SimResult", "Trace"]:
-    from dataclasses import replace
-
-    from topas.engine.config import LEGACY_ENGINE
-    from topas.engine.simulator import simulate
-    from topas.policies.base import make_policy
-
     if engine_model not in ENGINE_MODELS:
         raise ValueError(f"unknown engine model {engine_model!r}; valid: {', '.join(ENGINE_MODELS)}")
     trace = point_trace(p, cost.kv_budget_tokens)
     policy = make_policy(p.policy, dict(p.params))
     if p.eviction_priority is not None:
-        from topas.sglang.priority import apply_rule
-
         policy = apply_rule(policy, p.eviction_priority)
     if engine_model == "legacy":
         config = replace(config, **LEGACY_ENGINE)
@@ -185,8 +174,6 @@ def simulate_point(p: Point, cost: "CostModel", config: "EngineConfig",
 
 def scale_cost(cost: "CostModel", factor: float) -> "CostModel":
     """The cost model with every compute time (prefill and decode coefficients) times ``factor``."""
-    from dataclasses import replace
-
     f = float(factor)
     if not (math.isfinite(f) and f > 0):
         raise ValueError(f"speed factor must be a finite number > 0, got {factor!r}")
@@ -329,9 +316,6 @@ def fidelity_points(traces: Sequence[str], policies: Sequence[str], rates: str |
     """The grid traces x loads (or rates) x policies x seeds. With ``loads``, a load ``x`` runs
     at ``x * meta["rate"]`` of each trace (the nominal rate), labelled ``x``; with ``rates`` the
     label is the rate. ``params`` go to every policy that accepts them (TOPAS's weights)."""
-    from topas.experiments.spec import _read_trace, resolve_trace_path
-    from topas.policies.base import PolicyError, make_policy
-
     if (rates is None) == (loads is None):
         raise ValueError("give exactly one of rates and loads")
     seeds_l = [int(s) for s in (seeds.split(",") if isinstance(seeds, str) else seeds) if str(s).strip()]
@@ -363,8 +347,6 @@ def fidelity_points(traces: Sequence[str], policies: Sequence[str], rates: str |
 
 def server_kv_settings(server: str) -> dict[str, Any]:
     """The server's KV budget and scheduler settings (``/server_info``), for the simulator."""
-    from topas.fidelity.profile_server import ServerClient, server_settings
-
     s = server_settings(ServerClient(server, timeout=30).server_info())
     s["host_tier"] = bool(s.get("enable_hierarchical_cache"))
     return s
@@ -388,11 +370,6 @@ def replay_measure(server: str, decision_log: str | Path | None = None, timeout_
     only: 20 prefix hits of 36 against 27 on a warm server). ``handshake=False``: a stock SGLang
     server without the plugin (:func:`topas.sglang.replay.run_replay` then checks neither the
     plugin nor its decisions; SGLang's ``--schedule-policy`` schedules)."""
-    from topas.engine.config import EngineConfig
-    from topas.experiments.spec import Prepared
-    from topas.policies.base import make_policy
-    from topas.sglang.replay import run_replay
-
     warm = [not warmup]
 
     def measure(p: Point, repeat: int) -> "SimResult":
@@ -429,9 +406,6 @@ def resimulate(out_dir: str | Path, profile: "str | Path | CostModel | None" = N
     current engine model and profile: the static simulation once per point, the calibrated one
     per measured repeat with the speed factor recorded then. No server needed; used after a
     change of the engine model, so a fix is judged on the very runs that showed the problem."""
-    from topas.fidelity.compare import read_comparison
-    from topas.fidelity.workloads import TRACES_DIR
-
     d = Path(out_dir)
     old = read_comparison(d)
     meta = dict(old.meta)
@@ -454,8 +428,6 @@ def resimulate(out_dir: str | Path, profile: "str | Path | CostModel | None" = N
         for rec in g.to_dict("records"):  # the measured runs' metrics, recomputed from raw/ when there
             raw = d / "raw" / "sglang" / f"{tag}_r{int(rec['repeat'])}"
             if (raw / "requests.parquet").exists() and (raw / "tasks.parquet").exists():
-                from topas.engine.metrics import SimResult
-
                 summ = pd.read_parquet(raw / "summary.parquet").iloc[0].to_dict() if (raw / "summary.parquet").exists() else {}
                 res = SimResult(pd.read_parquet(raw / "tasks.parquet"), pd.read_parquet(raw / "requests.parquet"),
                                 pd.DataFrame(), pd.DataFrame(), pd.DataFrame(), summ)

@@ -8,7 +8,10 @@ into the :class:`topas.engine.config.EngineConfig` fields of the same eviction.
 
 from __future__ import annotations
 
+import dataclasses as dc
 from typing import Any, Mapping
+
+from topas.engine.config import EngineConfig
 
 __all__ = ["eviction_config_kw"]
 
@@ -19,10 +22,6 @@ def eviction_config_kw(policy: str | None, config: Mapping[str, Any] | None = No
     ``EngineConfig.eviction`` spells ``NAME:key=value,...``): nothing for SGLang's default (lru,
     or None), so a default config stays the default; ValueError when the simulator has no such
     option (an engine without ``EngineConfig.eviction``)."""
-    import dataclasses as dc
-
-    from topas.engine.config import EngineConfig
-
     if not policy or str(policy).lower() == "lru":
         if config:
             raise ValueError(f"an lru server has no eviction policy config, got {config!r}")

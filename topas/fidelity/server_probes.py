@@ -8,7 +8,12 @@
 
 from __future__ import annotations
 
+import re
+import statistics
+import urllib.request
 from typing import TYPE_CHECKING, Callable
+
+from topas.fidelity.profile_server import ServerClient, _Ids
 
 if TYPE_CHECKING:  # pragma: no cover
     from topas.engine.cost import CostModel
@@ -28,10 +33,6 @@ def speed_probe(server: str, cost: "CostModel", repeats: int = 4) -> Callable[[]
     CPU timings drift with the machine's load (other processes on 2 shared cores moved a decode
     step by 30% within minutes): the calibrated simulation rescales the profile by this factor,
     measured just before and just after each measured run."""
-    import statistics
-
-    from topas.fidelity.profile_server import ServerClient, _Ids
-
     client = ServerClient(server, timeout=120)
     ids = _Ids(12345)
     prefix, suffixes = ids.take(PROBE_PREFIX), [ids.take(PROBE_NEW) for _ in range(repeats)]
@@ -56,9 +57,6 @@ def scheduler_seconds(server: str) -> dict[str, float] | None:
     in ``/metrics``, with ``--enable-metrics``): ``run_batch`` (the forward passes),
     ``get_next_batch_to_run`` (scheduling, the topas plugin included), ``process_batch_result``,
     ``recv_requests``, ``idle``, ...; ``None`` when the server exports no such metric."""
-    import re
-    import urllib.request
-
     try:
         with urllib.request.urlopen(server.rstrip("/") + "/metrics", timeout=30) as r:
             text = r.read().decode()

@@ -15,6 +15,8 @@ from pathlib import Path
 
 from topas.paths import REPO_ROOT
 from topas.workload.model import Trace
+from topas.workload.synthetic import generate
+from topas.workload.trace_io import write_trace
 
 TRACES_DIR = REPO_ROOT / "data" / "results" / "fidelity" / "traces"
 
@@ -30,8 +32,6 @@ CPU_WORKLOADS: dict[str, tuple[str, int, int, int, float]] = {
 
 
 def cpu_trace(name: str, n_tasks: int = 40, seed: int = 0) -> Trace:
-    from topas.workload.synthetic import generate
-
     shape, prefix, x, y, rate = CPU_WORKLOADS[name]
     t = generate(shape, n_tasks, rate, seed, prefix, x, y)
     meta = dict(t.meta)
@@ -40,6 +40,4 @@ def cpu_trace(name: str, n_tasks: int = 40, seed: int = 0) -> Trace:
 
 
 def write_traces(out: str | Path = TRACES_DIR, n_tasks: int = 40) -> list[Path]:
-    from topas.workload.trace_io import write_trace
-
     return [write_trace(cpu_trace(n, n_tasks), Path(out) / f"{n}.json.gz") for n in CPU_WORKLOADS]

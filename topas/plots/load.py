@@ -9,11 +9,15 @@ from typing import Iterable, Sequence
 import matplotlib
 import matplotlib.pyplot as plt
 import pandas as pd
+from matplotlib import ticker
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from topas.paths import REPO_ROOT
 from topas.plots.captions import SEED_RANGE, add_caption, log_note, run_caption
 from topas.plots.style import (LOG_SPAN, policy_color, policy_label, policy_order, policy_style, workload_label,
     workload_order)
+from topas.sets import ABLATIONS, PAPER_BASELINES
 
 
 # --- notebooks 02-04: JCT and throughput against load, ablations ----------------------------
@@ -44,9 +48,6 @@ def _policy_legend(fig: matplotlib.figure.Figure, policies: Sequence[str], kind:
                    max_cols: int = 6, extra: Sequence[tuple] = ()) -> None:
     """One legend for the whole figure, below the panels, in policy order (each policy's colour
     and marker); ``extra``: more ``(handle, label)`` pairs (a band, a reference mark) after them."""
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
     if kind == "line":
         handles = [Line2D([], [], lw=1.8, ms=5, **policy_style(p)) for p in policies]
     else:
@@ -71,8 +72,6 @@ def _tidy_y_axis(ax: matplotlib.axes.Axes, log: bool) -> None:
     """Fix the y ticks to the labelled ones inside the view (a locator also makes labels just
     outside the limits, which overlap the next panel's when measured); on a log axis label
     1-2-5 steps as plain numbers, with no minor labels."""
-    from matplotlib import ticker
-
     if log:
         ax.set_yscale("log")
         ax.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
@@ -105,8 +104,6 @@ def plot_metric_vs_load(
     or more (see :func:`needs_log_scale`); the y label and the caption say so. A linear axis
     starts at zero. Returns the figure.
     """
-    from matplotlib.patches import Patch
-
     df = summaries
     workloads = workload_order(df["workload"] if workloads is None else workloads)
     policies = policy_order(df["policy"])
@@ -153,7 +150,7 @@ def jct_table(summaries: pd.DataFrame, baselines: Sequence[str] | None = None) -
     the best baseline of that workload and load, chosen separately per metric (by mean over seeds):
     ``(policy - best) / best`` in %, negative = faster than every baseline."""
     if baselines is None:
-        from topas.sets import PAPER_BASELINES as baselines
+        baselines = PAPER_BASELINES
     df = summaries
     g = df.groupby(["workload", "load", "policy"], sort=False)
     t = g.agg(
@@ -196,10 +193,6 @@ def plot_ablation_bars(
     whisker from the min to the max seed, the mean written next to it. ``log_x``: ``True``,
     ``False`` (the default: bar lengths stay proportional, the written values carry the small
     differences) or ``"auto"`` as ``log_y`` in :func:`plot_metric_vs_load`. Returns the figure."""
-    from matplotlib import ticker
-
-    from topas.sets import ABLATIONS
-
     df = summaries if workload is None else summaries[summaries["workload"] == workload]
     present = policy_order(df["policy"])
     policies = [p for p in ABLATIONS if p in present] + [p for p in present if p not in ABLATIONS]
@@ -244,9 +237,6 @@ def plot_ablation_bars(
         at = ", ".join(f"{l:g}" for l in sorted(df["load"].unique()))
         fig.suptitle(f"{workload_label(workload)}, load {at}x nominal: TOPAS and its ablations "
                      f"(above the dashed line), baselines hatched")
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
     handles = [Patch(facecolor="white", edgecolor="#333333"),
                Line2D([], [], color="#222222", lw=1, marker="|", ms=8, markeredgewidth=1),
                Patch(facecolor="white", edgecolor="#333333", hatch="///")]
@@ -270,8 +260,6 @@ def ablation_table(
     TOPAS-base and a range over its single-component variants (read here as ``topas-no-reuse``
     = aging only and ``topas-no-aging`` = reuse only), on MetaGPT-TL at 0.0175 task/s: another
     workload and operating point than ours."""
-    from topas.sets import ABLATIONS
-
     if reported is None:
         reported = REPO_ROOT / "data" / "paper" / "reported.csv"
     rep = reported if isinstance(reported, pd.DataFrame) else pd.read_csv(reported)

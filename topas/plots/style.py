@@ -249,7 +249,7 @@ def workload_label(name: str) -> str:
 
 def use_style(font_scale: float = 1.0) -> None:
     """The seaborn theme and matplotlib settings every figure uses."""
-    import seaborn as sns
+    import seaborn as sns  # lazy: seaborn (and the scipy it loads) adds over a second to 'import topas.plots'
 
     sns.set_theme(context="paper", style="whitegrid", font_scale=font_scale)
     base = 10 * font_scale

@@ -1,7 +1,9 @@
 """SGLang engine: the scheduler plugin, the launcher and the trace-replay client.
 
 * :mod:`topas.sglang.adapter`: snapshots of SGLang's scheduler in, the policy's EngineView built
-  as the simulator builds it, concrete actions out (no SGLang import; tested on its own).
+  as the simulator builds it, concrete actions out (no SGLang import; tested on its own); what
+  it tracks between iterations is :mod:`topas.sglang.adapter_state`, its check of a decision
+  :mod:`topas.sglang.decision_check`.
 * :mod:`topas.sglang.plugin`: the hooks inside SGLang's scheduler process (entry point
   ``sglang.srt.plugins: topas``).
 * :mod:`topas.sglang.replay`: ``run_replay`` and ``topas replay``: a trace against a server,

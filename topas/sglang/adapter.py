@@ -2,8 +2,10 @@
 
 SGLang's scheduler is reached only through :mod:`topas.sglang.plugin`, which copies the state
 it needs into plain data (:class:`Snapshot`, :mod:`topas.sglang.snapshot`) once per scheduler
-iteration and applies the :class:`Actions` that :meth:`Adapter.step` returns. Everything else lives here and is tested
-without SGLang (``tests/test_sglang_adapter.py``):
+iteration and applies the :class:`Actions` that :meth:`Adapter.step` returns. Everything else
+lives here, in :mod:`topas.sglang.adapter_state` (what is tracked between iterations) and in
+:mod:`topas.sglang.decision_check` (the simulator's rules), and is tested without SGLang
+(``tests/test_sglang_adapter.py``):
 
 * per-task workflow state, learned from the metadata each request carries in
   ``sampling_params.custom_params["topas"]`` (:class:`RequestMeta`, :mod:`topas.sglang.metadata`:
@@ -14,8 +16,9 @@ without SGLang (``tests/test_sglang_adapter.py``):
   or retracted, and otherwise every ``recheck_steps`` scheduler iterations while requests wait
   (the simulator counts decode steps there); between decisions nothing new is admitted;
 * validating the :class:`~topas.engine.view.Decision` with the simulator's rules
-  (``Simulator.apply``); an invalid one, or a policy that raises, gives ``Actions.fallback``
-  (the plugin then leaves SGLang's own policy in charge for that step);
+  (``Simulator.apply``, :func:`topas.sglang.decision_check.check_decision`); an invalid one, or
+  a policy that raises, gives ``Actions.fallback`` (the plugin then leaves SGLang's own policy in
+  charge for that step);
 * every decision's record, with its wall time;
 * what the policy may know (issue 16): a run's metadata may carry ``knowledge``
   (:meth:`topas.engine.knowledge.Knowledge.settings`: prior noise and bias, ``online`` DAGs),
@@ -53,97 +56,21 @@ from __future__ import annotations
 
 import math
 import time as _time
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, Sequence
 
 from topas.engine.cost import CostModel
-from topas.engine.knowledge import Knowledge, reveal
-from topas.engine.view import Decision, EngineView, InfeasibleDecision, PrefixView, RequestView, StageView, TaskView
+from topas.engine.knowledge import Knowledge
+from topas.engine.view import Decision, EngineView, InfeasibleDecision, PrefixView, RequestView, StageView
 from topas.policies.base import Policy
-from topas.workload.model import Stage, Task
+from topas.sglang.adapter_state import (RUNNING, VIEW_COMPUTING, WAITING, TrackedPrefix, TrackedRequest,
+                                        TrackedTask)
+from topas.sglang.decision_check import check_decision
 # the metadata and the snapshot/actions types, re-exported: the plugin and the replay import them from here
 from topas.sglang.metadata import (DECISION_COLUMNS, META_KEY, META_VERSION, RID_META_MARK,  # noqa: F401
                                    RequestMeta, meta_from_custom_params, meta_from_request, rid_with_meta, short_rid)
 from topas.sglang.snapshot import Actions, ReqSnap, Snapshot, output_reserve_of  # noqa: F401
-
-#: whether this topas's RequestView carries ``reserve`` (the engine's output reservation)
-_VIEW_RESERVE = "reserve" in RequestView.__dataclass_fields__
-#: whether this topas's PrefixView carries ``computing`` (a running request computes the prefix)
-_VIEW_COMPUTING = "computing" in PrefixView.__dataclass_fields__
-
-
-# ----------------------------------------------------------------------------- per-request state
-
-_WAITING, _RUNNING = "waiting", "running"
-
-
-@dataclass(eq=False)
-class _Req:
-    erid: str  # SGLang rid
-    meta: RequestMeta
-    ready_time: float
-    state: str = _WAITING
-    generated: int = 0
-    kv: int = 0
-    service: float = 0.0  # completed running intervals
-    admitted_time: float | None = None
-    preemptions: int = 0
-    retractions: int = 0
-    first_admit: float | None = None
-    reserve: int = 0  # the engine's output reservation now (ReqSnap.reserve)
-
-    def view(self, now: float) -> RequestView:
-        running = self.state == _RUNNING
-        service = self.service + (now - self.admitted_time if running and self.admitted_time is not None else 0.0)
-        m = self.meta
-        return RequestView(
-            rid=m.rid, task_id=m.task, stage_id=m.stage, agent=m.agent, input_tokens=m.input_tokens,
-            generated=self.generated, ready_time=self.ready_time, kv_tokens=self.kv if running else 0,
-            service_time=service, preemptions=self.preemptions + self.retractions,
-            admitted_time=self.admitted_time if running else None,
-            **({"reserve": self.reserve} if _VIEW_RESERVE else {}),
-        )
-
-
-@dataclass(eq=False)
-class _Task:
-    task: Task
-    stage_views: Mapping[str, StageView]
-    done: set[str] = field(default_factory=set)
-    observed: dict[str, int] = field(default_factory=dict)
-    reached: set[str] = field(default_factory=set)  # stages seen waiting or running, or done
-    _view: TaskView | None = None
-
-    def reach(self, stage: str) -> None:
-        if stage not in self.reached:
-            self.reached.add(stage)
-            self._view = None
-
-    def view(self, online: bool = False) -> TaskView:
-        """The task as the policy sees it; ``online``: only the stages reached so far
-        (:func:`topas.engine.knowledge.reveal`, as the simulator does)."""
-        if self._view is None:
-            t = self.task
-            stages, order = self.stage_views, t.topo_order
-            if online:
-                shown, order = reveal(stages, order, self.reached | self.done)
-                stages = MappingProxyType(shown)
-            self._view = TaskView(
-                id=t.id, arrival=t.arrival, workflow=t.workflow, stages=stages,
-                topo_order=order, done=frozenset(self.done),
-                observed_output={s: self.observed[s] for s in sorted(self.done)},
-                complete=not online,
-            )
-        return self._view
-
-
-@dataclass
-class _Prefix:
-    name: str
-    tokens: int
-    expected_output: float
-    last_used: float = -1.0
+from topas.workload.model import Stage, Task
 
 
 # ----------------------------------------------------------------------------- the adapter
@@ -185,11 +112,11 @@ class Adapter:
 
     # ------------------------------------------------------------------ state
     def _reset_state(self) -> None:
-        self.reqs: dict[str, _Req] = {}  # by SGLang rid, waiting or running
+        self.reqs: dict[str, TrackedRequest] = {}  # by SGLang rid, waiting or running
         self.by_rid: dict[str, str] = {}  # policy rid -> SGLang rid
         self.waiting_order: dict[str, None] = {}  # SGLang rids, in the order they became waiting
-        self.tasks: dict[str, _Task] = {}
-        self.prefixes: dict[str, _Prefix] = {}
+        self.tasks: dict[str, TrackedTask] = {}
+        self.prefixes: dict[str, TrackedPrefix] = {}
         self.pinned: set[str] = set()
         self.held: frozenset[str] = frozenset()  # agents waiting on a prefix not in the tree (last view)
         self.dirty = False
@@ -232,14 +159,14 @@ class Adapter:
     def _learn(self, meta: RequestMeta) -> None:
         for name, l, e in meta.agents:
             if name not in self.prefixes:
-                self.prefixes[name] = _Prefix(name, l, e)
+                self.prefixes[name] = TrackedPrefix(name, l, e)
         if meta.task not in self.tasks:
             stages = tuple(Stage(s, a, x, 0, p) for s, a, x, p in meta.dag)  # no y: never sent
             task = Task(id=meta.task, arrival=meta.arrival, stages=stages, workflow=meta.workflow)
             kids = task.children
             views = MappingProxyType({s.id: StageView(s.id, s.agent, s.input_tokens, s.parents, kids[s.id])
                                       for s in stages})
-            self.tasks[meta.task] = _Task(task, views)
+            self.tasks[meta.task] = TrackedTask(task, views)
         self.tasks[meta.task].reach(meta.stage)  # online DAGs: the stage is shown from now on
 
     # ------------------------------------------------------------------ observing
@@ -270,12 +197,12 @@ class Adapter:
             r = self.reqs.get(s.rid)
             if r is None:
                 self._learn(s.meta)
-                r = _Req(s.rid, s.meta, ready_time=s.meta.ready if math.isfinite(s.meta.ready) else now)
+                r = TrackedRequest(s.rid, s.meta, ready_time=s.meta.ready if math.isfinite(s.meta.ready) else now)
                 self.reqs[s.rid] = r
                 self.by_rid[s.meta.rid] = s.rid
                 self.waiting_order[s.rid] = None
                 self.dirty = True
-            elif r.state == _RUNNING:  # retracted by the engine
+            elif r.state == RUNNING:  # retracted by the engine
                 view = r.view(now)
                 self._stop(r, now)
                 r.retractions += 1
@@ -288,37 +215,37 @@ class Adapter:
             r = self.reqs.get(s.rid)
             if r is None:  # admitted before we saw it wait (e.g. a fallback step)
                 self._learn(s.meta)
-                r = _Req(s.rid, s.meta, ready_time=s.meta.ready)
+                r = TrackedRequest(s.rid, s.meta, ready_time=s.meta.ready)
                 self.reqs[s.rid] = r
                 self.by_rid[s.meta.rid] = s.rid
                 self._start(r, now)
                 self.dirty = True
-            elif r.state == _WAITING:
+            elif r.state == WAITING:
                 self._start(r, now)
             r.generated = s.generated
             r.kv = s.kv_tokens
             r.reserve = s.reserve
         return now
 
-    def _start(self, r: _Req, now: float) -> None:
-        r.state = _RUNNING
+    def _start(self, r: TrackedRequest, now: float) -> None:
+        r.state = RUNNING
         r.admitted_time = now
         if r.first_admit is None:
             r.first_admit = now
         self.waiting_order.pop(r.erid, None)
         self.prefixes[r.meta.agent].last_used = now
 
-    def _stop(self, r: _Req, now: float) -> None:
+    def _stop(self, r: TrackedRequest, now: float) -> None:
         if r.admitted_time is not None:
             r.service += now - r.admitted_time
         r.admitted_time = None
-        r.state = _WAITING
+        r.state = WAITING
         r.kv = 0
         self.waiting_order[r.erid] = None
         self.prefixes[r.meta.agent].last_used = now
         self.dirty = True
 
-    def _finish(self, r: _Req, now: float) -> RequestView:
+    def _finish(self, r: TrackedRequest, now: float) -> RequestView:
         view = r.view(now)
         del self.reqs[r.erid]
         self.by_rid.pop(r.meta.rid, None)
@@ -339,7 +266,7 @@ class Adapter:
         now = now_epoch - self.t0
         for erid in erids:
             r = self.reqs.get(erid)
-            if r is not None and r.state == _WAITING:
+            if r is not None and r.state == WAITING:
                 self._start(r, now)
 
     def _entered_tree(self, snap: Snapshot) -> bool:
@@ -375,7 +302,7 @@ class Adapter:
             still_cached = manages and not resident and a in in_tree
             # a running request of the agent whose prefix is not in the tree is computing it (its
             # prefill, or under the overlap scheduler the batch whose result is not processed yet)
-            extra = {"computing": refcount > 0 and a not in in_tree} if _VIEW_COMPUTING else {}
+            extra = {"computing": refcount > 0 and a not in in_tree} if VIEW_COMPUTING else {}
             prefixes[a] = PrefixView(a, p.tokens, self.knowledge.prior(a, p.expected_output), resident,
                                      a in snap.host, refcount, p.last_used, still_cached,
                                      resident and a in in_tree, **extra)
@@ -464,52 +391,6 @@ class Adapter:
         return rec
 
     def validate(self, d: Decision, view: EngineView) -> None:
-        """The simulator's rules (``Simulator.apply``), on the view; raises InfeasibleDecision."""
-        pname = self.policy.name
-        manages = self.policy.manages_prefixes
-        if not manages and (d.evict or d.load or (d.preempt and not getattr(self.policy, "may_preempt", False))):
-            raise InfeasibleDecision(
-                f"policy {pname!r} does not manage prefixes but returned evict/load/preempt")
-        waiting = {r.rid: r for r in view.waiting}
-        running = {r.rid: r for r in view.running}
-        if len(set(d.admit)) != len(d.admit):
-            dup = sorted({r for r in d.admit if d.admit.count(r) > 1})
-            raise InfeasibleDecision(f"policy {pname!r} admits {dup[0]} twice")
-        for rid in d.admit:
-            if rid not in waiting:
-                raise InfeasibleDecision(f"policy {pname!r} admits {rid}, which is not waiting")
-        refs = {a: p.refcount for a, p in view.prefixes.items()}
-        for rid in d.preempt:
-            if rid not in running:
-                raise InfeasibleDecision(f"policy {pname!r} preempts {rid}, which is not running")
-            if rid in d.admit:
-                raise InfeasibleDecision(f"policy {pname!r} both preempts and admits {rid}")
-            refs[running[rid].agent] -= 1
-        resident = set(view.resident)
-        used = view.prefix_tokens + view.request_tokens - sum(running[r].kv_tokens for r in set(d.preempt))
-        for a in d.evict:
-            if a not in view.prefixes:
-                raise InfeasibleDecision(f"policy {pname!r} names unknown agent prefix {a!r}")
-            if a not in resident:
-                raise InfeasibleDecision(f"policy {pname!r} evicts prefix {a!r}, which is not resident")
-            if refs[a]:
-                raise InfeasibleDecision(f"policy {pname!r} evicts prefix {a!r}, used by {refs[a]} running request(s)")
-            resident.discard(a)
-            used -= view.prefixes[a].tokens
-        for a in d.load:
-            if a not in view.prefixes:
-                raise InfeasibleDecision(f"policy {pname!r} names unknown agent prefix {a!r}")
-            if a in resident:
-                raise InfeasibleDecision(f"policy {pname!r} loads prefix {a!r}, which is already resident")
-            if used + view.prefixes[a].tokens > view.kv_budget:
-                raise InfeasibleDecision(
-                    f"policy {pname!r} loads prefix {a!r} ({view.prefixes[a].tokens} tokens) but only "
-                    f"{view.kv_budget - used} of {view.kv_budget} KV tokens are free")
-            resident.add(a)
-            used += view.prefixes[a].tokens
-        if manages:
-            for rid in d.admit:
-                a = waiting[rid].agent
-                if a not in resident:
-                    raise InfeasibleDecision(
-                        f"policy {pname!r} admits {rid} but its prefix {a!r} is not resident or loaded")
+        """The simulator's rules (``Simulator.apply``), on the view; raises InfeasibleDecision
+        (:func:`topas.sglang.decision_check.check_decision`)."""
+        check_decision(d, view, self.policy)

@@ -15,6 +15,9 @@ import pandas as pd
 
 from topas.experiments.protocol.grid_capacity import grid_capacity
 from topas.experiments.protocol.steady import ALPHA, INDICATORS, MIN_FRACTION, N_BATCHES, steady_state
+from topas.experiments.result_store import ResultStore
+from topas.experiments.spec import Experiment
+from topas.experiments.sweep import run_sweep
 
 __all__ = ["CAPACITY_COLUMNS", "COLUMNS", "capacity_table", "convergence_study"]
 
@@ -35,8 +38,6 @@ def convergence_study(policies: Sequence[str], workload: str, loads: Sequence[fl
     :class:`~topas.experiments.ResultStore` or its folder (default: the default store). Returns a
     tidy frame (:data:`COLUMNS`): the per-(seed, indicator) evidence, whether the seed's run is
     stable (``seed_stable``), and the verdict of its (policy, load, run length) (``stable``)."""
-    from topas.experiments import Experiment, ResultStore, run_sweep
-
     for what, v in (("policies", policies), ("loads", loads), ("seeds", seeds), ("run_lengths", run_lengths)):
         if len(v) == 0:
             raise ValueError(f"convergence_study: no {what}")

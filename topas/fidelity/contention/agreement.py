@@ -4,13 +4,12 @@ order, the server's own noise between repeats, and the arrivals a simulation is 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-if TYPE_CHECKING:  # pragma: no cover
-    from topas.workload.model import Trace
+from topas.workload.model import Task, Trace
 
 
 # ----------------------------------------------------------------------------- per request
@@ -144,8 +143,6 @@ def observed_trace(trace: "Trace", measured: pd.DataFrame, lead_s: float = 0.0,
     On a loaded machine the replay client sends a burst's requests tens of ms late and unevenly,
     and which requests wait together at a decision is what a policy decides on: with the arrivals
     the server saw, the simulator is judged on the scheduling, not on the client's timing."""
-    from topas.workload.model import Task, Trace
-
     def col(name: str) -> dict[str, float]:
         if name not in measured:
             return {}

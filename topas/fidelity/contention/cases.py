@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from topas.paths import REPO_ROOT
-
-if TYPE_CHECKING:  # pragma: no cover
-    from topas.workload.model import Trace
+from topas.workload.model import Agent, Segment, Stage, Task, Trace
+from topas.workload.synthetic import generate
+from topas.workload.trace_io import write_trace
+from topas.workload.validate import validate_trace
 
 
 OUT_DIR = REPO_ROOT / "data" / "results" / "fidelity" / "contention"
@@ -210,10 +211,6 @@ def find_mode(name: str) -> Mode:
 # ----------------------------------------------------------------------------- traces
 def case_trace(case: Case) -> "Trace":
     """The case's trace (deterministic)."""
-    from topas.workload.model import Agent, Stage, Task, Trace
-    from topas.workload.synthetic import generate
-    from topas.workload.validate import validate_trace
-
     if case.kind == "poisson":
         t = generate(case.shape, case.n_tasks, case.rate, case.seed, case.prefix_tokens, case.input_tokens,
                      case.output_tokens)
@@ -241,8 +238,6 @@ def case_trace(case: Case) -> "Trace":
 
 
 def _context_trace(case: Case) -> "Trace":
-    from topas.workload.model import Agent, Segment, Stage, Task, Trace
-
     names = {chr(ord("a") + k): f"{case.name}.{chr(ord('a') + k)}" for k in range(case.agents)}
     agents = {n: Agent(n, case.prefix_tokens, float(case.output_tokens)) for n in names.values()}
     prefix = {n: Segment(f"prefix:{n}", case.prefix_tokens, "prefix") for n in names.values()}
@@ -266,7 +261,5 @@ def _context_trace(case: Case) -> "Trace":
 
 
 def write_case_trace(case: Case, out_dir: str | Path = OUT_DIR / "traces") -> Path:
-    from topas.workload.trace_io import write_trace
-
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     return write_trace(case_trace(case), Path(out_dir) / f"{case.name}.json.gz")

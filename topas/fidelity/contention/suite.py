@@ -3,15 +3,26 @@ its bars, measuring the cases on a server and evaluating them."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
+import shutil
+import tempfile
+import time
 from pathlib import Path
 from typing import Callable, Sequence
 
 import pandas as pd
 
+from topas.fidelity.compare import BENCHMARK_BARS, compare, rank_agreement, read_comparison, run_metrics
 from topas.fidelity.contention.agreement import (ARRIVALS, ARRIVAL_COLUMN, agreement, ingest_window_mid,
     observed_trace, request_table, run_noise)
-from topas.fidelity.contention.cases import OUT_DIR, Case, Mode, case_trace, write_case_trace
+from topas.fidelity.contention.cases import OUT_DIR, Case, Mode, case_trace, find_mode, write_case_trace
+from topas.fidelity.cpu_server import cpu_server
+from topas.fidelity.run import (Point, prefix_tokens, replay_measure, run_fidelity, scale_cost, server_kv_settings,
+                                simulate_point, stored_sim_engine)
+from topas.fidelity.server_eviction import eviction_config_kw
+from topas.workload.trace_io import write_trace
 
 
 # ----------------------------------------------------------------------------- stored runs
@@ -30,17 +41,8 @@ def compare_runs(run_dir: str | Path, case: Case, mode: "str | Mode", engine_mod
     the server's noise (:func:`run_noise`). ``mode``: a :class:`Mode` or its name
     (:func:`topas.fidelity.contention.cases.find_mode`); its ``priority`` rule is the simulated
     policy's ``request_priority``, its eviction policy comes with the stored engine config."""
-    import tempfile
-
-    from topas.fidelity.contention.cases import find_mode
-
     mode_obj = find_mode(mode) if isinstance(mode, str) else mode
     mode = mode_obj.name
-
-    from topas.fidelity.compare import read_comparison
-    from topas.fidelity.run import Point, prefix_tokens, scale_cost, simulate_point
-    from topas.workload.trace_io import write_trace
-
     if arrivals not in ARRIVALS:
         raise ValueError(f"unknown arrivals {arrivals!r}; valid: {', '.join(ARRIVALS)}")
     tmp = Path(tempfile.mkdtemp(prefix="topas-contention-"))
@@ -86,8 +88,6 @@ def compare_runs(run_dir: str | Path, case: Case, mode: "str | Mode", engine_mod
             for r in run_rows:
                 if r["mode"] == mode and r["policy"] == pol:
                     r.update(noise)
-    import shutil
-
     shutil.rmtree(tmp, ignore_errors=True)
     return (pd.concat(req_rows, ignore_index=True) if req_rows else pd.DataFrame(),
             pd.DataFrame(run_rows))
@@ -150,13 +150,6 @@ def measure_cases(cases: Sequence[Case], modes: Sequence[Mode], profile: str | P
     ``plugin_profile``: the plugin's policy prices its decisions with ``profile`` too (the
     simulation's; off: the plugin's default A100 profile, as the runs before 2026-12-01 21:55 UTC,
     which made TOPAS decide on other costs on the server than in the simulation)."""
-    import time
-
-    from topas.fidelity import compare as fc
-    from topas.fidelity.cpu_server import cpu_server
-    from topas.fidelity.run import Point, replay_measure, run_fidelity, server_kv_settings
-    from topas.fidelity.server_eviction import eviction_config_kw
-
     out = Path(out_dir)
     traces = {c.name: write_case_trace(c, out / "traces") for c in cases}
     slog = Path(server_log_dir or "/tmp")
@@ -188,7 +181,7 @@ def measure_cases(cases: Sequence[Case], modes: Sequence[Mode], profile: str | P
                     if log:
                         log(f"== {c.name} on {mode.name} (pool {pool}): {', '.join(mode.policies)} x {repeats}")
                     run_fidelity(pts, replay_measure(url, decision_log=dlog, handshake=mode.plugin), profile, out / c.name / mode.name,
-                                 repeats=repeats, settings=settings, bars=fc.BENCHMARK_BARS,
+                                 repeats=repeats, settings=settings, bars=BENCHMARK_BARS,
                                  meta={"case": c.name, "mode": mode.name, "schedule_policy": mode.schedule_policy,
                                        "plugin": mode.plugin, "server": "CPU test server (topas.fidelity.contention)",
                                        **({"policy_params": dict(mode.params)} if mode.params else {}),
@@ -207,8 +200,6 @@ def evaluate(cases: Sequence[Case], modes: Sequence[Mode], out_dir: str | Path =
     engine model) and returns the summary. ``arrivals``: how the per-request comparison times the
     simulation (:data:`ARRIVALS`); the JCT comparison always uses the trace's times (the measured
     JCT counts from them)."""
-    from topas.fidelity.compare import compare, rank_agreement, read_comparison
-
     out = Path(out_dir)
     tag = tag or engine_model
     reqs, runs, jcts, ranks = [], [], [], []
@@ -242,11 +233,6 @@ def _resimulated_runs(runs: pd.DataFrame, d: Path, case: Case, engine_model: str
     """The runs table with its ``sim-calibrated`` rows recomputed with ``engine_model`` (the
     measured rows as stored), so the JCT comparison follows the engine model being judged;
     ``params``: the mode's policy parameters."""
-    from topas.fidelity.compare import read_comparison, run_metrics
-    from topas.fidelity.run import Point, prefix_tokens, scale_cost, simulate_point
-
-    from topas.fidelity.contention.cases import find_mode
-
     meta = read_comparison(d).meta
     cost, config = _mode_engine(meta, find_mode(str(meta.get("mode") or "sglang-fcfs")))
     trace_file = traces_dir / f"{case.name}.json.gz"
@@ -265,19 +251,12 @@ def _mode_engine(meta: dict, mode: Mode) -> tuple:
     """The stored run's simulator (:func:`topas.fidelity.run.stored_sim_engine`) with the mode's
     eviction policy (the mode is what the server ran, also for runs recorded before the simulator
     modelled it)."""
-    import dataclasses
-
-    from topas.fidelity.run import stored_sim_engine
-    from topas.fidelity.server_eviction import eviction_config_kw
-
     cost, config = stored_sim_engine(meta)
     kw = eviction_config_kw(mode.eviction, dict(mode.eviction_config) or None)
     return cost, dataclasses.replace(config, **kw) if kw else config
 
 
 def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    import os
-
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     write(tmp)
