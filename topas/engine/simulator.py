@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import heapq
 import time as _time
-from typing import Any, Callable, Iterable
+from typing import Callable, Iterable
 
 from tqdm.auto import tqdm
 
@@ -52,6 +52,7 @@ from topas.engine.prefetch import Prefetch
 from topas.engine.segments import SegmentMemory
 from topas.engine.view import (Decision, EngineView, InfeasibleDecision, PrefixView, admission_tokens, admit_cap,
     within_caps)
+from topas.engine.view_cache import ViewedDict
 from topas.workload.model import Trace
 from topas.workload.validate import validate_trace
 
@@ -60,61 +61,8 @@ class SimulationStuck(RuntimeError):
     """The engine is idle with requests waiting and the policy admits none of them."""
 
 
-class _Viewed(dict):
-    """A dict that keeps each value's view, in the dict's order, built at the first read after
-    the value was set or :meth:`touch`-ed: an engine view then re-views only what changed."""
-
-    __slots__ = ("views", "fresh")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.views: dict[Any, Any] = {}
-        self.fresh: list[Any] = []
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        super().__setitem__(key, value)
-        self.views[key] = None  # (an existing key keeps its place, as in the dict)
-        self.fresh.append(key)
-
-    def __delitem__(self, key: Any) -> None:
-        super().__delitem__(key)
-        del self.views[key]
-
-    def pop(self, key: Any, *default: Any) -> Any:
-        self.views.pop(key, None)
-        return super().pop(key, *default)
-
-    def setdefault(self, key: Any, default: Any = None) -> Any:
-        if key not in self:
-            self[key] = default
-        return dict.__getitem__(self, key)
-
-    def touch(self, key: Any) -> None:
-        """``key``'s view may have changed: build it again at the next read."""
-        if key in self.views:
-            self.fresh.append(key)
-
-    def touch_all(self) -> None:
-        """Every value's view may have changed: build them all again at the next read."""
-        self.fresh = list(self.views)
-
-    def viewed(self, view_of: Callable[[Any], Any]) -> dict[Any, Any]:
-        """Each value's view, by key, in the dict's order (live: copy it to keep it)."""
-        views = self.views
-        for key in self.fresh:
-            if key in views:
-                views[key] = view_of(dict.__getitem__(self, key))
-        self.fresh.clear()
-        return views
-
-    def _refuse(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError("this dict changes by item only (set, del, pop)")
-
-    update = popitem = clear = __ior__ = _refuse  # type: ignore[assignment]
-
-
 class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch):
-    #: ``view`` keeps each task's view until the engine touches the task (``_Viewed``); an engine
+    #: ``view`` keeps each task's view until the engine touches the task (``ViewedDict``); an engine
     #: whose tasks' views also change elsewhere (a cluster's, where other engines finish their
     #: stages) sets this False
     cache_task_views = True
@@ -153,12 +101,12 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch)
         self.evictable_tokens = 0
         self.tasks: dict[str, TaskState] = {}
         #: arrived, not finished (each task's view kept until a stage of it finishes or, online,
-        #: becomes ready: ``_Viewed.touch``)
-        self.active_tasks: _Viewed = _Viewed()
+        #: becomes ready: ``ViewedDict.touch``)
+        self.active_tasks: ViewedDict = ViewedDict()
         self.finished_tasks = 0
         self.requests: dict[str, Request] = {}
         #: insertion-ordered (a waiting request's view does not change while it waits)
-        self.waiting: _Viewed = _Viewed()
+        self.waiting: ViewedDict = ViewedDict()
         self.prefill_queue: list[Request] = []
         self.decoding: dict[str, Request] = {}
         self._arrivals = list(trace.tasks)
