@@ -308,3 +308,34 @@ def pinned_digest(router: str, policy: str) -> str:
 @pytest.mark.parametrize("router, policy", list(PINNED))
 def test_cluster_results_are_pinned(router, policy):
     assert pinned_digest(router, policy) == PINNED[(router, policy)]
+
+
+def test_the_cluster_uses_only_the_engines_public_interface():
+    """The cluster's modules use the engine and its parts (docs/design.md, "Engine parts") through
+    their public names only: a ``_name`` is used only on ``self``, in a class that defines it."""
+    import ast
+    from pathlib import Path
+
+    import topas.cluster
+
+    def private(name: str) -> bool:
+        return name.startswith("_") and not name.startswith("__")
+
+    bad = []
+    for path in sorted(Path(topas.cluster.__file__).parent.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        in_class: set[int] = set()
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            nodes = list(ast.walk(cls))
+            own = {n.name for n in nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+            own |= {t.attr for n in nodes if isinstance(n, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+                    for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+                    if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self"}
+            for n in nodes:
+                if isinstance(n, ast.Attribute) and private(n.attr):
+                    in_class.add(id(n))
+                    if not (isinstance(n.value, ast.Name) and n.value.id == "self" and n.attr in own):
+                        bad.append(f"{path.name}:{n.lineno} {ast.unparse(n)}")
+        bad += [f"{path.name}:{n.lineno} {ast.unparse(n)}" for n in ast.walk(tree)
+                if isinstance(n, ast.Attribute) and private(n.attr) and id(n) not in in_class]
+    assert not bad, "private names used across classes: " + "; ".join(bad)

@@ -115,7 +115,7 @@ def test_request_priority_is_asked_once_per_request_when_it_reaches_the_schedule
 
 def test_the_default_policy_priority_is_zero_and_never_asks_for_a_view():
     sim = Simulator(pool_trace(), FCFS(), load_profile(), EngineConfig(kv_budget=56))
-    assert not sim._sets_priority
+    assert not sim.eviction.sets_priority
     sim.run()
     assert {r.priority for r in sim.requests.values()} == {0}
 
@@ -179,10 +179,10 @@ def test_the_strategy_pass_with_lrus_key_reproduces_the_lru_heaps(workload, poli
     heap = Simulator(p.trace, p.policy, p.cost, p.config, p.knowledge).run()
     q = prepare(Experiment(workload, policy, load=2.0, n_tasks=n))
     sim = Simulator(q.trace, q.policy, q.cost, dataclasses.replace(q.config, eviction="lfu"), q.knowledge)
-    sim._eviction = ScanLRU()  # (the tree built for a scanning strategy)
+    sim.eviction.strategy = ScanLRU()  # (the tree built for a scanning strategy)
     passes = []
-    settle = sim._settle_by_strategy
-    sim._settle_by_strategy = lambda deficit: (passes.append(deficit), settle(deficit))
+    strategy_pass = sim.eviction.strategy_pass
+    sim.eviction.strategy_pass = lambda deficit: (passes.append(deficit), strategy_pass(deficit))
     scan = sim.run()
     for t in ("tasks", "requests", "prefix_events", "timeline"):
         assert getattr(heap, t).equals(getattr(scan, t)), t
@@ -214,7 +214,7 @@ def test_a_dynamic_strategy_gets_the_view_before_each_pass_and_a_bound_the_futur
     ev.register_eviction(cls)
     sim = Simulator(pool_trace(), Z0(), load_profile(), EngineConfig(kv_budget=56, eviction=cls.name))
     sim.run()
-    seen = sim._eviction.seen
+    seen = sim.eviction.strategy.seen
     assert seen and all(t >= 40.0 for t, _ in seen)  # the pressure starts with t5
     futures = [f for _, f in seen]
     if cls.bound:
@@ -279,9 +279,9 @@ def test_hit_counts_rise_at_insertion_and_priorities_take_the_max_with_prompts_o
     insertion at priority + 1)."""
     sim = Simulator(pool_trace().head(3), Z0(), load_profile(), EngineConfig(kv_budget=56, eviction="priority"))
     sim.run()
-    root = sim._tree.roots["a"]
+    root = sim.segments.tree.roots["a"]
     x, y = root.children["X"], root.children["Y"]
-    assert (x.hit_count, y.hit_count, sim.prefixes["a"].hit_count) == (2, 1, 3)
+    assert (x.hit_count, y.hit_count, sim.memory.prefixes["a"].hit_count) == (2, 1, 3)
     outs = [n for n in (*x.children.values(), *y.children.values())]
     assert [n.hit_count for n in outs] == [1, 1, 1] and [n.priority for n in outs] == [5, 5, 5]
-    assert (x.priority, y.priority, sim.prefixes["a"].priority) == (6, 6, 6)
+    assert (x.priority, y.priority, sim.memory.prefixes["a"].priority) == (6, 6, 6)

@@ -305,41 +305,41 @@ def test_sglang_reserves_a_new_requests_whole_output_and_ignore_eos_requests_kee
     r.state, r.generated = WAITING, 0
     # add_one_req: max_new_tokens (with the first output token's slot, allocated at admission,
     # this is its strict extend_input_len + max_new_tokens < rem_total_tokens)
-    assert sim._reserve(r) == r.y
+    batch = sim.batch  # (the running batch reserves, by its config and new_token_ratio)
+    assert batch.reserve(r) == r.y
     r.state, r.generated = DECODE, 3
-    assert sim._reserve(r) == r.y - 3  # ignore_eos: ratio 1 while running
-    sim.config = replace(sim.config, ignore_eos=False)
-    assert sim._reserve(r) == int(sim.new_token_ratio * (r.y - 3))  # the early-EOS estimate
-    sim.config = replace(sim.config, full_output_reserve=False)
+    assert batch.reserve(r) == r.y - 3  # ignore_eos: ratio 1 while running
+    batch.config = replace(batch.config, ignore_eos=False)
+    assert batch.reserve(r) == int(batch.new_token_ratio * (r.y - 3))  # the early-EOS estimate
+    batch.config = replace(batch.config, full_output_reserve=False)
     r.state = WAITING
-    assert sim._reserve(r) == int(sim.new_token_ratio * (r.y - 3))  # the ratio for admissions too
+    assert batch.reserve(r) == int(batch.new_token_ratio * (r.y - 3))  # the ratio for admissions too
     # a stage's max_new_tokens, when the trace gives one, is what is reserved for
     r.max_new = r.y + 100
-    sim.config = replace(sim.config, full_output_reserve=True)
-    assert sim._reserve(r) == r.y + 100 - 3
+    batch.config = replace(batch.config, full_output_reserve=True)
+    assert batch.reserve(r) == r.y + 100 - 3
 
 
 def test_finished_kv_stays_cached_and_leaves_are_evicted_oldest_first():
     """Radix-cache LRU over leaves: an unreferenced prefix older than another agent's finished
     request is evicted first; a prefix with cached children is not a leaf."""
     sim = _sglang_sim()
-    a, b, c = (sim.prefixes[x] for x in ("chain3.A", "chain3.B", "chain3.C"))
+    memory = sim.memory
+    a, b, c = (memory.prefixes[x] for x in ("chain3.A", "chain3.B", "chain3.C"))
     for p, t in ((a, 1.0), (b, 3.0), (c, 0.5)):
-        sim._load(p)
+        memory.load(p)
         p.prefill_left, p.last_used = 0, t
-    sim.now = 2.0
+    sim.clock.now = 2.0
     # a finished request of C (time 2.0): C has a cached child, so C is not a leaf
-    heapq_push = __import__("heapq").heappush
-    heapq_push(sim._leaves, (2.0, 0, "chain3.C", 1000, 0, "t9/C", 0))  # ..., rid, priority
-    sim._cached_by_agent["chain3.C"] = sim.evictable_tokens = 1000
+    memory.cache_leaf("chain3.C", 1000, "t9/C")
     # pool: 3 x 4096 prefixes + 1000 cached = 13288; shrink the budget to need 1 token back
-    sim.budget = 13287
-    sim._settle()
+    memory.budget = 13287
+    sim.eviction.settle()
     assert not a.resident and b.resident and c.resident  # A (1.0) is the oldest leaf; C is no leaf
-    assert sim.evictable_tokens == 1000
-    sim.budget = 4096 + 1000 - 1  # now C's child (2.0) goes, then C (0.5) is a leaf and the oldest
-    sim._settle()
-    assert sim.evictable_tokens == 0 and not c.resident and b.resident
+    assert memory.evictable_tokens == 1000
+    memory.budget = 4096 + 1000 - 1  # now C's child (2.0) goes, then C (0.5) is a leaf and the oldest
+    sim.eviction.settle()
+    assert memory.evictable_tokens == 0 and not c.resident and b.resident
 
 
 def test_the_pool_stays_within_the_budget_with_finished_kv_cached():
@@ -353,13 +353,13 @@ def test_the_pool_stays_within_the_budget_with_finished_kv_cached():
     for pol in ("fcfs", "lpm", "topas"):
         sim = Simulator(tr, make_policy(pol), cost, EngineConfig(ignore_eos=True))
         worst = [0]
-        settle = sim._settle
+        settle = sim.eviction.settle
 
         def checked():
             settle()
-            worst[0] = max(worst[0], sim.prefix_tokens + sim.request_tokens + sim.evictable_tokens - sim.budget)
+            worst[0] = max(worst[0], sim.memory.overflow())
 
-        sim._settle = checked
+        sim.eviction.settle = checked
         r = sim.run()
         assert r.tasks["finish"].notna().all() and len(r.tasks) == 20, pol
         assert worst[0] <= 0, pol
@@ -387,19 +387,20 @@ def test_rank_disagreement_is_flagged_when_the_measurement_cannot_order_the_pair
 
 def test_a_managing_policys_eviction_leaves_a_computed_prefix_cached_and_a_reload_free():
     sim = _sglang_sim(policy="topas")
-    a, b = sim.prefixes["chain3.A"], sim.prefixes["chain3.B"]
+    memory = sim.memory
+    a, b = memory.prefixes["chain3.A"], memory.prefixes["chain3.B"]
     for p in (a, b):
-        sim._load(p)
+        memory.load(p)
     a.prefill_left = 0  # A computed; B still being prefilled
-    sim._evict(a)
-    sim._evict(b)
-    assert not a.resident and sim.evictable_tokens == a.tokens  # A: unpinned, still cached
-    assert not b.resident and not sim._ghost.get("chain3.B")  # B: never complete, dropped
-    sim.now = 5.0
-    sim._load(a)  # pinning it again: no prefill, and the next admission is a hit
-    assert a.resident and a.prefill_left == 0 and sim.evictable_tokens == 0
-    assert sim.prefix_events[-1][1:3] == ("chain3.A", "load_cached")
-    sim._load(b)
+    memory.evict(a)
+    memory.evict(b)
+    assert not a.resident and memory.evictable_tokens == a.tokens  # A: unpinned, still cached
+    assert not b.resident and not memory.cached_unpinned("chain3.B")  # B: never complete, dropped
+    sim.clock.now = 5.0
+    memory.load(a)  # pinning it again: no prefill, and the next admission is a hit
+    assert a.resident and a.prefill_left == 0 and memory.evictable_tokens == 0
+    assert memory.prefix_events[-1][1:3] == ("chain3.A", "load_cached")
+    memory.load(b)
     assert b.prefill_left == b.tokens  # recomputed
 
 

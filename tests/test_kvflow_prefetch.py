@@ -19,15 +19,15 @@ def kvflow_prefetcher(view):
 def run(tr, prefetch: bool, on_host: tuple[str, ...], policy: str = "lpm") -> Simulator:
     sim = Simulator(tr, make_policy(policy), ROUND_COST, EngineConfig(host_tier=True))
     for a in on_host:  # as if swapped out earlier
-        sim.prefixes[a].on_host = True
+        sim.memory.prefixes[a].on_host = True
     if prefetch:
-        sim._prefetcher = kvflow_prefetcher
+        sim.prefetch.prefetcher = kvflow_prefetcher
     sim.run()
     return sim
 
 
 def events(sim: Simulator, agent: str) -> list[tuple[float, str]]:
-    return [(round(t, 6), kind) for t, a, kind, _, _ in sim.prefix_events if a == agent]
+    return [(round(t, 6), kind) for t, a, kind, _, _ in sim.memory.prefix_events if a == agent]
 
 
 # chain A -> B: A decodes 2000 tokens (about 46 s); B's prefix (2000 tokens) is on host
@@ -67,13 +67,13 @@ def test_a_request_whose_prefix_is_loading_is_skipped_not_blocking_the_queue() -
 
 def test_a_loading_prefix_is_locked_and_not_matchable() -> None:
     sim = Simulator(ROOTS, make_policy("lpm"), ROUND_COST, EngineConfig(host_tier=True))
-    sim.prefixes["B"].on_host = True
-    sim._prefetcher = kvflow_prefetcher
+    sim.memory.prefixes["B"].on_host = True
+    sim.prefetch.prefetcher = kvflow_prefetcher
     sim.step()  # the arrival: the decision starts B's load and admits A
-    assert sim._loading == {"B": 0.001 + 4000 / 1000}
+    assert sim.prefetch.loading == {"B": 0.001 + 4000 / 1000}
     v = sim.view()
     assert v.prefixes["B"].resident and not v.prefixes["B"].in_tree
-    assert sim._locked(sim.prefixes["B"])
+    assert sim.memory.locked(sim.memory.prefixes["B"])
     assert "t/b" in sim.waiting
 
 
@@ -101,13 +101,14 @@ def test_the_host_link_serves_a_waiting_requests_load_before_queued_prefetches()
     tr = trace({"A": 100, "B": 1000, "C": 1000, "D": 1000}, [task("t", 0.0, stage("a", "A", 10, 5))])
     sim = Simulator(tr, make_policy("lpm"), ROUND_COST, EngineConfig(host_tier=True))
     for a in "BCD":
-        sim.prefixes[a].on_host = True
-    assert sim._prefetch((("B", 1), ("C", 2))) == 2  # B on the link (1.001 s), C queued
-    assert sim._prefetch((("D", 0),), demand=True) == 1  # queued ahead of C (priority 0 < 3)
-    assert sim._link_current == "B" and sim._loading == {"B": 1.001, "C": None, "D": None}
-    sim.now = 1.5  # past B's copy: D starts when B ended, C after D
-    sim._loads_done()
-    assert sim._link_current == "D" and sim._loading == {"C": None, "D": 1.001 + 1.001}
-    sim.now = 5.0
-    sim._loads_done()
-    assert sim._loading == {} and sim._link_current is None
+        sim.memory.prefixes[a].on_host = True
+    link = sim.prefetch
+    assert link.prefetch((("B", 1), ("C", 2))) == 2  # B on the link (1.001 s), C queued
+    assert link.prefetch((("D", 0),), demand=True) == 1  # queued ahead of C (priority 0 < 3)
+    assert link.on_link == "B" and link.loading == {"B": 1.001, "C": None, "D": None}
+    sim.clock.now = 1.5  # past B's copy: D starts when B ended, C after D
+    assert link.loads_done() == 1
+    assert link.on_link == "D" and link.loading == {"C": None, "D": 1.001 + 1.001}
+    sim.clock.now = 5.0
+    assert link.loads_done() == 2
+    assert link.loading == {} and link.on_link is None

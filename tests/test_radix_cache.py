@@ -126,9 +126,10 @@ class CheckedSimulator(Simulator):
 
     def step(self) -> bool:
         going = super().step()
-        own = sum(r.kv for r in self._running())
+        memory, tree = self.memory, self.segments.tree
+        own = sum(r.kv for r in self.batch.running())
         locked = unlocked = 0
-        stack = [n for root in self._tree.roots.values() for n in root.children.values()]
+        stack = [n for root in tree.roots.values() for n in root.children.values()]
         while stack:
             n = stack.pop()
             stack.extend(n.children.values())
@@ -136,14 +137,14 @@ class CheckedSimulator(Simulator):
                 locked += n.tokens
             else:
                 unlocked += n.tokens
-        ghosts = sum(p.tokens for a, p in self.prefixes.items() if self._ghost.get(a))
-        assert locked == self._tree.locked_tokens
-        assert self.request_tokens == own + locked  # a locked node counted once
-        assert self.evictable_tokens == unlocked + ghosts
-        assert sum(self._cached_by_agent.values()) == unlocked
-        for r in self._running():
+        ghosts = sum(p.tokens for a, p in memory.prefixes.items() if memory.cached_unpinned(a))
+        assert locked == tree.locked_tokens
+        assert memory.request_tokens == own + locked  # a locked node counted once
+        assert memory.evictable_tokens == unlocked + ghosts
+        assert sum(memory.cached_tokens(a) for a in memory.prefixes) == unlocked
+        for r in self.batch.running():
             assert all(n.alive and n.lock_ref > 0 for n in r.seg_nodes), f"{r.rid} uses an unlocked node"
-        assert self.prefix_tokens + self.request_tokens + self.evictable_tokens <= self.budget
+        assert memory.overflow() <= 0
         return going
 
 
@@ -155,7 +156,7 @@ def test_the_pool_accounts_for_the_tree_at_every_step(name, n, policy, options):
     sim = CheckedSimulator(t, make_policy(policy), load_profile(), EngineConfig(**options))
     res = sim.run()
     assert res.summary["n_tasks"] == n and res.tasks["finish"].notna().all()
-    assert sim._tree.peek_lru() is not None or sim.evictable_tokens == 0
+    assert sim.segments.tree.peek_lru() is not None or sim.memory.evictable_tokens == 0
 
 
 @pytest.mark.parametrize("policy", ["lpm", "fcfs"])

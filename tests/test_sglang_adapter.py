@@ -59,27 +59,28 @@ class Mirror(Simulator):
 
         policy.decide = capture
 
-    def _finish(self, r):
+    def stage_finished(self, r, view):
         self._finished.append((r.rid, r.y, self.now))
-        super()._finish(r)
+        super().stage_finished(r, view)
 
-    def _stop(self, r, by_engine):
+    def requeue(self, r, view, by_engine):
         assert not by_engine, "this scenario must not retract (the mirror reports only policy preemptions)"
-        super()._stop(r, by_engine)
+        super().requeue(r, view, by_engine)
 
     def _decide(self):
         snap = Snapshot(
             now=self.now,
             # (the plugin computes each reservation from SGLang's own state, Controller.reserve)
-            waiting=tuple(ReqSnap(rid, _meta(self, r), r.generated, 0, self._reserve(r))
+            waiting=tuple(ReqSnap(rid, _meta(self, r), r.generated, 0, self.batch.reserve(r))
                           for rid, r in self.waiting.items()),
-            running=tuple(ReqSnap(r.rid, _meta(self, r), r.generated, r.kv, self._reserve(r)) for r in self._running()),
-            kv_budget=self.budget, finished=tuple(self._finished),
+            running=tuple(ReqSnap(r.rid, _meta(self, r), r.generated, r.kv, self.batch.reserve(r))
+                          for r in self.batch.running()),
+            kv_budget=self.memory.budget, finished=tuple(self._finished),
             # what SGLang's radix tree holds: a prefix being computed is not in it yet
-            cached=frozenset(a for a, p in self.prefixes.items()
-                             if p.resident and p.prefill_left == 0 and a not in self._computing),
-            host=frozenset(a for a, p in self.prefixes.items() if p.on_host),
-            n_decoding=len(self.decoding),
+            cached=frozenset(a for a, p in self.memory.prefixes.items()
+                             if p.resident and p.prefill_left == 0 and a not in self.memory.computing),
+            host=frozenset(a for a, p in self.memory.prefixes.items() if p.on_host),
+            n_decoding=len(self.batch.decoding),
         )
         self._finished = []
         acts = self.adapter.step(snap, force=True)

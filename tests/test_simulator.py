@@ -27,7 +27,8 @@ from conftest import ROUND_COST as C
 from conftest import chain3_task, dag4_task, stage, task, trace
 from topas.engine.config import LEGACY_ENGINE, EngineConfig
 from topas.engine.metrics import WALL_CLOCK_KEYS, SimResult
-from topas.engine.simulator import SimulationStuck, Simulator, _Viewed, simulate
+from topas.engine.simulator import SimulationStuck, Simulator, simulate
+from topas.engine.view_cache import ViewedDict
 from topas.engine.view import Decision, EngineView, InfeasibleDecision
 from topas.policies.base import Policy
 from topas.policies.fcfs import FCFS
@@ -513,7 +514,7 @@ def test_a_viewed_dict_views_again_only_what_was_set_or_touched_and_forgets_what
         calls.append(v)
         return v.upper()
 
-    d = _Viewed()
+    d = ViewedDict()
     d["a"], d["b"] = "x", "y"
     assert d.viewed(view_of) == {"a": "X", "b": "Y"} and calls == ["x", "y"]
     d.touch("b")

@@ -49,49 +49,52 @@ class CheckedSimulator(Simulator):
         self.iterations = 0
         self.starts: dict[str, int] = {}
         self.finishes: dict[str, int] = {}
+        # the running batch's clock and lifecycle, checked (the batch is a part: wrapped here)
+        advance, start = self.batch.advance, self.batch.start
 
-    # -- time
-    def _advance(self, dt: float) -> None:
-        assert dt >= 0.0 and math.isfinite(dt), f"time step {dt} at t={self.now}"
-        before = self.now
-        super()._advance(dt)
-        assert self.now >= before
+        def checked_advance(dt: float) -> None:
+            assert dt >= 0.0 and math.isfinite(dt), f"time step {dt} at t={self.now}"
+            before = self.now
+            advance(dt)
+            assert self.now >= before
+
+        def checked_start(r, p, copy) -> None:
+            assert p.resident, f"{r.rid} admitted while its prefix {r.agent!r} is not resident"
+            for q in r.stage.parents:
+                parent = r.task.requests[q]
+                assert parent.state == DONE and parent.finish_time <= self.now, \
+                    f"{r.rid} admitted at {self.now} before its parent {q} finished"
+            self.starts[r.rid] = self.starts.get(r.rid, 0) + 1
+            start(r, p, copy)
+
+        self.batch.advance, self.batch.start = checked_advance, checked_start
 
     # -- lifecycle
-    def _start(self, r, p, copy) -> None:
-        assert p.resident, f"{r.rid} admitted while its prefix {r.agent!r} is not resident"
-        for q in r.stage.parents:
-            parent = r.task.requests[q]
-            assert parent.state == DONE and parent.finish_time <= self.now, \
-                f"{r.rid} admitted at {self.now} before its parent {q} finished"
-        self.starts[r.rid] = self.starts.get(r.rid, 0) + 1
-        super()._start(r, p, copy)
-
-    def _finish(self, r) -> None:
+    def stage_finished(self, r, view) -> None:
         assert r.generated == r.y, f"{r.rid} finishes with {r.generated} of {r.y} tokens"
         self.finishes[r.rid] = self.finishes.get(r.rid, 0) + 1
-        super()._finish(r)
+        super().stage_finished(r, view)
 
     # -- iterations
     def _prefill_iteration(self) -> None:
         self._tick()
         self._check_prefixes_held()
-        left = {r.rid: r.prefill_left for r in self.prefill_queue}
+        left = {r.rid: r.prefill_left for r in self.batch.prefill_queue}
         super()._prefill_iteration()
         # a request's chunk runs only on top of its complete prefix (a first-ever prefix load may
         # complete in the same iteration, ahead of the request's chunk); the engine skips the others
         for rid, before in left.items():
             r = self.requests[rid]
             if (r.state != PREFILL or r.prefill_left != before) and not r.own_prefix:
-                assert self.prefixes[r.agent].prefill_left == 0, \
+                assert self.memory.prefixes[r.agent].prefill_left == 0, \
                     f"{rid} prefilled while its prefix {r.agent!r} was still being computed"
         self._check_memory()
 
     def _decode_until_event(self) -> None:
         self._tick()
         self._check_prefixes_held()
-        for r in self.decoding.values():
-            p = self.prefixes[r.agent]
+        for r in self.batch.decoding.values():
+            p = self.memory.prefixes[r.agent]
             assert p.prefill_left == 0, f"{r.rid} decodes on a partially computed prefix {r.agent!r}"
         super()._decode_until_event()
         self._check_memory()
@@ -101,22 +104,23 @@ class CheckedSimulator(Simulator):
         assert self.iterations < MAX_ITERATIONS, "the simulation does not make progress"
 
     def _check_prefixes_held(self) -> None:
-        for r in self._running():
-            assert self.prefixes[r.agent].resident, f"{r.rid} runs without its prefix {r.agent!r} resident"
+        for r in self.batch.running():
+            assert self.memory.prefixes[r.agent].resident, f"{r.rid} runs without its prefix {r.agent!r} resident"
 
     def _check_memory(self) -> None:
-        resident = sum(p.tokens for p in self.prefixes.values() if p.resident)
-        running = list(self._running())
-        assert self.prefix_tokens == resident
-        assert self.request_tokens == sum(r.kv for r in running)
-        for a, p in self.prefixes.items():
+        m = self.memory
+        resident = sum(p.tokens for p in m.prefixes.values() if p.resident)
+        running = list(self.batch.running())
+        assert m.prefix_tokens == resident
+        assert m.request_tokens == sum(r.kv for r in running)
+        for a, p in m.prefixes.items():
             assert p.refcount == sum(1 for r in running if r.agent == a), f"refcount of {a!r}"
         for r in running:
             assert r.state in (PREFILL, DECODE)
-        assert self.evictable_tokens >= 0
-        assert self.prefix_tokens + self.request_tokens + self.evictable_tokens <= self.budget, (
-            f"KV over budget at t={self.now}: {self.prefix_tokens} prefix + {self.request_tokens} "
-            f"request + {self.evictable_tokens} cached tokens > {self.budget}")
+        assert m.evictable_tokens >= 0
+        assert m.prefix_tokens + m.request_tokens + m.evictable_tokens <= m.budget, (
+            f"KV over budget at t={self.now}: {m.prefix_tokens} prefix + {m.request_tokens} "
+            f"request + {m.evictable_tokens} cached tokens > {m.budget}")
 
 
 # ------------------------------------------------------------------------------- workloads

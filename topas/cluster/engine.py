@@ -1,12 +1,14 @@
 """One engine of a cluster: the single-GPU simulator, stepped from outside.
 
 :class:`ClusterEngine` subclasses :class:`topas.engine.simulator.Simulator` without changing its
-model: it has no task arrivals of its own (the cluster delivers each request it routes here),
-runs the single engine's own :meth:`~topas.engine.simulator.Simulator.step` per :meth:`step`,
-sends the requests its finishes make ready back to the cluster (which routes them, possibly to
-another engine), and bounds its closed-form decode runs by the earliest time another engine may
-deliver a request (:meth:`_next_event`). Idle, it waits for its own next delivery only
-(:meth:`_idle_until`), never past it to that horizon.
+model, through the simulator's public interface only (its hooks ``make_ready``,
+``stage_finished``, ``next_event``, ``idle_until``, ``view`` and ``step``, and its parts'
+methods): it has no task arrivals of its own (``routed``: the cluster delivers each request it
+routes here), runs the single engine's own :meth:`~topas.engine.simulator.Simulator.step` per
+:meth:`step`, sends the requests its finishes make ready back to the cluster (which routes them,
+possibly to another engine), and bounds its closed-form decode runs by the earliest time another
+engine may deliver a request (:meth:`next_event`). Idle, it waits for its own next delivery only
+(:meth:`idle_until`), never past it to that horizon.
 
 The cluster is seen through :class:`Cluster` (what the engine calls back), so this module does
 not import the cluster simulator.
@@ -15,7 +17,6 @@ not import the cluster simulator.
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import math
 from typing import Mapping, Protocol
 
@@ -24,7 +25,7 @@ from topas.engine.config import EngineConfig
 from topas.engine.entities import Request
 from topas.engine.knowledge import Knowledge
 from topas.engine.simulator import Simulator
-from topas.engine.view import EngineView
+from topas.engine.view import EngineView, RequestView
 from topas.policies.base import Policy
 from topas.workload.model import Trace
 
@@ -51,21 +52,17 @@ class ClusterEngine(Simulator):
                  config: EngineConfig | None = None, knowledge: Knowledge | None = None) -> None:
         # tasks arrive at the cluster, not here: the engine gets the trace's agents and no tasks
         # (the cluster validates the whole trace once, against the smallest engine; the engine
-        # checks its first task against its own budget, since a trace without tasks is refused)
-        super().__init__(trace.head(1), policy, cost, config, knowledge)
-        self.trace = trace.head(0)
-        self._arrivals = []
-        if self.config.radix_cache and self.config.segment_cache and trace.has_segments:
-            self._tree = self._new_tree()  # (the empty trace above has no segments to tell)
+        # checks its first task against its own budget)
+        super().__init__(trace, policy, cost, config, knowledge, routed=True)
         self.index = index
         self.cluster = cluster
         self._local: dict[str, int] = {}  # task id -> its requests routed here and not finished
-        self._prefix_len = {a: p.tokens for a, p in self.prefixes.items()}  # l_a (fixed for a run)
+        self._prefix_len = {a: p.tokens for a, p in self.memory.prefixes.items()}  # l_a (fixed for a run)
         # (pending_time, emit_bound) change only when this engine steps or receives a request
         # (_touch: the cluster re-reads them then)
         self._times: tuple[float, float] | None = None
-        # the prefixes held / resident change only with a prefix event (Simulator._load, _drop,
-        # _drop_ghost each record one): cached per number of prefix events seen
+        # the prefixes held / resident change only with a prefix event (each KVMemory load and
+        # eviction records one): cached per number of prefix events seen
         self._held: tuple[int, frozenset[str]] = (-1, frozenset())
         self._resident: tuple[int, frozenset[str]] = (-1, frozenset())
 
@@ -76,8 +73,8 @@ class ClusterEngine(Simulator):
     # ------------------------------------------------------------------ delivery
     def deliver(self, r: Request, t: float) -> None:
         """``r`` became ready at ``t`` and was routed here: it reaches this scheduler after the
-        request path (as ``Simulator._make_ready``), always through the delayed heap, so an
-        engine whose clock is behind ``t`` does not see it early."""
+        request path (``RequestPath.send``, as ``Simulator.make_ready``), always on that path, so
+        an engine whose clock is behind ``t`` does not see it early."""
         self._touch()
         ts = r.task
         tid = ts.task.id
@@ -85,17 +82,15 @@ class ClusterEngine(Simulator):
         self.tasks.setdefault(tid, ts)
         self.active_tasks.setdefault(tid, ts)
         self._local[tid] = self._local.get(tid, 0) + 1
-        delay = self._half_latency if not r.stage.parents else 2 * self._half_latency
-        self._seq += 1
-        heapq.heappush(self._delayed, (t + delay, self._seq, r))
+        self.path.send(r, t)
 
-    def _make_ready(self, r: Request, t: float) -> None:
+    def make_ready(self, r: Request, t: float) -> None:
         self.cluster.ready(r, t)  # a parent finished here: the router decides where r runs
 
-    def _finish(self, r: Request) -> None:
+    def stage_finished(self, r: Request, view: RequestView) -> None:
         # the response reaches the router before the client sends the children
         self.cluster.responded(r, self)
-        super()._finish(r)
+        super().stage_finished(r, view)
         tid = r.task.task.id
         self._local[tid] -= 1
         if not self._local[tid]:  # none of its requests is here any more: this engine stops showing it
@@ -121,14 +116,13 @@ class ClusterEngine(Simulator):
     def _own_next(self) -> float | None:
         """This engine's next delivery or, with KVFlow's prefetch, the end of its host copy in
         progress (``topas.engine.prefetch``), whichever comes first (None: neither)."""
-        own = self._delayed[0][0] if self._delayed else None
-        if self._link_current is not None:
-            t = self._next_load()
-            if own is None or t < own:
-                own = t
+        own = self.path.next_delivery()
+        t = self.prefetch.next_load()
+        if t is not None and (own is None or t < own):
+            own = t
         return own
 
-    def _next_event(self) -> float | None:
+    def next_event(self) -> float | None:
         own = self._own_next()
         h = self.cluster.horizon(self)
         if h < INF and (own is None or h < own):
@@ -136,7 +130,7 @@ class ClusterEngine(Simulator):
         return own
 
     def busy(self) -> bool:
-        return bool(self.prefill_queue or self.decoding or self._pending_prefix_prefill())
+        return bool(self.batch.prefill_queue or self.batch.decoding or self.memory.prefix_prefill_pending())
 
     def times(self) -> tuple[float, float]:
         """(:meth:`pending_time`, :meth:`emit_bound`), computed once per change of this engine."""
@@ -157,27 +151,28 @@ class ClusterEngine(Simulator):
 
     def _compute_times(self) -> tuple[float, float]:
         now = self.now
-        prefilling = bool(self.prefill_queue) or self._pending_prefix_prefill()
+        decoding = self.batch.decoding
+        prefilling = bool(self.batch.prefill_queue) or self.memory.prefix_prefill_pending()
         own = self._own_next()
         delivery = own if own is not None else INF
-        if prefilling or self.decoding or delivery <= now or (self.waiting and (not self._idle_retry or self._dirty)):
+        if prefilling or decoding or delivery <= now or self.decision_pending():
             pending = now
         else:
             pending = max(now, delivery) if delivery < INF else INF
         if prefilling or (self.waiting and pending == now):
             return pending, now
         bound = delivery
-        if self.decoding:
+        if decoding:
             # one pass for the batch's fewest steps to a finish and its total context (prefixes
-            # counted once per request, as Simulator._decode_until_event counts them)
+            # counted once per request, as Batch.decode_until_event counts them)
             prefix_len = self._prefix_len
             steps, kv0 = None, 0
-            for r in self.decoding.values():
+            for r in decoding.values():
                 kv0 += prefix_len[r.agent] + r.kv
                 left = r.y - r.generated
                 if steps is None or left < steps:
                     steps = left
-            bound = min(bound, now + self.cost.decode_steps_time(len(self.decoding), kv0, max(steps, 1)))
+            bound = min(bound, now + self.cost.decode_steps_time(len(decoding), kv0, max(steps, 1)))
         return pending, (max(now, bound) if bound < INF else INF)
 
     def step(self) -> bool:
@@ -190,7 +185,7 @@ class ClusterEngine(Simulator):
         finally:
             self._touch()
 
-    def _idle_until(self) -> float | None:
+    def idle_until(self) -> float | None:
         # an idle engine waits for its own next delivery only: the cluster's horizon (another
         # engine's possible finish) may deliver nothing, and the cluster steps that engine first
         return self._own_next()
@@ -198,14 +193,16 @@ class ClusterEngine(Simulator):
     def held_prefixes(self) -> frozenset[str]:
         """Agents whose prefix KV is on this GPU: resident (pinned, or in the radix cache) or
         unpinned but still cached."""
-        n = len(self.prefix_events)
+        memory = self.memory
+        n = len(memory.prefix_events)
         if self._held[0] != n:
-            self._held = (n, frozenset(a for a, p in self.prefixes.items() if p.resident or self._ghost.get(a, False)))
+            self._held = (n, frozenset(a for a, p in memory.prefixes.items()
+                                       if p.resident or memory.cached_unpinned(a)))
         return self._held[1]
 
     def view_resident(self) -> frozenset[str]:
         """Agents whose prefix is resident (what ``EngineView.resident`` shows this engine's policy)."""
-        n = len(self.prefix_events)
+        n = len(self.memory.prefix_events)
         if self._resident[0] != n:
-            self._resident = (n, frozenset(a for a, p in self.prefixes.items() if p.resident))
+            self._resident = (n, frozenset(a for a, p in self.memory.prefixes.items() if p.resident))
         return self._resident[1]

@@ -26,13 +26,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from topas.engine.metrics import WALL_CLOCK_KEYS, SimResult, build_result
+from topas.engine.metrics import WALL_CLOCK_KEYS, RunRecords, SimResult, build_result
 
 CLUSTER_WALL_CLOCK_KEYS = (*WALL_CLOCK_KEYS, "routing_wall_s")
 
@@ -98,21 +97,21 @@ def build_cluster_result(sim: Any, wall_seconds: float) -> ClusterResult:
     """The result of a finished :class:`topas.cluster.simulator.ClusterSimulator` ``sim`` (its
     engines' tables merged, each engine's own result kept)."""
     engines = sim.engines
-    per_engine = [build_result(e, wall_seconds=0.0) for e in engines]
+    per_engine = [build_result(e.records(), wall_seconds=0.0) for e in engines]
     for r, e in zip(per_engine, engines):
         r.summary["engine"] = e.index
     decisions = sorted((d for e in engines for d in e.decisions), key=lambda d: d[0])
-    events = sorted((ev for e in engines for ev in e.prefix_events), key=lambda ev: ev[0])
-    shim = SimpleNamespace(
-        tasks=sim.tasks, requests=sim.requests, prefixes=engines[0].prefixes, prefix_events=events,
+    events = sorted((ev for e in engines for ev in e.memory.prefix_events), key=lambda ev: ev[0])
+    records = [e.records() for e in engines]
+    whole = build_result(RunRecords(
+        tasks=sim.tasks, requests=sim.requests, prefixes=engines[0].memory.prefixes, prefix_events=events,
         timeline=[], decisions=decisions, policy=engines[0].policy,
-        decode_batch_area=sum(e.decode_batch_area for e in engines),
-        decode_steps=sum(e.decode_steps for e in engines), busy_time=sum(e.busy_time for e in engines),
-        budget=sum(e.budget for e in engines),
-        dup_copies=sum(e.dup_copies for e in engines), dup_tokens=sum(e.dup_tokens for e in engines),
-        preempt_unused=sum(e.preempt_unused for e in engines),
-    )
-    whole = build_result(shim, wall_seconds)  # type: ignore[arg-type]
+        decode_batch_area=sum(r.decode_batch_area for r in records),
+        decode_steps=sum(r.decode_steps for r in records), busy_time=sum(r.busy_time for r in records),
+        budget=sum(r.budget for r in records),
+        dup_copies=sum(r.dup_copies for r in records), dup_tokens=sum(r.dup_tokens for r in records),
+        preempt_unused=sum(r.preempt_unused for r in records),
+    ), wall_seconds)
     s = whole.summary
 
     def tagged(name: str) -> pd.DataFrame:
@@ -148,7 +147,7 @@ def build_cluster_result(sim: Any, wall_seconds: float) -> ClusterResult:
     cols = ("n_requests", "busy_time", "kv_util_mean", "avg_decode_batch", "decode_steps", "prefix_hits",
             "prefix_loads_prefill", "prefix_loads_swap", "prefix_evictions", "retractions", "preemptions",
             "queue_time_mean", "n_decisions")
-    engines_table = pd.DataFrame([{"engine": e.index, "kv_budget": e.budget, **{c: r.summary[c] for c in cols},
+    engines_table = pd.DataFrame([{"engine": e.index, "kv_budget": e.memory.budget, **{c: r.summary[c] for c in cols},
                                    "prefixes_held_end": len(e.held_prefixes())}
                                   for r, e in zip(per_engine, engines)])
     return ClusterResult(

@@ -76,7 +76,7 @@ class ClusterSimulator:
                         enumerate(zip(policies, costs))]
         self._dirty = set(range(n))
         # every request must fit every engine it may be routed to
-        validate_trace(trace, kv_budget=min(e.budget for e in self.engines))
+        validate_trace(trace, kv_budget=min(e.memory.budget for e in self.engines))
         self.knowledge = knowledge or Knowledge()
         agents = trace.agents
         router.reset(n, seed, ClusterInfo(
@@ -128,7 +128,7 @@ class ClusterSimulator:
                 bar.update(self.finished_tasks - done)
                 done = self.finished_tasks
         bar.close()
-        add_reply_latency(self.tasks.values(), self.engines[0]._half_latency)  # once per task
+        add_reply_latency(self.tasks.values(), self.engines[0].path.half_latency)  # once per task
         return build_cluster_result(self, wall_seconds=_time.perf_counter() - wall0)
 
     def _arrive(self, t: float) -> None:
@@ -145,7 +145,7 @@ class ClusterSimulator:
     def ready(self, r: Request, t: float) -> None:
         """``r`` became ready at ``t``: the router picks its engine."""
         req = RouteRequest(rid=r.rid, task_id=r.task.task.id, stage_id=r.stage.id, agent=r.agent,
-                           prefix_tokens=self.engines[0].prefixes[r.agent].tokens, input_tokens=r.x, time=t,
+                           prefix_tokens=self.engines[0].memory.prefixes[r.agent].tokens, input_tokens=r.x, time=t,
                            task=r.task.view(self.knowledge.online))
         self.ready_at[r.rid] = t
         t0 = _time.perf_counter()
@@ -203,10 +203,11 @@ class ClusterSimulator:
         for i, st in enumerate(states):
             if st is None:
                 e = self.engines[i]
+                m = e.memory
                 states[i] = EngineState(index=i, in_flight=self.in_flight[i],
-                                        waiting=len(e.waiting) + len(e._delayed),
-                                        running=len(e.prefill_queue) + len(e.decoding),
-                                        kv_budget=e.budget, kv_used=e.prefix_tokens + e.request_tokens,
+                                        waiting=len(e.waiting) + e.path.on_way(),
+                                        running=e.batch.n_running(),
+                                        kv_budget=m.budget, kv_used=m.prefix_tokens + m.request_tokens,
                                         resident=e.view_resident())
         return list(states)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -52,9 +52,31 @@ def percentile(values: np.ndarray, q: float) -> float:
     return float(np.percentile(values, q)) if len(values) else float("nan")
 
 
-def build_result(sim: Any, wall_seconds: float) -> SimResult:
-    """The tables and summary of a finished :class:`topas.engine.simulator.Simulator` ``sim``
-    (``wall_seconds``: the run's wall time)."""
+@dataclass(frozen=True)
+class RunRecords:
+    """What a finished run recorded, gathered from the simulator's parts
+    (:meth:`topas.engine.simulator.Simulator.records`; a cluster sums its engines'): the input
+    of :func:`build_result`."""
+
+    tasks: Mapping[str, Any]  # task id -> TaskState
+    requests: Mapping[str, Any]  # rid -> Request
+    prefixes: Mapping[str, Any]  # agent -> Prefix
+    prefix_events: Sequence[tuple]
+    timeline: Sequence[tuple]
+    decisions: Sequence[tuple]
+    policy: Any
+    decode_batch_area: int
+    decode_steps: int
+    busy_time: float
+    budget: int
+    dup_copies: int
+    dup_tokens: int
+    preempt_unused: int
+
+
+def build_result(sim: RunRecords, wall_seconds: float) -> SimResult:
+    """The tables and summary of a finished run's records ``sim`` (``wall_seconds``: the run's
+    wall time)."""
     # built column by column (what pandas infers from a list of row dicts, at a fraction of the cost)
     states = list(sim.tasks.values())
     tasks = pd.DataFrame({

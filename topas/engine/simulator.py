@@ -27,31 +27,45 @@ if it is still cached) and an evict unpins it (it stays cached until the LRU tak
 Each behaviour that differs between readings of SGLang is an :class:`EngineConfig` switch whose
 default is stock SGLang's; the switches' docstrings cite the SGLang code they model.
 
+The engine is composed of parts, each owning its state and used through its methods
+(docs/design.md, "Engine parts"): the :class:`~topas.engine.clock.Clock`, the
+:class:`~topas.engine.request_path.RequestPath` (arrivals and requests on their way), the
+:class:`~topas.engine.memory.KVMemory` (the pool and the agent prefixes), the
+:class:`~topas.engine.segments.SegmentMemory` (the segment tree, with a ``topas.trace/2``
+trace), the :class:`~topas.engine.evict_pass.Eviction` (what goes), the
+:class:`~topas.engine.prefetch.Prefetch` (the host link), the
+:class:`~topas.engine.iterations.Batch` (the running batch and its iterations) and the
+:class:`~topas.engine.admission.Admission` (a decision applied, the admission walk). The
+:class:`Simulator` wires them and is the scheduler: it owns the waiting queue, the tasks and the
+decision points, and records the run.
+
 Deterministic: no randomness, no iteration over hash-ordered sets.
 """
 
 from __future__ import annotations
 
-import heapq
 import time as _time
-from typing import Any, Callable, Iterable
 
 from tqdm.auto import tqdm
 
+from topas.engine.admission import Admission
+from topas.engine.clock import Clock
 from topas.engine.config import EngineConfig
 from topas.engine.cost import CostModel
-from topas.engine.evict_pass import StrategyEviction
-from topas.engine.entities import (DECODE, PREFILL, WAITING, Prefix, Request, TaskState, add_reply_latency, roots,
+from topas.engine.entities import (PENDING, WAITING, Prefix, Request, TaskState, add_reply_latency, roots,
     start_task)
-from topas.engine.iterations import Iterations
+from topas.engine.evict_pass import Eviction
+from topas.engine.eviction import OfflineFuture, eviction_strategy
+from topas.engine.iterations import Batch
 from topas.engine.knowledge import Knowledge
 from topas.engine.memory import KVMemory
-from topas.engine.metrics import SimResult, build_result
+from topas.engine.metrics import RunRecords, SimResult, build_result
 from topas.engine.policy_api import PolicyAPI
 from topas.engine.prefetch import Prefetch
+from topas.engine.request_path import RequestPath
 from topas.engine.segments import SegmentMemory
-from topas.engine.view import (Decision, EngineView, InfeasibleDecision, PrefixView, admission_tokens, admit_cap,
-    within_caps)
+from topas.engine.view import Decision, EngineView, PrefixView, RequestView
+from topas.engine.view_cache import ViewedDict
 from topas.workload.model import Trace
 from topas.workload.validate import validate_trace
 
@@ -60,61 +74,11 @@ class SimulationStuck(RuntimeError):
     """The engine is idle with requests waiting and the policy admits none of them."""
 
 
-class _Viewed(dict):
-    """A dict that keeps each value's view, in the dict's order, built at the first read after
-    the value was set or :meth:`touch`-ed: an engine view then re-views only what changed."""
+class Simulator:
+    """One engine: its parts wired, and the scheduler that owns the waiting queue, the tasks and
+    the decision points (the module docstring)."""
 
-    __slots__ = ("views", "fresh")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.views: dict[Any, Any] = {}
-        self.fresh: list[Any] = []
-
-    def __setitem__(self, key: Any, value: Any) -> None:
-        super().__setitem__(key, value)
-        self.views[key] = None  # (an existing key keeps its place, as in the dict)
-        self.fresh.append(key)
-
-    def __delitem__(self, key: Any) -> None:
-        super().__delitem__(key)
-        del self.views[key]
-
-    def pop(self, key: Any, *default: Any) -> Any:
-        self.views.pop(key, None)
-        return super().pop(key, *default)
-
-    def setdefault(self, key: Any, default: Any = None) -> Any:
-        if key not in self:
-            self[key] = default
-        return dict.__getitem__(self, key)
-
-    def touch(self, key: Any) -> None:
-        """``key``'s view may have changed: build it again at the next read."""
-        if key in self.views:
-            self.fresh.append(key)
-
-    def touch_all(self) -> None:
-        """Every value's view may have changed: build them all again at the next read."""
-        self.fresh = list(self.views)
-
-    def viewed(self, view_of: Callable[[Any], Any]) -> dict[Any, Any]:
-        """Each value's view, by key, in the dict's order (live: copy it to keep it)."""
-        views = self.views
-        for key in self.fresh:
-            if key in views:
-                views[key] = view_of(dict.__getitem__(self, key))
-        self.fresh.clear()
-        return views
-
-    def _refuse(self, *args: Any, **kwargs: Any) -> None:
-        raise TypeError("this dict changes by item only (set, del, pop)")
-
-    update = popitem = clear = __ior__ = _refuse  # type: ignore[assignment]
-
-
-class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch):
-    #: ``view`` keeps each task's view until the engine touches the task (``_Viewed``); an engine
+    #: ``view`` keeps each task's view until the engine touches the task (``ViewedDict``); an engine
     #: whose tasks' views also change elsewhere (a cluster's, where other engines finish their
     #: stages) sets this False
     cache_task_views = True
@@ -126,7 +90,12 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch)
         cost: CostModel,
         config: EngineConfig | None = None,
         knowledge: Knowledge | None = None,
+        *,
+        routed: bool = False,
     ) -> None:
+        """``routed``: the engine of a cluster, whose router sends it each request
+        (:meth:`make_ready`, ``RequestPath.send``): it knows the trace's agents and segments, none
+        of its tasks (the first is checked against its budget; the cluster checks them all)."""
         self.config = cfg = config or EngineConfig()
         #: what the policy's view shows of output priors and DAGs (never what the engine runs)
         self.knowledge = knowledge or Knowledge()
@@ -135,95 +104,63 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch)
         if cfg.swap_bandwidth_scale != 1.0:
             cost = cost.with_swap_bandwidth_scale(cfg.swap_bandwidth_scale)
         self.cost = cost
-        self.budget = cost.kv_budget_tokens
-        self.chunk = cfg.max_prefill_tokens or cost.max_prefill_tokens
-        validate_trace(trace, kv_budget=self.budget)
-        self.trace = trace
+        budget = cost.kv_budget_tokens
+        validate_trace(trace.head(1) if routed else trace, kv_budget=budget)
+        self.trace = trace.head(0) if routed else trace
         self.policy = policy
         self.manages = policy.manages_prefixes
         policy.reset()
-        self._init_eviction()
+        strategy = eviction_strategy(cfg.eviction)
 
-        self.now = 0.0
-        self.prefixes: dict[str, Prefix] = {name: Prefix(agent=a) for name, a in trace.agents.items()}
-        self.prefix_tokens = 0  # resident prefixes
-        self.request_tokens = 0  # running requests' own KV
-        #: radix cache: cached KV that occupies the pool but is evictable and free to the
-        #: policy's view (finished requests' leaves, prefixes a managing policy unpinned)
-        self.evictable_tokens = 0
+        # the parts (docs/design.md, "Engine parts")
+        self.clock = clock = Clock()
+        self.path = RequestPath(() if routed else trace.tasks, cfg.request_latency_s)
+        self.memory = memory = KVMemory({name: Prefix(agent=a) for name, a in trace.agents.items()}, budget, cfg,
+                                        cost, clock, self.manages)
+        #: the segment tree below the agent prefixes (topas.trace/2 traces under the radix cache only)
+        self.segments = (SegmentMemory(memory, clock, heap=strategy.heap_fast_path, history=strategy.needs_history)
+                         if cfg.radix_cache and cfg.segment_cache and trace.has_segments else None)
+        self.eviction = Eviction(strategy, memory, self.segments, cfg, clock, policy, self.view, self.offline_future)
+        # background host -> GPU prefix loads: the kvflow strategy's, with a host tier
+        prefetcher = (strategy.prefetch_agents  # type: ignore[attr-defined]
+                      if cfg.host_tier and cfg.radix_cache and not self.manages and getattr(strategy, "prefetches", False)
+                      else None)
+        self.prefetch = Prefetch(memory, self.eviction, clock, cost, prefetcher)
+        memory.connect(self.segments, self.prefetch)
+        self.batch = Batch(cfg, cost, cfg.max_prefill_tokens or cost.max_prefill_tokens, clock, memory,
+                           self.segments, self.eviction, self, self.manages)
+
+        # the scheduler's own state
         self.tasks: dict[str, TaskState] = {}
         #: arrived, not finished (each task's view kept until a stage of it finishes or, online,
-        #: becomes ready: ``_Viewed.touch``)
-        self.active_tasks: _Viewed = _Viewed()
+        #: becomes ready: ``ViewedDict.touch``)
+        self.active_tasks: ViewedDict = ViewedDict()
         self.finished_tasks = 0
         self.requests: dict[str, Request] = {}
         #: insertion-ordered (a waiting request's view does not change while it waits)
-        self.waiting: _Viewed = _Viewed()
-        self.prefill_queue: list[Request] = []
-        self.decoding: dict[str, Request] = {}
-        self._arrivals = list(trace.tasks)
-        self._next_arrival = 0
-        self._pending_move_time = 0.0
-        self._dirty = False
+        self.waiting: ViewedDict = ViewedDict()
+        self._dirty = False  # something changed since the policy was last asked
         self._idle_retry = False
-        self._ratio_init = cfg.init_new_token_ratio
-        self._ratio_min = cfg.init_new_token_ratio * cfg.min_new_token_ratio_factor
-        self._ratio_decay = (self._ratio_init - self._ratio_min) / cfg.new_token_ratio_decay_steps
-        self.new_token_ratio = self._ratio_init
         self._steps_since_check = 0
-        self._seq = 0
-        # the request path: requests reach the scheduler later (heap of (time, seq, request))
-        self._half_latency = 0.5 * cfg.request_latency_s
-        self._delayed: list[tuple[float, int, Request]] = []
         # the admission gate (SGLang's running_batch.batch_is_full)
         self._batch_full = False
         self._gate_until_prefill = False  # set while the decode batch was empty: lifts after the prefill
-        # the radix cache
-        self._leaves: list[tuple[float, int, str, int, int, str]] = []  # (finish, seq, agent, kv, gen, rid)
-        self._cached_by_agent: dict[str, int] = {a: 0 for a in self.prefixes}
-        self._generation: dict[str, int] = {a: 0 for a in self.prefixes}  # bumped when a prefix goes
-        self._ghost: dict[str, bool] = {}  # prefixes a managing policy unpinned, still cached
-        self._merged: dict[str, str | None] = {}  # agent -> rid whose radix node holds the prefix
-        self._computing: set[str] = set()  # agents whose prefix a running request is computing
-        # overlap scheduler: prefixes computed by the last prefill, cached once the next batch is
-        # scheduled, and the requests whose duplicate copy of a prefix is freed then
-        self._cached_after_next: list[str] = []
-        self._free_after_next: list[Request] = []
-        self._settling = False
-        # the segment radix tree below the agent prefixes (topas.trace/2 traces only)
-        self._tree = (self._new_tree() if cfg.radix_cache and cfg.segment_cache and trace.has_segments
-                      else None)
-        self._tails: dict[str, tuple] = {}
-        self._insert_after_next: list[Request] = []
-        # background host -> GPU prefix loads (topas.engine.prefetch): the (agent, steps) to
-        # prefetch at a decision point, read from the view (None: no prefetch, the default engine);
-        # agent -> when its copy completes; the link's queue and its copy in progress
-        self._prefetcher: Callable[[EngineView], tuple[tuple[str, int], ...]] | None = None
-        if (cfg.host_tier and cfg.radix_cache and not self.manages
-                and getattr(self._eviction, "prefetches", False)):  # the kvflow strategy
-            self._prefetcher = self._eviction.prefetch_agents  # type: ignore[attr-defined]
-        self._loading: dict[str, float | None] = {}  # None: queued, not yet on the link
-        self._link_queue: list[tuple[int, int, str]] = []  # (priority, seq, agent)
-        self._link_current: str | None = None
-        self._protected: tuple[tuple[str, int], ...] = ()  # (agent, steps) due within L steps, nearest first
+        #: a policy's decisions applied (the admission walk)
+        self.admission = Admission(cfg, policy, self.waiting, self.requests, memory, self.batch, self.segments,
+                                   self.prefetch, self.eviction)
         # records
-        self.prefix_events: list[tuple] = []
         self.timeline: list[tuple] = []
         self.decisions: list[tuple] = []
-        self.decode_steps = 0
-        self.decode_batch_area = 0  # sum over decode steps of the batch size
-        #: requests started with their own copy of a prefix another request computes, and the
-        #: copies' tokens; preempted requests whose room the decision's admissions left unused
-        self.dup_copies = 0
-        self.dup_tokens = 0
-        self.preempt_unused = 0
-        self.busy_time = 0.0
+
+    @property
+    def now(self) -> float:
+        """The engine's clock (:attr:`clock`)."""
+        return self.clock.now
 
     # ------------------------------------------------------------------ main loop
     def run(self, progress: bool = False) -> SimResult:
-        n_tasks = len(self._arrivals)
         wall0 = _time.perf_counter()
-        bar = tqdm(total=n_tasks, desc=f"simulate {self.policy.name}", unit="task", disable=not progress)
+        bar = tqdm(total=self.path.n_tasks, desc=f"simulate {self.policy.name}", unit="task", disable=not progress)
         finished = 0
         while self.step():
             if self.finished_tasks != finished:
@@ -235,76 +172,128 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch)
                 f"requests (e.g. {next(iter(self.waiting))}) while the engine is idle at t={self.now:.6f}s"
             )
         bar.close()
-        add_reply_latency(self.tasks.values(), self._half_latency)
-        return build_result(self, wall_seconds=_time.perf_counter() - wall0)
+        add_reply_latency(self.tasks.values(), self.path.half_latency)
+        return build_result(self.records(), wall_seconds=_time.perf_counter() - wall0)
+
+    def records(self) -> RunRecords:
+        """What the run recorded, from the scheduler and its parts (``build_result``'s input)."""
+        b = self.batch
+        return RunRecords(
+            tasks=self.tasks, requests=self.requests, prefixes=self.memory.prefixes,
+            prefix_events=self.memory.prefix_events, timeline=self.timeline, decisions=self.decisions,
+            policy=self.policy, decode_batch_area=b.decode_batch_area, decode_steps=b.decode_steps,
+            busy_time=b.busy_time, budget=self.memory.budget, dup_copies=b.dup_copies, dup_tokens=b.dup_tokens,
+            preempt_unused=self.admission.preempt_unused)
 
     def step(self) -> bool:
         """One iteration of the engine: admit what arrived, let the policy decide, then run one
         prefill iteration, or decode until the next event, or (idle) ask the policy once more,
-        or wait for :meth:`_idle_until`. False when there is nothing left to do: idle, the
+        or wait for :meth:`idle_until`. False when there is nothing left to do: idle, the
         policy asked again, and nothing more reaches the engine."""
         self._admit_arrivals()
-        self._loads_done()
+        if self.prefetch.loads_done():
+            self._dirty = True
         if self._dirty and self.waiting:
             self._decide()
-        if self.prefill_queue or self._pending_prefix_prefill():
+        if self.batch.prefill_queue or self.memory.prefix_prefill_pending():
             self._prefill_iteration()
-        elif self.decoding:
+        elif self.batch.decoding:
             self._decode_until_event()
         elif self.waiting and not self._idle_retry:
             # Idle with requests waiting and nothing admitted: ask the policy once more (it can
             # see that nothing changed and fall back) before waiting for the next arrival.
-            self._process_last_batch()  # an idle iteration processes the last batch
+            self.batch.process_last_batch()  # an idle iteration processes the last batch
             self._idle_retry = True
             self._dirty = True
-        elif (t_next := self._idle_until()) is not None:
-            self._process_last_batch()
-            self.now = max(self.now, t_next)
+        elif (t_next := self.idle_until()) is not None:
+            self.batch.process_last_batch()
+            self.clock.wait_until(t_next)
             self._idle_retry = False
         else:
             return False
         return True
 
-    def _idle_until(self) -> float | None:
-        """How far an idle engine moves its clock: to :meth:`_next_event` (None: nothing more
+    def _prefill_iteration(self) -> None:
+        self.batch.prefill_iteration()
+        self._idle_retry = False
+        if self._gate_until_prefill:  # the prefill batch became the running batch: try again
+            self._gate_until_prefill = False
+            self._batch_full = False
+            self._dirty = True
+        self._record_timeline()
+
+    def _decode_until_event(self) -> None:
+        batch = self.batch
+        batch.process_last_batch()
+        if not batch.can_decode():
+            batch.out_of_memory()
+            return
+        recheck = self.waiting and not self._gated()  # a shut gate opens only at a finish (an event)
+        cap = None
+        if recheck:
+            cap = max(1, self.config.recheck_steps - self._steps_since_check)
+            if self._dirty:  # a prefix just entered the tree (prefix_entered_tree): decide after this step
+                cap = 1
+        n = batch.decode_until_event(cap, self.next_event())
+        self._idle_retry = False
+        if recheck:
+            self._steps_since_check += n
+            if self._steps_since_check >= self.config.recheck_steps:
+                self._dirty = True
+        self._record_timeline()
+
+    def _record_timeline(self) -> None:
+        if self.config.record_timeline:
+            m, b = self.memory, self.batch
+            self.timeline.append((self.clock.now, m.prefix_tokens, m.request_tokens, len(b.decoding),
+                                  len(b.prefill_queue), len(self.waiting), m.evictable_tokens))
+
+    def idle_until(self) -> float | None:
+        """How far an idle engine moves its clock: to :meth:`next_event` (None: nothing more
         comes). A cluster's engine waits for its own deliveries only, never past them to the
         cluster's horizon (:class:`topas.cluster.engine.ClusterEngine`)."""
-        return self._next_event()
+        return self.next_event()
 
-    def _next_event(self) -> float | None:
-        """When something next reaches the engine from outside: a task arrival or a request at the
-        end of its request path (None: never)."""
-        t = self._arrivals[self._next_arrival].arrival if self._next_arrival < len(self._arrivals) else None
-        if self._delayed and (t is None or self._delayed[0][0] < t):
-            t = self._delayed[0][0]
-        if self._loading and (t_load := self._next_load()) is not None and (t is None or t_load < t):
+    def next_event(self) -> float | None:
+        """When something next reaches the engine from outside: a task arrival, a request at the
+        end of its request path or a host copy completing (None: never)."""
+        t = self.path.next_arrival()
+        t_path = self.path.next_delivery()
+        if t_path is not None and (t is None or t_path < t):
+            t = t_path
+        if (t_load := self.prefetch.next_load()) is not None and (t is None or t_load < t):
             t = t_load
         return t
 
+    def decision_pending(self) -> bool:
+        """Requests wait and the policy has a decision to take (it was not just asked again with
+        nothing changed)."""
+        return bool(self.waiting) and (not self._idle_retry or self._dirty)
+
+    def offline_future(self) -> OfflineFuture:
+        """The run's true future, for an offline bound's eviction only (``EvictionStrategy.bound``)."""
+        return OfflineFuture(self.trace, self.clock.now, {rid: r.state for rid, r in self.requests.items()})
+
     # ------------------------------------------------------------------ arrivals and readiness
     def _admit_arrivals(self) -> None:
-        while self._next_arrival < len(self._arrivals) and self._arrivals[self._next_arrival].arrival <= self.now:
-            task = self._arrivals[self._next_arrival]
-            self._next_arrival += 1
+        now = self.clock.now
+        for task in self.path.arrived(now):
             ts = start_task(task)
             self.tasks[task.id] = ts
             self.active_tasks[task.id] = ts
             self.requests.update((r.rid, r) for r in ts.requests.values())
             for r in roots(ts):
-                self._make_ready(r, task.arrival)
-        while self._delayed and self._delayed[0][0] <= self.now:
-            t, _, r = heapq.heappop(self._delayed)
+                self.make_ready(r, task.arrival)
+        for t, r in self.path.delivered(now):
             self._enqueue(r, t)
 
-    def _make_ready(self, r: Request, t: float) -> None:
+    def make_ready(self, r: Request, t: float) -> None:
         """``r``'s parents finished (a root: its task arrived) at ``t``; it reaches the scheduler a
-        request path later (half of it for a root: the way in only)."""
-        delay = self._half_latency if not r.stage.parents else 2 * self._half_latency
-        if delay <= 0:
+        request path later (``RequestPath.delay``)."""
+        if self.path.delay(r) <= 0:
             self._enqueue(r, t)
         else:
-            self._seq += 1
-            heapq.heappush(self._delayed, (t + delay, self._seq, r))
+            self.path.send(r, t)
 
     def _enqueue(self, r: Request, t: float) -> None:
         r.ready_time = t
@@ -314,22 +303,55 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch)
             self.active_tasks.touch(r.task.task.id)  # its task now shows the stage
         self.waiting[r.rid] = r
         self._dirty = True
-        self._set_request_priority(r)
+        self.eviction.set_request_priority(r)
+
+    # ------------------------------------------------------------------ the batch's callbacks
+    def requeue(self, r: Request, view: RequestView, by_engine: bool) -> None:
+        """The batch stopped ``r`` (``view``: as it ran): it waits again."""
+        self.waiting[r.rid] = r
+        self._dirty = True
+        self._batch_full = False  # a request left the running batch
+        self.policy.on_preempt(view, self.clock.now, by_engine)
+
+    def stage_finished(self, r: Request, view: RequestView) -> None:
+        """``r`` finished (``view``: as it ran): its task progresses, its children become ready."""
+        now = self.clock.now
+        self._batch_full = False
+        ts = r.task
+        ts.done.add(r.stage.id)
+        ts.invalidate()
+        self.active_tasks.touch(ts.task.id)
+        self._dirty = True
+        for child in ts.task.children[r.stage.id]:
+            c = ts.requests[child]
+            if c.state == PENDING and all(q in ts.done for q in c.stage.parents):
+                self.make_ready(c, now)
+        if len(ts.done) == len(ts.task.stages):
+            ts.finish_time = now
+            del self.active_tasks[ts.task.id]
+            self.finished_tasks += 1
+        self.policy.on_finish(view, now, r.y)
+
+    def prefix_entered_tree(self, agent: str) -> None:
+        """``agent``'s prefix has just entered the radix tree: with ``recheck_on_insert``, ask the
+        policy again if a request of that agent waits (SGLang schedules at every iteration, so a
+        request held back while the prefix was computed is admitted at the next one)."""
+        if self.config.recheck_on_insert and any(r.agent == agent for r in self.waiting.values()):
+            self._dirty = True
 
     # ------------------------------------------------------------------ decisions
     def view(self) -> EngineView:
-        now = self.now
-        know = self.knowledge
+        """What the policy sees now (``topas.engine.view``)."""
+        now = self.clock.now
+        know, memory, batch = self.knowledge, self.memory, self.batch
+        computing = memory.computing
         prefixes = {
             a: PrefixView(a, p.tokens, know.prior(a, p.agent.expected_output_tokens), p.resident, p.on_host,
-                          p.refcount, p.last_used, self._ghost.get(a, False),
-                          p.resident and p.prefill_left == 0 and a not in self._computing
-                          and a not in self._loading,
-                          a in self._computing)
-            for a, p in self.prefixes.items()
+                          p.refcount, p.last_used, memory.cached_unpinned(a), memory.in_tree(a), a in computing)
+            for a, p in memory.prefixes.items()
         }
-        reserve = self._reserve
-        running = tuple(r.view(now, reserve(r)) for r in self._running())
+        reserve = batch.reserve
+        running = tuple(r.view(now, reserve(r)) for r in batch.running())
         if not self.config.full_output_reserve:
             self.waiting.touch_all()  # a waiting request's reservation follows new_token_ratio
         waiting = tuple(self.waiting.viewed(lambda r: r.view(now, reserve(r))).values())
@@ -338,224 +360,56 @@ class Simulator(KVMemory, Iterations, SegmentMemory, StrategyEviction, Prefetch)
         tasks = dict(self.active_tasks.viewed(lambda ts: ts.view(know.online)))
         return EngineView(
             time=now,
-            kv_budget=self.budget,
-            prefix_tokens=self.prefix_tokens,
-            request_tokens=self.request_tokens,
+            kv_budget=memory.budget,
+            prefix_tokens=memory.prefix_tokens,
+            request_tokens=memory.request_tokens,
             prefixes=prefixes,
             running=running,
             waiting=waiting,
             tasks=tasks,
             cost=self.cost,
-            decode_batch=len(self.decoding),
+            decode_batch=len(batch.decoding),
             host_tier=self.config.host_tier,
-            segment_match=self._seg_matches(),
+            segment_match=self.segments.matches(self.waiting) if self.segments is not None else {},
             prefill_prefix_sharing=self.config.prefill_prefix_sharing,
         )
-
-    def _running(self) -> Iterable[Request]:
-        yield from self.prefill_queue
-        yield from self.decoding.values()
 
     def _decide(self) -> None:
         self._dirty = False
         self._steps_since_check = 0
-        if self._prefetcher is not None:  # KVFlow's DispatchLoadTasks (after the walk), whatever the gate
-            self._protected = self._prefetcher(self.view())
+        prefetch = self.prefetch
+        if prefetch.enabled:  # KVFlow's DispatchLoadTasks (after the walk), whatever the gate
+            prefetch.plan(self.view())
         if self._gated():
-            if self._protected:
-                self._prefetch(self._protected)
+            prefetch.dispatch()
             return  # SGLang skips get_new_batch_prefill while batch_is_full
         self._batch_full = False
-        decode_empty = not self.decoding
+        decode_empty = not self.batch.decoding
         view = self.view()
         t0 = _time.perf_counter()
         decision = self.policy.decide(view)
         wall = _time.perf_counter() - t0
         admitted = self.apply(decision)
-        if self._protected:
-            self._prefetch(self._protected)
-        running = len(self.prefill_queue) + len(self.decoding)
+        prefetch.dispatch()
+        running = self.batch.n_running()
         if admitted < len(decision.admit) and 0 < running < self.config.max_running_requests:
             # add_one_req answered NO_TOKEN while something can run. Set on an empty running batch,
             # the flag goes with it once the prefill batch replaces it (get_next_batch_to_run).
             self._batch_full = True
             self._gate_until_prefill = decode_empty
         self.decisions.append(
-            (self.now, wall, len(view.waiting), len(view.running), len(decision.admit), admitted,
+            (self.clock.now, wall, len(view.waiting), len(view.running), len(decision.admit), admitted,
              len(decision.preempt), len(decision.evict), len(decision.load), dict(decision.info))
         )
 
     def _gated(self) -> bool:
         """Admission is shut (``batch_is_full``) while something runs."""
-        return self.config.admission_gate and self._batch_full and bool(self.prefill_queue or self.decoding)
+        return self.config.admission_gate and self._batch_full and bool(self.batch.prefill_queue or self.batch.decoding)
 
     def apply(self, d: Decision) -> int:
-        """Apply a Decision (validating it); returns the number of requests admitted."""
-        pname = self.policy.name
-        if not self.manages and (d.evict or d.load or (d.preempt and not self.policy.may_preempt)):
-            moves = "; ".join(f"{k} {tuple(v)!r}" for k, v in
-                              (("evict", d.evict), ("load", d.load), ("preempt", d.preempt)) if v)
-            raise InfeasibleDecision(
-                f"policy {pname!r} does not manage prefixes (manages_prefixes = False) but returned {moves}; "
-                "such a policy may only return an admit order (and preemptions if it declares may_preempt)"
-            )
-        if len(set(d.admit)) != len(d.admit):
-            dup = sorted({r for r in d.admit if d.admit.count(r) > 1})
-            raise InfeasibleDecision(f"policy {pname!r} admits {dup[0]} twice")
-        for rid in d.admit:
-            if rid not in self.waiting:
-                raise InfeasibleDecision(f"policy {pname!r} admits {rid}, which is not waiting")
-        # 1. preemptions
-        for rid in d.preempt:
-            r = self.requests.get(rid)
-            if r is None or r.state not in (PREFILL, DECODE):
-                raise InfeasibleDecision(f"policy {pname!r} preempts {rid}, which is not running")
-            if rid in d.admit:
-                raise InfeasibleDecision(f"policy {pname!r} both preempts and admits {rid}")
-        preempted = [(self.requests[rid], self.requests[rid].kv, self._reserve(self.requests[rid]))
-                     for rid in d.preempt]
-        for r, _, _ in preempted:
-            self._stop(r, by_engine=False)
-        # 2. evictions
-        for a in d.evict:
-            p = self._prefix(a, pname)
-            if not p.resident:
-                raise InfeasibleDecision(f"policy {pname!r} evicts prefix {a!r}, which is not resident")
-            if p.refcount:
-                raise InfeasibleDecision(
-                    f"policy {pname!r} evicts prefix {a!r}, used by {p.refcount} running request(s)"
-                )
-            self._evict(p)
-        # 3. loads
-        for a in d.load:
-            p = self._prefix(a, pname)
-            if p.resident:
-                raise InfeasibleDecision(f"policy {pname!r} loads prefix {a!r}, which is already resident")
-            if self.prefix_tokens + self.request_tokens + p.tokens > self.budget:
-                raise InfeasibleDecision(
-                    f"policy {pname!r} loads prefix {a!r} ({p.tokens} tokens) but only "
-                    f"{self.budget - self.prefix_tokens - self.request_tokens} of {self.budget} KV tokens are free"
-                )
-            self._load(p)
-        # 4. admissions, SGLang PrefillAdder style; then the allocation's evictions
-        admit = self._guarded(d.admit) if self.config.in_batch_guard else d.admit
-        admitted = self._admit(admit)
-        if preempted:
-            self._count_unused_preemptions(preempted, set(d.evict))
-        self._settle()
-        return admitted
-
-    def _guarded(self, admit: tuple[str, ...]) -> tuple[str, ...]:
-        """``admit`` under the in-batch guard (``EngineConfig.in_batch_guard``): the requests of an
-        agent past its :func:`~topas.engine.view.admit_cap` (one for a prefix not in the tree, none
-        while a request computes it) are held back for a later decision."""
-        keep, held = within_caps([self.waiting[rid] for rid in admit], self._admit_cap)
-        return tuple(r.rid for r in keep) if held else admit
-
-    def _admit_cap(self, agent: str) -> int | None:
-        """The engine's own :func:`~topas.engine.view.admit_cap` of ``agent`` (what the view shows)."""
-        p = self.prefixes[agent]
-        in_tree = p.resident and p.prefill_left == 0 and agent not in self._computing and agent not in self._loading
-        restorable = not p.resident and (p.on_host or self._ghost.get(agent, False))
-        return admit_cap(in_tree, agent in self._computing, restorable, self.config.prefill_prefix_sharing)
-
-    def _count_unused_preemptions(self, preempted: list[tuple[Request, int, int]], evicted: set[str]) -> None:
-        """Count the preempted requests whose room the admission walk left unused: in the order
-        preempted, each that would still fit, with its KV, its reservation and (if the decision
-        evicted it) its prefix, in what the walk left free (``PrefillAdder``'s remaining tokens)."""
-        left = self.budget - self.request_tokens - self._locked_prefix_tokens() - self._reserved()
-        counted: set[str] = set()
-        for r, kv, reserve in preempted:
-            need = kv + reserve
-            if r.agent in evicted and r.agent not in counted:
-                need += self.prefixes[r.agent].tokens
-            if need <= left:
-                left -= need
-                counted.add(r.agent)
-                self.preempt_unused += 1
-
-    def _admit(self, admit: tuple[str, ...]) -> int:
-        """Admit the (validated, waiting) requests of ``admit`` in order while they fit; stop at
-        the first that does not (``PrefillAdder.add_one_req``). Returns the number admitted."""
-        pname = self.policy.name
-        admitted = 0
-        reserved = self._reserved()
-        for rid in admit:
-            r = self.waiting[rid]
-            if len(self.prefill_queue) + len(self.decoding) >= self.config.max_running_requests:
-                break
-            if self._prefetcher is not None and self._skip_loading(r.agent):
-                continue  # its prefix is loading from host: skipped, not blocking the walk
-            p = self.prefixes[r.agent]
-            own_reserve = self._reserve(r)
-            if self.config.full_output_reserve and not admitted and not self.prefill_queue and not self.decoding:
-                # Our one departure from add_one_req's strict inequality: an idle engine admits a
-                # request that exactly fills the pool (the trace validator accepts l_a + x + y = B;
-                # SGLang would refuse it forever).
-                own_reserve = max(own_reserve - 1, 0)
-            if not p.resident:
-                if self.manages:
-                    raise InfeasibleDecision(
-                        f"policy {pname!r} admits {rid} but its prefix {r.agent!r} is not resident or loaded"
-                    )
-                # it computes the prefix itself: prefix + its prompt (+ the slot of its first token)
-                if not self._fits(p.tokens + admission_tokens(r.x, r.generated, own_reserve) + reserved, exclude=p):
-                    break
-                self._load(p)
-                copy = 0
-                matched = 0
-            else:
-                copy = self._prefix_copy(r, p)
-                # locking a cached prefix takes it out of the evictable KV (add_one_req checks again
-                # after _lock_node)
-                lock = p.tokens if self.config.radix_cache and not self._locked(p) else 0
-                matched = 0
-                if self._tree is not None and not copy and p.prefill_left == 0:
-                    _, matched, seg_lock = self._seg_match(r)
-                    lock += seg_lock
-                if not self._fits(lock + copy - matched + admission_tokens(r.x, r.generated, own_reserve) + reserved,
-                                  exclude=p):
-                    break
-            self._start(r, p, copy)
-            reserved += own_reserve
-            admitted += 1
-        return admitted
-
-    def _prefix_copy(self, r: Request, p: Prefix) -> int:
-        """Prefix tokens ``r`` must compute in its own prefill: the whole prefix while another
-        request is computing it (SGLang matched none of it), unless ``prefill_prefix_sharing``."""
-        if self.config.prefill_prefix_sharing or r.agent not in self._computing:
-            return 0
-        return p.tokens
-
-    def _fits(self, tokens: int, exclude: Prefix) -> bool:
-        """Whether ``tokens`` more fit in the pool. With the radix cache: beside everything locked
-        (running requests' KV, prefixes in use, pinned or being computed), evictable KV counting as
-        available, as ``PrefillAdder`` counts it. Without: in the free pool, after evicting
-        unreferenced prefixes (LRU) at once for a policy that does not manage them."""
-        if self.config.radix_cache:
-            return self.budget - self.request_tokens - self._locked_prefix_tokens() >= tokens
-        if self.budget - self.prefix_tokens - self.request_tokens >= tokens:
-            return True
-        return not self.manages and self._make_room(tokens, exclude=exclude)
-
-    def _locked_prefix_tokens(self) -> int:
-        if self.manages:
-            return self.prefix_tokens  # pinned
-        return sum(p.tokens for p in self.prefixes.values() if self._locked(p))
-
-    def _locked(self, p: Prefix) -> bool:
-        """A resident prefix that cannot be evicted: pinned by a managing policy, used by a running
-        request, or being computed."""
-        a = p.agent.name
-        return p.resident and (self.manages or bool(p.refcount or p.prefill_left) or a in self._computing
-                               or a in self._loading)
-
-    def _prefix(self, agent: str, pname: str) -> Prefix:
-        p = self.prefixes.get(agent)
-        if p is None:
-            raise InfeasibleDecision(f"policy {pname!r} names unknown agent prefix {agent!r}")
-        return p
+        """Apply a Decision (validating it); returns the number of requests admitted
+        (:meth:`Admission.apply`)."""
+        return self.admission.apply(d)
 
 
 def simulate(

@@ -1,0 +1,59 @@
+"""A dict that keeps each value's view: the engine's waiting requests and active tasks, whose
+views an :class:`~topas.engine.view.EngineView` shows, re-viewed only when they change."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+
+class ViewedDict(dict):
+    """A dict that keeps each value's view, in the dict's order, built at the first read after
+    the value was set or :meth:`touch`-ed: an engine view then re-views only what changed."""
+
+    __slots__ = ("views", "fresh")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.views: dict[Any, Any] = {}
+        self.fresh: list[Any] = []
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        super().__setitem__(key, value)
+        self.views[key] = None  # (an existing key keeps its place, as in the dict)
+        self.fresh.append(key)
+
+    def __delitem__(self, key: Any) -> None:
+        super().__delitem__(key)
+        del self.views[key]
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        self.views.pop(key, None)
+        return super().pop(key, *default)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return dict.__getitem__(self, key)
+
+    def touch(self, key: Any) -> None:
+        """``key``'s view may have changed: build it again at the next read."""
+        if key in self.views:
+            self.fresh.append(key)
+
+    def touch_all(self) -> None:
+        """Every value's view may have changed: build them all again at the next read."""
+        self.fresh = list(self.views)
+
+    def viewed(self, view_of: Callable[[Any], Any]) -> dict[Any, Any]:
+        """Each value's view, by key, in the dict's order (live: copy it to keep it)."""
+        views = self.views
+        for key in self.fresh:
+            if key in views:
+                views[key] = view_of(dict.__getitem__(self, key))
+        self.fresh.clear()
+        return views
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("this dict changes by item only (set, del, pop)")
+
+    update = popitem = clear = __ior__ = _refuse  # type: ignore[assignment]
