@@ -96,7 +96,8 @@ def topas_split(trace, cost) -> dict[str, float]:
         out = search(self)
         spent["search"] += time.perf_counter() - t0
         for k, v in (("waiting", len(self.view.waiting)), ("running", len(self.view.running)), ("tasks", len(self.tasks)),
-                     ("pending", len(self.pending)), ("agents", len(self.view.prefixes)), ("sets", out[1]), ("decisions", 1)):
+                     ("pending", len(self.pending)), ("agents", len(self.view.prefixes)), ("sets", out[1]), ("decisions", 1),
+                     ("full", getattr(self, "_n_full", 0))):  # the compiled search's, beside the reference's _evaluate
             seen[k] += v
         return out
 
