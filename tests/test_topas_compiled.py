@@ -3,8 +3,9 @@
 pinned configuration (``tests/test_topas_pinned.py``) and a few more (the exhaustive search, local+
 on a large pool, a host tier), the two return the same plan (prefix set, admissions with their
 credits, preemptions, score and each term, the terms' Python types included) and count the same
-prefix sets; the reference alone still gives the pinned decisions; and the kernels' sum is
-Python's ``sum()`` on the interpreter that runs them."""
+prefix sets; the reference alone still gives the pinned decisions; a process loads the kernels
+only once its searches have cost as much; and the kernels' sum is Python's ``sum()`` on the
+interpreter that runs them."""
 
 from __future__ import annotations
 
@@ -59,6 +60,7 @@ def test_the_compiled_search_decides_as_the_reference_at_every_decision(name, mo
         return ref, n_ref
 
     monkeypatch.setattr(topas_search_compiled, "ENABLED", True)
+    monkeypatch.setattr(topas_search_compiled, "LOAD_AFTER_S", 0.0)
     monkeypatch.setattr(CompiledSearch, "search", both)
     run_experiment(exp)
     if exp.policy != "topas-request-only":  # which orders requests, no search
@@ -86,7 +88,24 @@ def test_the_kernels_sum_is_pythons_sum_on_this_interpreter():
         assert repr(got) == repr(want), xs
 
 
+def test_a_process_searches_with_the_reference_until_its_searches_cost_more_than_loading(monkeypatch):
+    monkeypatch.setattr(topas_search_compiled, "_kernel", None)
+    monkeypatch.setattr(topas_search_compiled, "_reference_s", 0.0)
+    monkeypatch.setattr(topas_search_compiled, "LOAD_AFTER_S", float("inf"))
+    compiled_runs = []
+    load = topas_search_compiled.load
+    monkeypatch.setattr(topas_search_compiled, "load", lambda: compiled_runs.append(1) or load())
+    exp = Experiment("dag-4", "topas", {}, load=1.0, seed=0, n_tasks=8)
+    first = run_experiment(exp)
+    assert not compiled_runs and topas_search_compiled._kernel is None and topas_search_compiled._reference_s > 0
+    monkeypatch.setattr(topas_search_compiled, "LOAD_AFTER_S", 0.0)
+    second = run_experiment(exp)
+    assert compiled_runs and topas_search_compiled._kernel is not None
+    assert first.decisions.drop(columns="wall_s").equals(second.decisions.drop(columns="wall_s"))
+
+
 def test_a_decision_with_more_agents_than_a_bitmask_holds_runs_the_reference(monkeypatch):
+    monkeypatch.setattr(topas_search_compiled, "LOAD_AFTER_S", 0.0)
     monkeypatch.setattr(topas_search_compiled, "MAX_AGENTS", 1)
     calls = []
     reference = PrefixSearch.search

@@ -73,7 +73,7 @@ Arrays = namedtuple("Arrays", "ai af ri rf busy_agent busy_start ci cf pi parent
 Scratch = namedtuple("Scratch", "rows pre_task used seen counts moved")
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always")
 def py_sum_add(f, c, x, compensated):
     """One step of Python's ``sum()`` over floats: ``(total, compensation)`` after adding ``x``."""
     if not compensated:
@@ -86,7 +86,7 @@ def py_sum_add(f, c, x, compensated):
     return t, c
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always")
 def py_sum_end(f, c, compensated):
     """Python's ``sum()`` over floats once every item is added."""
     if compensated and c != 0.0 and np.isfinite(c):
@@ -94,7 +94,7 @@ def py_sum_end(f, c, compensated):
     return f
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always")
 def preempted_rows(busy_agent, busy_start, mask, rows):
     """The running requests R' preempts (those of the busy agents it drops, in the order
     preemptions are listed) into ``rows``; their number."""
@@ -107,7 +107,7 @@ def preempted_rows(busy_agent, busy_start, mask, rows):
     return n
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always")
 def credits_of(rf, rows, n, compensated):
     """``sum(lambda_r)`` over the first ``n`` of ``rows`` (J_revoke's sum)."""
     f = c = 0.0
@@ -116,7 +116,7 @@ def credits_of(rf, rows, n, compensated):
     return py_sum_end(f, c, compensated)
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always")
 def generated_of(ri, rows, n):
     """``sum(y_r)`` over the first ``n`` of ``rows`` (J_redo's, integers)."""
     total = 0
@@ -125,7 +125,7 @@ def generated_of(ri, rows, n):
     return total
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always")
 def bound(density, ci, cf, af, ri, rf, si, sf, mask, free, pre_task, rows, n_pre, move_sum, compensated):
     """``_bound``: an upper bound of Score(R', Q') for every Q' GREEDYPACK can pick, in the
     reference's order of operations."""
@@ -156,7 +156,7 @@ def bound(density, ci, cf, af, ri, rf, si, sf, mask, free, pre_task, rows, n_pre
     return b
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always")
 def greedypack(ai, ci, cf, K, mask, free, pre_task, admitted, used):
     """GREEDYPACK(R') (``_pack``, ``force=False``): admit by largest gain while the budget, K and
     the in-batch guard allow; the admitted candidates into ``admitted``, their number."""
@@ -186,7 +186,7 @@ def greedypack(ai, ci, cf, K, mask, free, pre_task, admitted, used):
     return n
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always")
 def j_admit(cf, admitted, n_adm, compensated):
     """J_admit: the sum of the admitted requests' gains, in admission order."""
     f = c = 0.0
@@ -195,7 +195,7 @@ def j_admit(cf, admitted, n_adm, compensated):
     return py_sum_end(f, c, compensated)
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always")
 def tasks_in(ri, ci, task_running, run_tasks, rows, n_pre, admitted, n_adm, seen):
     """|T_in| (``_tasks_in``): the tasks with a request in Q' (running and kept, or admitted)."""
     kept = run_tasks
@@ -216,7 +216,7 @@ def tasks_in(ri, ci, task_running, run_tasks, rows, n_pre, admitted, n_adm, seen
     return kept
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always")
 def j_redo(busy_agent, busy_start, ri, rf, cf, si, sf, mask, rows, n_pre, admitted, n_adm, compensated):
     """J_redo of the preempted requests: ``T_decode * sum(y_r)`` (``decode``), or one prefill
     each after the re-wait, the earliest expected finish in Q' (``reprefill``)."""
@@ -245,7 +245,7 @@ def j_redo(busy_agent, busy_start, ri, rf, cf, si, sf, mask, rows, n_pre, admitt
     return prefills + py_sum_end(f, c, compensated)
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always")
 def v_reuse(ai, af, pi, parent_ptr, parent_idx, beta, first_cand, mask, rows, n_pre, admitted, n_adm, counts, moved,
             compensated):
     """V_reuse = beta * sum over a in R' of n_a(t) * reload_a, n_a(t) for Q' counted by delta from
@@ -276,7 +276,7 @@ def v_reuse(ai, af, pi, parent_ptr, parent_idx, beta, first_cand, mask, rows, n_
     return beta * py_sum_end(f, c, compensated), any_counted
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always")
 def evaluate(d, w, mask, tokens, floor, has_floor, admitted, out):
     """Score R' (``_evaluate``: the plan of prefix set ``mask``, ``tokens`` its l_a summed; ``w``
     the work rows, :class:`Scratch`).
@@ -336,7 +336,7 @@ def evaluate(d, w, mask, tokens, floor, has_floor, admitted, out):
     return 1, n_pre, n_adm, reuse_any
 
 
-@njit(cache=True)
+@njit
 def scratch_for(d):
     """:func:`evaluate`'s work rows (:class:`Scratch`) for the decision ``d``."""
     n_tasks = len(d.task_running)
@@ -344,7 +344,7 @@ def scratch_for(d):
                    np.zeros(n_tasks, np.int64), np.zeros(d.ai.shape[0], np.int64), np.zeros(d.pi.shape[0], np.int64))
 
 
-@njit(cache=True)
+@njit
 def by_density(ci, cf):
     """The candidates with a positive gain, by gain per token (``_by_density``: a stable sort on
     ``-gain / need``, ``-inf`` for no demand)."""
@@ -362,7 +362,7 @@ def by_density(ci, cf):
     return keep[np.argsort(key, kind="mergesort")]
 
 
-@njit(cache=True)
+@njit
 def unpack(ints, floats):
     """The decision's :class:`Arrays` from the two arrays ``CompiledSearch._kernel_arrays`` lays
     out: the counts (agents, running requests, busy agents, candidates, pending stages, parent

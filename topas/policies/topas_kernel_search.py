@@ -15,10 +15,14 @@ screen's float sums ``w`` and ``A`` are covered in any order by the screen's mar
 
 One loop (:func:`search_kernel`) scores every set, each batch of sets (the current set, every
 subset, one neighbourhood) laid out as bitmasks first; the scoring is inlined into it
-(``topas_kernel_score``'s docstring says why).
+(``topas_kernel_score``'s docstring says why). numba caches it compiled on disk
+(:data:`cached_search_kernel`).
 """
 
 from __future__ import annotations
+
+import hashlib
+from pathlib import Path
 
 import numpy as np
 from numba import njit
@@ -65,7 +69,7 @@ _EMPTY = -1  # a free slot of the memo's table
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
-@njit(cache=True)
+@njit
 def screen_setup(d, per_agent, needs, gains_acc, dense_need, dense_gain, sc):
     """``_screen_setup``: each agent's share of a set's sums (``per_agent``: l_a, l_a + kept
     demand, running requests, 1 if a load, as integers; w_a and A_a in ``sums_f``), the fractional
@@ -139,7 +143,7 @@ def screen_setup(d, per_agent, needs, gains_acc, dense_need, dense_gain, sc):
     return sums_f
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always")
 def screen(needs, gains_acc, dense_need, dense_gain, sc, free, s_w, s_a):
     """``_screen``: the screen's upper bound of Score(R', Q') from a set's sums (``dense_*``: the
     candidates' demand and gain in ``density``'s order)."""
@@ -162,7 +166,7 @@ def screen(needs, gains_acc, dense_need, dense_gain, sc, free, s_w, s_a):
 
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always")
 def names_before(m1, m2):
     """``sorted(R1) < sorted(R2)`` for two sets as bitmasks (bit order = name order)."""
     while True:
@@ -177,7 +181,7 @@ def names_before(m1, m2):
         m2 ^= b
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always")
 def popcount(m):
     n = 0
     while m:
@@ -186,7 +190,7 @@ def popcount(m):
     return n
 
 
-@njit(cache=True)
+@njit
 def memo_grown(table):
     """The memo's table, twice as large (``memo_add``)."""
     cap = 2 * len(table)
@@ -200,7 +204,7 @@ def memo_grown(table):
     return bigger
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always")
 def memo_add(table, st, key):
     """Add ``key`` to the memo (an open-addressing hash set, kept at most half full by the
     caller: ``memo_grown``); False if it was there."""
@@ -215,7 +219,7 @@ def memo_add(table, st, key):
     return True
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always")
 def better(st, sc, score, n_pre, moves, mask):
     """``_better`` against the incumbent: a higher score; on a tie fewer preemptions, then fewer
     prefix moves, then the names in order."""
@@ -229,7 +233,7 @@ def better(st, sc, score, n_pre, moves, mask):
     return names_before(mask, st[ST_BEST_MASK])
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always")
 def scan(d, w, masks, n_masks, per_agent, sums_f, st, sc, table, needs, gains_acc, dense_need, dense_gain, admitted,
          out, best_admitted, best_out):
     """``_scan``: score each R' of ``masks[:n_masks]`` in order, each once; most are rejected from
@@ -280,7 +284,7 @@ def scan(d, w, masks, n_masks, per_agent, sums_f, st, sc, table, needs, gains_ac
     return improved, table
 
 
-@njit(cache=True)
+@njit
 def subsets(pool, must, masks):
     """Every R' = ``must`` + a subset of the pool into ``masks``, by size, each size in
     ``itertools.combinations`` order; how many."""
@@ -306,7 +310,7 @@ def subsets(pool, must, masks):
     return n
 
 
-@njit(cache=True)
+@njit
 def neighbourhood(hood, cur, inside, n_in, outside, n_out, masks):
     """``_neighbourhoods``' ``hood``-th neighbourhood of ``cur`` into ``masks`` (grown if short):
     0 add one (of ``outside``), 1 add two, 2 drop one (of ``inside``) then swaps, 3 drop two and
@@ -342,7 +346,7 @@ def neighbourhood(hood, cur, inside, n_in, outside, n_out, masks):
     return n, masks
 
 
-@njit(cache=True)
+@njit
 def search_kernel(ints, floats, admitted, out):
     """``PrefixSearch.search`` up to the liveness fallback, over the decision's arrays
     (:func:`unpack`): the best R', its admitted candidates in ``admitted`` and its terms and score
@@ -408,3 +412,32 @@ def search_kernel(ints, floats, admitted, out):
     out[:] = best_out
     return (st[ST_HAS_BEST] != 0, st[ST_BEST_MASK], st[ST_BEST_PRE], st[ST_BEST_ADMITTED], st[ST_BEST_REUSE] != 0,
             st[ST_SEEN], st[ST_FULL])
+
+
+def _cached(digest: str):
+    """:func:`search_kernel` behind the one function numba caches (on disk, beside this file):
+    numba keys a cached function by its own file only, so the kernels' sources' ``digest`` is a
+    variable of its closure, which numba's key includes: a change to either kernel file compiles
+    afresh, nothing stale is loaded (the others are not cached apart: they are compiled into it)."""
+
+    @njit(cache=True)
+    def cached_search_kernel(ints, floats, admitted, out):
+        if len(digest) == 0:  # never: ``digest`` is read so that it is part of the closure
+            return search_kernel(ints, floats, admitted, out)
+        return search_kernel(ints, floats, admitted, out)
+
+    return cached_search_kernel
+
+
+def _sources_digest() -> str:
+    h = hashlib.sha256()
+    for path in (Path(__file__), Path(__file__).with_name("topas_kernel_score.py")):
+        try:
+            h.update(path.read_bytes())
+        except OSError:  # no source beside the bytecode: numba's own key (this file's) is all there is
+            h.update(path.name.encode())
+    return h.hexdigest()
+
+
+#: The compiled search (:func:`search_kernel`), cached by numba across processes.
+cached_search_kernel = _cached(_sources_digest())

@@ -8,15 +8,19 @@ V_reuse of ``topas_terms``) is the reference: the compiled one makes the same de
 when :data:`ENABLED` is false (``TOPAS_SEARCH=reference`` in the environment), and for a decision
 with more agents than a bitmask holds.
 
-The first decision of a process imports numba and loads the kernels from numba's cache (their
-first compilation, once per machine and numba version, takes seconds: docs/design.md
-"Performance").
+Loading the kernels costs a process about 0.6 s of CPU once (numba's import and start-up, the
+kernels from numba's cache; their first compilation, once per machine, numba version and kernel
+source, about half a minute): a process searches with the reference until its searches have taken
+:data:`LOAD_AFTER_S` (the decisions are the same either way), so a short run never pays it and a
+long one pays it once it has spent as much (docs/design.md "Performance"). :func:`load` loads them
+at once (the benchmarks do).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Any
 
 import numpy as np
@@ -28,16 +32,25 @@ ENABLED = os.environ.get("TOPAS_SEARCH", "compiled") != "reference"
 #: Python's ``sum()`` over floats is Neumaier-compensated from CPython 3.12; the kernels do the same.
 COMPENSATED = sys.version_info >= (3, 12)
 MAX_AGENTS = 62  #: a prefix set is an int64 bitmask
+#: Seconds of reference search a process spends before it loads the kernels (see the docstring).
+LOAD_AFTER_S = 0.5
 _kernel: Any = None
+_reference_s = 0.0  # the reference's search time so far, until the kernels are loaded
 
 
-def _search_kernel() -> Any:
+def load() -> Any:
+    """The compiled search's kernel, loaded now (and run once, on a decision with nothing in it)
+    if it is not yet."""
     global _kernel
     if _kernel is None:
-        # numba (about 0.3 s to import) and the kernels (loaded from its cache) only once TOPAS
-        # searches, not at every import of topas
-        from topas.policies.topas_kernel_search import search_kernel
+        # numba (0.2 s to import, 0.4 s to start) only once TOPAS has searched for a while, not at
+        # every import of topas
+        from topas.policies.topas_kernel_score import N_SCALARS
+        from topas.policies.topas_kernel_search import cached_search_kernel as search_kernel
 
+        # no agents, no requests: the counts, the scalars, and the one offset of the busy agents'
+        # rows and of the parent links
+        search_kernel(np.zeros(8 + N_SCALARS + 2, np.int64), np.zeros(2), np.empty(1, np.int64), np.empty(6))
         _kernel = search_kernel
     return _kernel
 
@@ -52,8 +65,14 @@ class CompiledSearch(PrefixSearch):
     """:class:`PrefixSearch` whose :meth:`search` runs the compiled kernels."""
 
     def search(self) -> tuple[_Plan, int]:
+        global _reference_s
         if not ENABLED or len(self.view.prefixes) > MAX_AGENTS:
             return PrefixSearch.search(self)
+        if _kernel is None and _reference_s < LOAD_AFTER_S:
+            t0 = time.perf_counter()
+            out = PrefixSearch.search(self)
+            _reference_s += time.perf_counter() - t0
+            return out
         try:
             args = self._kernel_arrays()
         except KeyError:  # an agent of a request that the view has no prefix for: the reference copes
@@ -62,7 +81,7 @@ class CompiledSearch(PrefixSearch):
             return PrefixSearch.search(self)
         ints, floats, names = args
         admitted, out = np.empty(len(self._packable) + 1, np.int64), np.empty(6)
-        found, mask, n_pre, n_adm, reuse_any, seen, full = _search_kernel()(ints, floats, admitted, out)
+        found, mask, n_pre, n_adm, reuse_any, seen, full = load()(ints, floats, admitted, out)
         self._n_full = int(full)  # sets scored in full (benchmarks/policy_cost.py)
         best = None
         if found:
