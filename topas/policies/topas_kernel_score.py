@@ -15,10 +15,12 @@ agent ``i``), so the reference's ``sorted(...)`` over agents is the order of the
 decision's quantities are the arrays of :class:`Arrays` (:func:`unpack`), their columns named
 below.
 
-Each function is inlined where it is called (numba's ``inline="always"``), and those called for
-every prefix set take the few arrays they read, not :class:`Arrays`: each array an inlined call
-binds is a reference taken and dropped (an atomic count, not always optimised away), which at these
-sizes (ten agents, a dozen requests) would cost more than the work itself.
+The functions that take arrays are inlined where they are called (numba's ``inline="always"``),
+and those called for every prefix set take the few arrays they read, not :class:`Arrays`: each
+array a call binds is a reference taken and dropped (an atomic count, not always optimised away),
+which at these sizes (ten agents, a dozen requests) would cost more than the work itself. Those
+that take numbers only are left to LLVM to inline (numba's own inlining of them doubled the
+compile time).
 """
 
 from __future__ import annotations
@@ -73,7 +75,7 @@ Arrays = namedtuple("Arrays", "ai af ri rf busy_agent busy_start ci cf pi parent
 Scratch = namedtuple("Scratch", "rows pre_task used seen counts moved")
 
 
-@njit(inline="always")
+@njit
 def py_sum_add(f, c, x, compensated):
     """One step of Python's ``sum()`` over floats: ``(total, compensation)`` after adding ``x``."""
     if not compensated:
@@ -86,7 +88,7 @@ def py_sum_add(f, c, x, compensated):
     return t, c
 
 
-@njit(inline="always")
+@njit
 def py_sum_end(f, c, compensated):
     """Python's ``sum()`` over floats once every item is added."""
     if compensated and c != 0.0 and np.isfinite(c):

@@ -166,7 +166,7 @@ def screen(needs, gains_acc, dense_need, dense_gain, sc, free, s_w, s_a):
 
 
 
-@njit(inline="always")
+@njit
 def names_before(m1, m2):
     """``sorted(R1) < sorted(R2)`` for two sets as bitmasks (bit order = name order)."""
     while True:
@@ -181,7 +181,7 @@ def names_before(m1, m2):
         m2 ^= b
 
 
-@njit(inline="always")
+@njit
 def popcount(m):
     n = 0
     while m:
