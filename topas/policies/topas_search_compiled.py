@@ -8,9 +8,9 @@ V_reuse of ``topas_terms``) is the reference: the compiled one makes the same de
 when :data:`ENABLED` is false (``TOPAS_SEARCH=reference`` in the environment), and for a decision
 with more agents than a bitmask holds.
 
-Loading the kernels costs a process about 0.6 s of CPU once (numba's import and start-up, the
+Loading the kernels costs a process about 0.7 s of CPU once (numba's import and start-up, the
 kernels from numba's cache; their first compilation, once per machine, numba version and kernel
-source, about half a minute): a process searches with the reference until its searches have taken
+source, about 30 s): a process searches with the reference until its searches have taken
 :data:`LOAD_AFTER_S` (the decisions are the same either way), so a short run never pays it and a
 long one pays it once it has spent as much (docs/design.md "Performance"). :func:`load` loads them
 at once (the benchmarks do).
