@@ -82,6 +82,7 @@ def topas_split(trace, cost) -> dict[str, float]:
     from topas.policies import topas_decision
 
     ctx = topas_decision._DecisionCtx
+    own = {k: ctx.__dict__[k] for k in ("__init__", "search", "_evaluate") if k in ctx.__dict__}  # to restore
     init, search, evaluate = ctx.__init__, ctx.search, ctx._evaluate
     spent = {"setup": 0.0, "search": 0.0}
     seen = {k: 0 for k in ("waiting", "running", "tasks", "pending", "agents", "sets", "full", "decisions")}
@@ -110,8 +111,12 @@ def topas_split(trace, cost) -> dict[str, float]:
         t0 = time.perf_counter()
         simulate(trace, make_policy("topas"), cost)
         run = time.perf_counter() - t0
-    finally:
-        ctx.__init__, ctx.search, ctx._evaluate = init, search, evaluate
+    finally:  # as they were: an inherited method is deleted, not set on the class
+        for k in ("__init__", "search", "_evaluate"):
+            if k in own:
+                setattr(ctx, k, own[k])
+            else:
+                delattr(ctx, k)
     n = max(seen["decisions"], 1)
     out = {"run": run, **spent, "rest": run - spent["setup"] - spent["search"], "decisions": float(seen["decisions"])}
     out.update({k: seen[k] / n for k in seen if k != "decisions"})

@@ -17,6 +17,7 @@ import pytest
 
 from topas.experiments import Experiment, run_experiment
 from topas.policies import topas_search_compiled
+from topas.policies.topas_decision import _DecisionCtx
 from topas.policies.topas_search import PrefixSearch
 from topas.policies.topas_search_compiled import CompiledSearch
 
@@ -47,11 +48,10 @@ def _same_plan(fast, ref) -> None:
 @pytest.mark.parametrize("name", sorted(RUNS) + sorted(MORE))
 def test_the_compiled_search_decides_as_the_reference_at_every_decision(name, monkeypatch):
     exp = RUNS.get(name) or MORE[name]
-    compiled = CompiledSearch.search
     checked = []
 
     def both(self):
-        fast, n_fast = compiled(self)
+        fast, n_fast = CompiledSearch.search(self)
         self._memo = {}  # the liveness fallback's plans: the reference scores them afresh
         ref, n_ref = PrefixSearch.search(self)
         _same_plan(fast, ref)
@@ -61,7 +61,7 @@ def test_the_compiled_search_decides_as_the_reference_at_every_decision(name, mo
 
     monkeypatch.setattr(topas_search_compiled, "ENABLED", True)
     monkeypatch.setattr(topas_search_compiled, "LOAD_AFTER_S", 0.0)
-    monkeypatch.setattr(CompiledSearch, "search", both)
+    monkeypatch.setattr(_DecisionCtx, "search", both)
     run_experiment(exp)
     if exp.policy != "topas-request-only":  # which orders requests, no search
         assert checked and sum(checked) > 0, "the compiled search never ran"

@@ -107,7 +107,7 @@ class CompiledSearch(PrefixSearch):
 
     def _kernel_arrays(self) -> tuple[np.ndarray, np.ndarray, list[str]] | None:
         """The kernel's two arguments, every integer and every float of the decision laid out as
-        ``topas_kernel_search.unpack`` reads them (each table row by row, with
+        ``topas_kernel_score.unpack`` reads them (each table row by row, with
         ``topas_kernel_score``'s columns), and the agents' names in bit order; None if a value is
         of a type the kernels would sum otherwise."""
         p, view = self.p, self.view
