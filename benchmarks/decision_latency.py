@@ -42,7 +42,7 @@ import numpy as np
 from topas.engine.cost import DEFAULT_PROFILE, load_profile
 from topas.engine.simulator import simulate
 from topas.paths import traces_dir
-from topas.policies import make_policy
+from topas.policies import make_policy, topas_search_compiled
 from topas.workload.arrivals import retime
 from topas.workload.model import Agent, Stage, Task, Trace
 from topas.workload.trace_io import read_trace
@@ -158,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--tasks must be >= 1 and --rate-mult > 0")
 
     cost = load_profile(args.profile)
+    topas_search_compiled.load()  # TOPAS's compiled search from the first decision (not a per-decision cost)
     print(f"machine    {platform.python_implementation()} {platform.python_version()}, "
           f"{os.cpu_count()} CPUs visible, {platform.machine()}; engine {cost.name}, "
           f"KV budget {cost.kv_budget_tokens} tokens\n")

@@ -1,14 +1,16 @@
 """The search's two upper bounds are bounds: at real decisions of real runs, neither the screen
 (per-agent sums, ``_DecisionCtx._screen``) nor ``_bound`` is ever below the score of the plan
 GREEDYPACK finds for a prefix set, so rejecting a set by either never changes the decision
-(``tests/test_topas_pinned.py`` pins the decisions themselves)."""
+(``tests/test_topas_pinned.py`` pins the decisions themselves). Checked on the reference search,
+whose memo holds the plans; the compiled search computes the same bounds
+(``tests/test_topas_compiled.py``)."""
 
 from __future__ import annotations
 
 import pytest
 
 from topas.experiments import Experiment, run_experiment
-from topas.policies import topas_decision
+from topas.policies import topas_decision, topas_search_compiled
 from topas.policies.topas_decision import _DecisionCtx
 
 RUNS = [
@@ -46,6 +48,7 @@ def test_the_screen_and_the_bound_never_fall_below_a_prefix_sets_score(exp, monk
             checked.append(resident)
         return out
 
+    monkeypatch.setattr(topas_search_compiled, "ENABLED", False)  # the reference's memo, screen and bound
     monkeypatch.setattr(topas_decision._DecisionCtx, "search", checking_search)
     run_experiment(exp)
     assert len(checked) > 50  # the runs exercise the search

@@ -23,7 +23,8 @@ import numpy as np
 
 from topas.engine.view import EngineView, RequestView
 from topas.policies.estimates import OperatingPoint
-from topas.policies.topas_search import PrefixSearch, _Plan
+from topas.policies.topas_search import _Plan
+from topas.policies.topas_search_compiled import CompiledSearch
 from topas.policies.topas_task import _MemoEstimator, _TaskCtx, pending_stages, task_shapes
 from topas.policies.topas_terms import (
     aging,
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
 _NONE: frozenset[str] = frozenset()
 
 
-class _DecisionCtx(PrefixSearch):
+class _DecisionCtx(CompiledSearch):
     """Everything one decision needs, computed once and shared by all candidate prefix sets."""
 
     def __init__(self, policy: Topas, view: EngineView) -> None:

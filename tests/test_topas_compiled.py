@@ -1,0 +1,119 @@
+"""The compiled search (``topas.policies.topas_search_compiled``) makes the reference's decisions
+(``PrefixSearch.search`` with ``_DecisionCtx._evaluate``), bit for bit: at every decision of every
+pinned configuration (``tests/test_topas_pinned.py``) and a few more (the exhaustive search, local+
+on a large pool, a host tier), the two return the same plan (prefix set, admissions with their
+credits, preemptions, score and each term, the terms' Python types included) and count the same
+prefix sets; the reference alone still gives the pinned decisions; a process loads the kernels
+only once its searches have cost as much; and the kernels' sum is Python's ``sum()`` on the
+interpreter that runs them."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from topas.experiments import Experiment, run_experiment
+from topas.policies import topas_search_compiled
+from topas.policies.topas_decision import _DecisionCtx
+from topas.policies.topas_search import PrefixSearch
+from topas.policies.topas_search_compiled import CompiledSearch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_topas_pinned import EXPECTED, RUNS, digest  # noqa: E402
+
+MORE = {
+    "dag-10-wide/topas-exhaustive": Experiment("dag-10-wide", "topas", {"search": "exhaustive"}, load=1.5, seed=0,
+                                               n_tasks=12),
+    "metagpt-tl/topas-local+-M0": Experiment("metagpt-tl", "topas", {"search": "local+", "M": 0}, load=1.5, seed=1,
+                                             n_tasks=15),
+    "dag-4/topas-host-tier": Experiment("dag-4", "topas", {"move_cost": "engine"}, load=1.3, seed=0, n_tasks=40,
+                                        engine_options={"eviction": "kvflow", "host_tier": True}),
+    "chain-3/topas-no-aging-reprefill": Experiment("chain-3", "topas-no-aging", {"redo": "reprefill", "K": 2},
+                                                   load=1.4, seed=0, n_tasks=40),
+}
+
+
+def _same_plan(fast, ref) -> None:
+    assert fast.resident == ref.resident
+    assert fast.admit == ref.admit and [type(g) for _, g in fast.admit] == [type(g) for _, g in ref.admit]
+    assert fast.preempt == ref.preempt
+    assert repr(fast.score) == repr(ref.score)
+    assert list(fast.terms) == list(ref.terms)
+    assert [(repr(v), type(v)) for v in fast.terms.values()] == [(repr(v), type(v)) for v in ref.terms.values()]
+
+
+@pytest.mark.parametrize("name", sorted(RUNS) + sorted(MORE))
+def test_the_compiled_search_decides_as_the_reference_at_every_decision(name, monkeypatch):
+    exp = RUNS.get(name) or MORE[name]
+    checked = []
+
+    def both(self):
+        fast, n_fast = CompiledSearch.search(self)
+        self._memo = {}  # the liveness fallback's plans: the reference scores them afresh
+        ref, n_ref = PrefixSearch.search(self)
+        _same_plan(fast, ref)
+        assert n_fast == n_ref
+        checked.append(self._n_full)
+        return ref, n_ref
+
+    monkeypatch.setattr(topas_search_compiled, "ENABLED", True)
+    monkeypatch.setattr(topas_search_compiled, "LOAD_AFTER_S", 0.0)
+    monkeypatch.setattr(_DecisionCtx, "search", both)
+    run_experiment(exp)
+    if exp.policy != "topas-request-only":  # which orders requests, no search
+        assert checked and sum(checked) > 0, "the compiled search never ran"
+
+
+@pytest.mark.parametrize("name", sorted(RUNS))
+def test_the_reference_search_alone_gives_the_pinned_decisions(name, monkeypatch):
+    monkeypatch.setattr(topas_search_compiled, "ENABLED", False)
+    assert digest(RUNS[name]) == EXPECTED[name]
+
+
+def test_the_kernels_sum_is_pythons_sum_on_this_interpreter():
+    from topas.policies.topas_kernel_score import py_sum_add, py_sum_end
+
+    rng = random.Random(0)
+    for _ in range(3000):
+        xs = [rng.choice([rng.uniform(-1, 1) * 10.0 ** rng.randint(-20, 20), 0.0, -0.0, 1e16, -1e16, 0.1])
+              for _ in range(rng.randint(0, 9))]
+        f = c = 0.0
+        for x in xs:
+            f, c = py_sum_add(f, c, x, topas_search_compiled.COMPENSATED)
+        got = py_sum_end(f, c, topas_search_compiled.COMPENSATED)
+        want = float(sum(xs))
+        assert repr(got) == repr(want), xs
+
+
+def test_a_process_searches_with_the_reference_until_its_searches_cost_more_than_loading(monkeypatch):
+    monkeypatch.setattr(topas_search_compiled, "_kernel", None)
+    monkeypatch.setattr(topas_search_compiled, "_reference_s", 0.0)
+    monkeypatch.setattr(topas_search_compiled, "LOAD_AFTER_S", float("inf"))
+    compiled_runs = []
+    load = topas_search_compiled.load
+    monkeypatch.setattr(topas_search_compiled, "load", lambda: compiled_runs.append(1) or load())
+    exp = Experiment("dag-4", "topas", {}, load=1.0, seed=0, n_tasks=8)
+    first = run_experiment(exp)
+    assert not compiled_runs and topas_search_compiled._kernel is None and topas_search_compiled._reference_s > 0
+    monkeypatch.setattr(topas_search_compiled, "LOAD_AFTER_S", 0.0)
+    second = run_experiment(exp)
+    assert compiled_runs and topas_search_compiled._kernel is not None
+    assert first.decisions.drop(columns="wall_s").equals(second.decisions.drop(columns="wall_s"))
+
+
+def test_a_decision_with_more_agents_than_a_bitmask_holds_runs_the_reference(monkeypatch):
+    monkeypatch.setattr(topas_search_compiled, "LOAD_AFTER_S", 0.0)
+    monkeypatch.setattr(topas_search_compiled, "MAX_AGENTS", 1)
+    calls = []
+    reference = PrefixSearch.search
+
+    def counted(self):
+        calls.append(1)
+        return reference(self)
+
+    monkeypatch.setattr(PrefixSearch, "search", counted)
+    res = run_experiment(Experiment("dag-4", "topas", {}, load=1.0, seed=0, n_tasks=8))
+    assert calls and len(res.tasks) == 8
