@@ -110,8 +110,13 @@ ENGINE_MODELS: dict[str, dict[str, object]] = {
 }
 
 
+#: Notebook 11's quick workloads (what the tests run): one synthetic workload and one MetaGPT trace
+#: (36 runs instead of 90 on all five).
+ENGINE_MODEL_QUICK_WORKLOADS = ("dag-4", "metagpt-sop")
+
+
 def engine_model(
-    workloads: Sequence[str] = SYNTHETIC + METAGPT,
+    workloads: Sequence[str] | None = None,
     load: float = 1.2,
     quick: bool = False,
     params: Mapping[str, object] | None = None,
@@ -121,8 +126,11 @@ def engine_model(
     HiCache), and the engine model of the figures before issue 12 (``legacy``), for notebook
     11's question whether the figures' conclusions depend on the engine model. The ``stock`` third
     is :func:`jct_vs_load`'s runs at that load (the same keys, so a store that has the figures
-    has it)."""
+    has it). ``workloads``: default every synthetic and MetaGPT workload (quick:
+    :data:`ENGINE_MODEL_QUICK_WORKLOADS`)."""
     sz = size(quick)
+    if workloads is None:
+        workloads = ENGINE_MODEL_QUICK_WORKLOADS if quick else SYNTHETIC + METAGPT
     return [
         Experiment(w, p, dict(params or {}) if p.startswith("topas") else {}, load=load, seed=s, n_tasks=sz.n_tasks,
                    engine_options=opts)
@@ -177,6 +185,9 @@ class RobustnessSize:
 #: seed to add about 3 minutes to ``make reproduce`` on 2 cores (issue 16's budget).
 ROBUST_FULL = RobustnessSize(n_tasks=60, seeds=(0,), noise=(0.5, 1.0), bias=(0.5, 2.0), cvs=(2.0, 4.0))
 ROBUST_QUICK = RobustnessSize(n_tasks=16, seeds=(0,), noise=(1.0,), bias=(2.0,), cvs=(3.0,))
+#: Notebook 14's quick workloads (what the tests run): one synthetic workload, the one with a load
+#: override in :data:`ROBUST_LOAD_OVERRIDES`, and one MetaGPT trace (58 runs instead of 145 on all five).
+ROBUST_QUICK_WORKLOADS = ("dag-10-wide", "metagpt-sop")
 
 
 def robustness_size(quick: bool) -> RobustnessSize:
@@ -192,7 +203,7 @@ ROBUST_LOAD_OVERRIDES: Mapping[str, float] = {"dag-10-wide": 0.6}
 
 
 def robustness(
-    workloads: Sequence[str] = SYNTHETIC + METAGPT,
+    workloads: Sequence[str] | None = None,
     load: float = ROBUST_LOAD,
     quick: bool = False,
     params: Mapping[str, object] | None = None,
@@ -209,8 +220,11 @@ def robustness(
     * gamma arrivals of each CV in ``cvs`` (same mean rate): every policy.
 
     Every policy is :data:`ROBUST_POLICIES`. ``params`` apply to the TOPAS policies (merged
-    under the knowledge runs' own)."""
+    under the knowledge runs' own). ``workloads``: default every synthetic and MetaGPT workload
+    (quick: :data:`ROBUST_QUICK_WORKLOADS`)."""
     sz = robustness_size(quick)
+    if workloads is None:
+        workloads = ROBUST_QUICK_WORKLOADS if quick else SYNTHETIC + METAGPT
     engine = default_engine()
     overrides = dict(ROBUST_LOAD_OVERRIDES if load_overrides is None else load_overrides)
     out: list[Experiment] = []

@@ -134,12 +134,12 @@ FULL = ProtocolSize(
     n_tasks={**{w: 1000 for w in IN_SAMPLE}, "metagpt-sop": 600, "metagpt-tl": 600,
              **{w: 1000 for w in HELD_OUT if w.startswith("random-dag")}},
 )
-#: The notebook's quick run: two workloads, three policies, a coarse grid, 3 seeds of 100 tasks.
+#: The notebook's quick run: two workloads, three policies, a coarse grid, 2 seeds of 100 tasks.
 QUICK = ProtocolSize(
     workloads=("chain-3", "random-dag-1000"),
     policies=("fcfs", "lpm", "lpm-guarded", "topas-plus"),
     loads=(0.5, 1.0, 1.5, 2.0),
-    n_seeds=3,
+    n_seeds=2,
     n_tasks={"chain-3": 100, "random-dag-1000": 100},
     convergence_workload="dag-4-10k",
     convergence_policies=("lpm",),
