@@ -140,11 +140,15 @@ class Admission:
         memory, batch, segments, prefetch = self.memory, self.batch, self.segments, self.prefetch
         admitted = 0
         reserved = batch.reserved()
+        # the locked prefixes' tokens (KVMemory.locked_prefix_tokens), kept through the walk: an
+        # admission locks its own prefix only (it is resident and used after it)
+        locked = memory.locked_prefix_tokens()
         for rid in admit:
             r = self.waiting[rid]
             if batch.n_running() >= self.config.max_running_requests:
                 break
             if prefetch.enabled and prefetch.skip_loading(r.agent):
+                locked = memory.locked_prefix_tokens()  # (a host load it started locks its prefix)
                 continue  # its prefix is loading from host: skipped, not blocking the walk
             p = memory.prefixes[r.agent]
             own_reserve = batch.reserve(r)
@@ -159,25 +163,28 @@ class Admission:
                         f"policy {pname!r} admits {rid} but its prefix {r.agent!r} is not resident or loaded"
                     )
                 # it computes the prefix itself: prefix + its prompt (+ the slot of its first token)
-                if not self._fits(p.tokens + admission_tokens(r.x, r.generated, own_reserve) + reserved, exclude=p):
+                if not self._fits(p.tokens + admission_tokens(r.x, r.generated, own_reserve) + reserved, p, locked):
                     break
                 memory.load(p)
                 copy = 0
                 matched = 0
+                newly_locked = p.tokens
             else:
                 copy = self._prefix_copy(r, p)
                 # locking a cached prefix takes it out of the evictable KV (add_one_req checks again
                 # after _lock_node)
-                lock = p.tokens if self.config.radix_cache and not memory.locked(p) else 0
+                newly_locked = 0 if memory.locked(p) else p.tokens
+                lock = newly_locked if self.config.radix_cache else 0
                 matched = 0
                 if segments is not None and not copy and p.prefill_left == 0:
                     _, matched, seg_lock = segments.match(r)
                     lock += seg_lock
                 if not self._fits(lock + copy - matched + admission_tokens(r.x, r.generated, own_reserve) + reserved,
-                                  exclude=p):
+                                  p, locked):
                     break
             del self.waiting[rid]
             batch.start(r, p, copy)
+            locked += newly_locked
             reserved += own_reserve
             admitted += 1
         return admitted
@@ -189,13 +196,14 @@ class Admission:
             return 0
         return p.tokens
 
-    def _fits(self, tokens: int, exclude: Prefix) -> bool:
+    def _fits(self, tokens: int, exclude: Prefix, locked_prefix_tokens: int) -> bool:
         """Whether ``tokens`` more fit in the pool. With the radix cache: beside everything locked
-        (running requests' KV, prefixes in use, pinned or being computed), evictable KV counting as
-        available, as ``PrefillAdder`` counts it. Without: in the free pool, after evicting
-        unreferenced prefixes (LRU) at once for a policy that does not manage them."""
+        (running requests' KV, prefixes in use, pinned or being computed: ``locked_prefix_tokens``,
+        :meth:`KVMemory.locked_prefix_tokens` now), evictable KV counting as available, as
+        ``PrefillAdder`` counts it (:meth:`KVMemory.locked_room`). Without: in the free pool, after
+        evicting unreferenced prefixes (LRU) at once for a policy that does not manage them."""
         if self.config.radix_cache:
-            return self.memory.locked_room() >= tokens
+            return self.memory.locked_room(locked_prefix_tokens) >= tokens
         if self.memory.free_tokens() >= tokens:
             return True
         return not self.manages and self.eviction.make_room(tokens, exclude=exclude)

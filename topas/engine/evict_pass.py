@@ -175,19 +175,35 @@ class Eviction:
         if deficit > 0 and not self.strategy.heap_fast_path:
             self.strategy_pass(deficit)
             return
+        prefix = memory.lru_evictable_prefix() if deficit > 0 else None
         while deficit > 0:
             leaf = memory.oldest_leaf()
             node = segments.tree.peek_lru() if segments is not None else None
             leaf_time = leaf[0] if leaf is not None else (node.last_access if node is not None else None)
-            prefix = memory.lru_evictable_prefix()
             if prefix is not None and (leaf_time is None or prefix.last_used < leaf_time):
+                agent = prefix.agent.name
                 deficit -= memory.evict_cached_prefix(prefix)
             elif leaf is not None:
+                agent = leaf[2]
                 deficit -= memory.evict_oldest_leaf()
             elif node is not None:
+                agent = node.agent
                 deficit -= segments.evict(node)
             else:
                 break
+            prefix = self._next_lru_prefix(prefix, memory.prefixes[agent])
+
+    def _next_lru_prefix(self, best: Prefix | None, touched: Prefix) -> Prefix | None:
+        """:meth:`KVMemory.lru_evictable_prefix` after an eviction in :meth:`settle`, from the one
+        before it (``best``): an eviction changes only its own agent's prefix (``touched``: its
+        cached KV, its residence), and the clock stands still in a pass, so only ``touched`` is
+        looked at again, unless it was ``best`` and went (then every prefix is scanned again)."""
+        memory = self.memory
+        if not memory.prefix_evictable(touched):
+            return memory.lru_evictable_prefix() if touched is best else best
+        if best is None or (touched.last_used, touched.agent.name) < (best.last_used, best.agent.name):
+            return touched
+        return best
 
     def strategy_pass(self, deficit: int) -> None:
         """Evict entries, smallest strategy key first (ties: :attr:`Evictable.tie`), until

@@ -97,9 +97,12 @@ class KVMemory:
             return self.prefix_tokens  # pinned
         return sum(p.tokens for p in self.prefixes.values() if self.locked(p))
 
-    def locked_room(self) -> int:
-        """The pool less what is locked: free plus evictable KV (``PrefillAdder``'s view)."""
-        return self.budget - self.request_tokens - self.locked_prefix_tokens()
+    def locked_room(self, locked_prefix_tokens: int | None = None) -> int:
+        """The pool less what is locked: free plus evictable KV (``PrefillAdder``'s view);
+        ``locked_prefix_tokens``: :meth:`locked_prefix_tokens`, if the caller keeps it."""
+        if locked_prefix_tokens is None:
+            locked_prefix_tokens = self.locked_prefix_tokens()
+        return self.budget - self.request_tokens - locked_prefix_tokens
 
     def in_tree(self, agent: str) -> bool:
         """``agent``'s prefix is complete in the radix tree: a request admitted now matches it."""

@@ -87,6 +87,9 @@ class SegmentCache:
         self._lru: list[tuple[float, int, SegmentNode]] = []  # evictable leaves, lazily invalidated
         self._cands: dict[int, SegmentNode] = {}  # (no heap) evictable leaves by serial, lazily invalidated
         self.locked_tokens = 0
+        #: per agent, bumped whenever a node below its prefix comes or goes: what :meth:`match`
+        #: finds there is unchanged while its count is
+        self.versions: dict[str, int] = {a: 0 for a in self.roots}
 
     def _node(self, id: str, tokens: int, parent: SegmentNode | None, agent: str, owner: str,
               now: float) -> SegmentNode:
@@ -150,6 +153,7 @@ class SegmentCache:
             if child is None:
                 child = self._node(sid, tokens, node, agent, owner, now)
                 node.children[sid] = child
+                self.versions[agent] += 1
                 child.lock_ref = 1
                 self.locked_tokens += tokens
             else:
@@ -168,6 +172,7 @@ class SegmentCache:
         leaf.hit_count = 1
         leaf.priority = priority
         parent.children[id] = leaf
+        self.versions[agent] += 1
         self._offer(leaf)
         return leaf
 
@@ -206,6 +211,7 @@ class SegmentCache:
         n.alive = False
         parent = n.parent
         del parent.children[n.id]
+        self.versions[n.agent] += 1
         if parent.parent is not None:
             self._offer(parent)
 
@@ -226,6 +232,7 @@ class SegmentCache:
         root = self.roots[agent]
         root.children = {}
         root.history = root.depth
+        self.versions[agent] += 1
         return dropped
 
 

@@ -35,6 +35,9 @@ class SegmentMemory:
         self.tree = SegmentCache(prefixes, heap=heap, history=history,
                                  prefix_tokens={a: p.tokens for a, p in prefixes.items()})
         self._tails: dict[str, tuple[Seg, ...]] = {}  # rid -> its prompt's segments beyond its prefix
+        #: rid -> (its agent's tree version, :meth:`matches`'s tokens then): kept until the tree
+        #: below its prefix changes
+        self._matched: dict[str, tuple[int, int]] = {}
 
     def _tail(self, r: Request) -> tuple[Seg, ...]:
         tail = self._tails.get(r.rid)
@@ -118,5 +121,12 @@ class SegmentMemory:
     def matches(self, waiting: Mapping[str, Request]) -> dict[str, int]:
         """Per waiting request, the tokens beyond its agent prefix that the tree holds for it now
         (what ``match_prefix`` returns, less the prefix): a policy's view of the tree."""
-        tree = self.tree
-        return {rid: sum(n.tokens for n in tree.match(r.agent, self._tail(r))) for rid, r in waiting.items()}
+        tree, versions, kept = self.tree, self.tree.versions, self._matched
+        out: dict[str, int] = {}
+        for rid, r in waiting.items():
+            v = versions[r.agent]
+            k = kept.get(rid)
+            if k is None or k[0] != v:
+                k = kept[rid] = (v, sum(n.tokens for n in tree.match(r.agent, self._tail(r))))
+            out[rid] = k[1]
+        return out

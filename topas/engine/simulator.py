@@ -64,8 +64,8 @@ from topas.engine.policy_api import PolicyAPI
 from topas.engine.prefetch import Prefetch
 from topas.engine.request_path import RequestPath
 from topas.engine.segments import SegmentMemory
-from topas.engine.view import Decision, EngineView, PrefixView, RequestView
-from topas.engine.view_cache import ViewedDict
+from topas.engine.view import Decision, EngineView, RequestView
+from topas.engine.view_cache import PrefixViews, ViewedDict
 from topas.workload.model import Trace
 from topas.workload.validate import validate_trace
 
@@ -139,6 +139,8 @@ class Simulator:
         self.requests: dict[str, Request] = {}
         #: insertion-ordered (a waiting request's view does not change while it waits)
         self.waiting: ViewedDict = ViewedDict()
+        #: the agent prefixes' views, each kept until its prefix's state changes
+        self._prefix_views = PrefixViews(memory, self.knowledge.prior)
         self._dirty = False  # something changed since the policy was last asked
         self._idle_retry = False
         self._steps_since_check = 0
@@ -344,12 +346,7 @@ class Simulator:
         """What the policy sees now (``topas.engine.view``)."""
         now = self.clock.now
         know, memory, batch = self.knowledge, self.memory, self.batch
-        computing = memory.computing
-        prefixes = {
-            a: PrefixView(a, p.tokens, know.prior(a, p.agent.expected_output_tokens), p.resident, p.on_host,
-                          p.refcount, p.last_used, memory.cached_unpinned(a), memory.in_tree(a), a in computing)
-            for a, p in memory.prefixes.items()
-        }
+        prefixes = self._prefix_views.views()
         reserve = batch.reserve
         running = tuple(r.view(now, reserve(r)) for r in batch.running())
         if not self.config.full_output_reserve:

@@ -1,9 +1,15 @@
-"""A dict that keeps each value's view: the engine's waiting requests and active tasks, whose
-views an :class:`~topas.engine.view.EngineView` shows, re-viewed only when they change."""
+"""What an :class:`~topas.engine.view.EngineView` shows, kept between views and built again only
+where it changed: a dict that keeps each value's view (the engine's waiting requests and active
+tasks) and the agent prefixes' views (:class:`PrefixViews`)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+from topas.engine.view import PrefixView
+
+if TYPE_CHECKING:
+    from topas.engine.memory import KVMemory
 
 
 class ViewedDict(dict):
@@ -57,3 +63,31 @@ class ViewedDict(dict):
         raise TypeError("this dict changes by item only (set, del, pop)")
 
     update = popitem = clear = __ior__ = _refuse  # type: ignore[assignment]
+
+
+class PrefixViews:
+    """Each agent prefix's :class:`~topas.engine.view.PrefixView`, kept while everything it shows
+    is unchanged: an engine view builds again only the prefixes whose state moved since the last
+    (a prefix's tokens and output prior never change)."""
+
+    __slots__ = ("memory", "prior", "kept")
+
+    def __init__(self, memory: "KVMemory", prior: Callable[[str, float], float]) -> None:
+        """``prior``: the output prior a policy is shown (``Knowledge.prior``)."""
+        self.memory = memory
+        self.prior = prior
+        self.kept: dict[str, tuple[tuple, PrefixView]] = {}  # agent -> (its state, its view)
+
+    def views(self) -> dict[str, PrefixView]:
+        """Every agent prefix's view now, by agent, in the pool's order (a new dict)."""
+        memory, kept = self.memory, self.kept
+        computing = memory.computing
+        out: dict[str, PrefixView] = {}
+        for a, p in memory.prefixes.items():
+            state = (p.resident, p.on_host, p.refcount, p.last_used, memory.cached_unpinned(a), memory.in_tree(a),
+                     a in computing)
+            k = kept.get(a)
+            if k is None or k[0] != state:
+                k = kept[a] = (state, PrefixView(a, p.tokens, self.prior(a, p.agent.expected_output_tokens), *state))
+            out[a] = k[1]
+        return out
