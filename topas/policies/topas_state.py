@@ -1,4 +1,4 @@
-"""TOPAS's decision state kept across decisions (issue 41): the parts of a decision's set-up
+"""TOPAS's decision state kept across decisions: the parts of a decision's set-up
 (``topas_decision._DecisionCtx``) that change little between consecutive scheduling points,
 updated from what changed between consecutive views instead of rebuilt from each view.
 
