@@ -63,6 +63,7 @@ from topas.policies.estimates import make_estimator
 from topas.policies.history import WorkflowHistory
 from topas.policies.topas_decision import _DecisionCtx, _Plan  # noqa: F401 (tests use them)
 from topas.policies.topas_params import TopasParams
+from topas.policies.topas_state import DecisionState
 from topas.policies.topas_task import _TaskCtx  # noqa: F401
 
 __all__ = ["Topas", "TopasParams", "TopasRequestOnly"]
@@ -101,6 +102,8 @@ class Topas(Policy):
         self._move_cost: Any = None  # the cost model ``move_times_of`` memoises for
         #: g_i at a request's admission, by (admission time, task arrival): J_revoke's revalued credit
         self._aging_memo: dict[tuple[float, float], float] = {}
+        #: the decision set-up's state kept across decisions (``topas_state``)
+        self._state = DecisionState()
 
     def prefill_time_of(self, cost: Any) -> Callable[[int, int], float]:
         """``cost.prefill_time([(n_new, n_cached)])``, memoised for the run (a pure function of

@@ -23,6 +23,7 @@ import numpy as np
 
 from topas.engine.view import EngineView, RequestView
 from topas.policies.estimates import OperatingPoint
+from topas.policies import topas_state
 from topas.policies.topas_search import _Plan
 from topas.policies.topas_search_compiled import CompiledSearch
 from topas.policies.topas_task import _MemoEstimator, _TaskCtx, pending_stages, task_shapes
@@ -59,6 +60,8 @@ class _DecisionCtx(CompiledSearch):
 
         prefill_time = policy.prefill_time_of(view.cost)
         prefixes, tpot = view.prefixes, op.tpot
+        # the per-agent entries of the state kept across decisions, brought up to this view
+        policy._state.agents(view, policy.move_times_of(view.cost), p.move_cost == "engine", p.reuse_cost == "engine")
 
         def residual(agent: str, x: int, generated: int) -> Any:
             """The "sampled" estimator's draws of a stage's residual time."""
@@ -105,6 +108,8 @@ class _DecisionCtx(CompiledSearch):
         self._waiting_setup(view, est, parts)
         self._running_setup(view, est, op)
         self._moves_setup(view)
+        if topas_state.CHECK:
+            topas_state.check_decision(policy, view)
 
     # ------------------------------------------------------------------ per-decision set-up
     def _lookahead_setup(self, tasks: Any, ready: dict[str, dict[str, int]], view: EngineView) -> None:
@@ -149,16 +154,10 @@ class _DecisionCtx(CompiledSearch):
             if n:
                 n_max[agent] = n_max.get(agent, 0) + 1
         self._la_need, self._la_running, self._la_in_base, self._la_by_parent = need, running, in_base, by_parent
-        self.reload = self._reload_prices(view)
+        #: V_reuse's price of one later use of each agent's resident prefix (``reuse_cost``; kept
+        #: across decisions in ``topas_state``, with the prefix moves' times)
+        self.reload = self.policy._state.reload
         self._reuse_max = [(a, n * self.reload[a]) for a, n in sorted(n_max.items())]
-
-    def _reload_prices(self, view: EngineView) -> dict[str, float]:
-        """V_reuse's price of one later use of each agent's resident prefix (``reuse_cost``): the
-        swap ``mu * l_a / B_swap`` (the paper's), or what the engine pays to bring the prefix
-        back once evicted: a prefill of ``l_a`` without a host tier, a swap with one."""
-        move_times = self.policy.move_times_of(view.cost)
-        recompute = self.p.reuse_cost == "engine" and not view.host_tier
-        return {a: move_times(pv.tokens)[1 if recompute else 0] for a, pv in view.prefixes.items()}
 
     def _waiting_setup(self, view: EngineView, est: Any, parts: dict[str, dict[tuple[int, int], tuple[float, float]]] | None) -> None:
         """Waiting requests: demand d_r(t) and gain g_i(t) * Delta_task share (fixed per decision);
@@ -255,31 +254,20 @@ class _DecisionCtx(CompiledSearch):
         self._busy_tasks = {a: {r.task_id for r in rs} for a, rs in self.running_by_agent.items()}
 
     def _moves_setup(self, view: EngineView) -> None:
-        """Prefix moves' times, and the search's pool."""
+        """Prefix moves' times (J_move's ``move_in``/``move_out``, kept across decisions in
+        ``topas_state``, where ``agent_row`` computes them), and the search's pool."""
         p = self.p
-        self.move_in: dict[str, float] = {}
-        self.move_out: dict[str, float] = {}
-        move_times = self.policy.move_times_of(view.cost)
-        for a, pv in view.prefixes.items():
-            swap, prefill = move_times(pv.tokens)
-            self.move_in[a] = swap if pv.on_host else prefill
-            self.move_out[a] = 0.0 if pv.on_host else swap
-            if p.move_cost == "engine":
-                # without a host tier an eviction unpins (free) and a still cached prefix is
-                # pinned again for free; with one, an eviction writes the host copy (a swap)
-                if pv.cached:
-                    self.move_in[a] = 0.0
-                if not view.host_tier:
-                    self.move_out[a] = 0.0
+        state = self.policy._state
+        self.move_in, self.move_out = state.move_in, state.move_out
         self.r_t = view.resident
-        self.prefix_len = {a: pv.tokens for a, pv in view.prefixes.items()}
+        self.prefix_len = state.prefix_len
         active = {r.agent for r in view.waiting} | set(self.running_by_agent)
         #: agents every R' keeps: those with running requests, unless preemption is allowed
         self.must = frozenset(() if p.preempt else self.running_by_agent)
         #: the agents the search may add or drop
         self.pool = tuple(sorted((active | self.r_t) - self.must))
         #: each agent's bit: a prefix set's key in the memo is the sum of its members' bits
-        self._bit = {a: 1 << i for i, a in enumerate(view.prefixes)}
+        self._bit = state.bit
         self._force_bit = 1 << len(self._bit)  # ``evaluate(force=True)``'s plans are kept apart
         #: the plan of each prefix set scored (None: infeasible, or it cannot beat the incumbent)
         self._memo: dict[int, _Plan | None] = {}

@@ -111,21 +111,17 @@ class CompiledSearch(PrefixSearch):
         ``topas_kernel_score``'s columns), and the agents' names in bit order; None if a value is
         of a type the kernels would sum otherwise."""
         p, view = self.p, self.view
-        keys = tuple(view.prefixes)
-        agents = getattr(self.policy, "_kernel_agents", None)  # the names' bits, kept while they stay
-        if agents is None or agents[0] != keys:
-            names = sorted(keys)
-            idx = {a: i for i, a in enumerate(names)}
-            agents = self.policy._kernel_agents = (keys, names, idx, [idx[a] for a in keys])
-        _, names, idx, pref_order = agents
-        reuse = dict(self._reuse_max)
-        caps, run_demand, credit = self._caps, self.run_demand, self.credit
-        move_in, move_out, reload, prefix_len = self.move_in, self.move_out, self.reload, self.prefix_len
-        ai: list[int] = []  # agents: l_a, the guard's cap
-        af: list[float] = []  # agents: the moves, the reload price, V_reuse's most
-        for a in names:
-            ai += (prefix_len[a], caps.get(a, -1))
-            af += (move_in[a], move_out[a], reload[a], reuse.get(a, 0.0))
+        # the per-agent rows, kept across decisions (``topas_state``), with this decision's guard
+        # caps and V_reuse's most
+        state = self.policy._state
+        names, idx, pref_order = state.names, state.idx, state.pref_order
+        ai = state.kernel_ints.copy()  # agents: l_a, the guard's cap
+        af = state.kernel_floats.copy()  # agents: the moves, the reload price, V_reuse's most
+        for a, cap in self._caps.items():
+            ai[2 * idx[a] + 1] = cap
+        for a, w in self._reuse_max:
+            af[4 * idx[a] + 3] = w
+        run_demand, credit, prefix_len = self.run_demand, self.credit, self.prefix_len
         tasks: dict[str, int] = {}
         reprefill = p.redo == "reprefill"
         finish = self.finish_in if reprefill else None
