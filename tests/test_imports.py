@@ -368,3 +368,14 @@ def test_a_lazy_import_is_explained_by_a_comment_on_its_group(tmp_path):
     assert unexplained_lazy_imports(f) == []
     f.write_text("def f():\n    x = 1\n    import a\n    import b\n")
     assert unexplained_lazy_imports(f) == [3, 4]
+
+
+#: The longest a module of the library may be (docs/design.md, "Layers"): a reader takes in one module
+#: at a time, and a longer one is two jobs.
+MAX_MODULE_LINES = 500
+
+
+def test_no_module_of_the_library_is_over_500_lines():
+    long = {f"{path.relative_to(PACKAGE.parent)}": n for path in modules().values()
+            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by job): {long}"
