@@ -71,18 +71,28 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (
     ("metagpt_cache_verdict.md", "MetaGPT workloads: the verdict under each cache model",
      "TOPAS and TOPAS+ vs LPM: paired difference in mean JCT over the 5 seeds, 95% t interval; "
      "win / tie / loss only where the interval excludes zero; not compared where a policy is unstable."),
-    ("eviction_verdict.md", "Eviction: does any combination beat the best baseline",
-     "Per workload and host tier at nominal load: the best TOPAS / TOPAS+ cell (admission + eviction order) "
-     "against the best baseline cell (FCFS, LPM or SPF with any eviction order, LPM+KVFlow included), paired "
-     "difference in mean JCT over the evaluation seeds, 95% t interval; win / loss only where it excludes zero. "
-     "Belady, an offline bound, is never a candidate."),
-    ("eviction_matters.md", "Eviction: where does it matter",
+    ("eviction_verdict.md", "Eviction: does any combination beat the best baseline (full length)",
+     "Per workload and host tier at nominal load, on the eviction study's full-length stage (the cells the verdict "
+     "compares, picked on the screen and re-run at the protocol's run length): the declared candidate (TOPAS-both "
+     "with its own eviction order) and the best TOPAS / TOPAS+ / TOPAS-both cell against the best baseline cell "
+     "(FCFS, LPM or SPF with its screen-best eviction order or LRU, LPM+KVFlow included), paired difference in mean "
+     "JCT over the evaluation seeds, 95% t interval; win / loss only where it excludes zero; not compared where a "
+     "compared cell is not stable. Belady, an offline bound, is never a candidate."),
+    ("eviction_full_cells.md", "Eviction: the cells of the full-length stage",
+     "Which cells the screen picked for the full-length runs, and why each is there."),
+    ("eviction_screen_verdict.md", "Eviction (screen, 100 tasks): the verdict on the screen's runs",
+     "The screen's verdict, on runs a tenth of the protocol's length, where the steady-state test is not reliable; "
+     "the study's verdict is the full-length one. Per workload and host tier at nominal load: the best TOPAS / "
+     "TOPAS+ cell (admission + eviction order) against the best baseline cell (FCFS, LPM or SPF with any eviction "
+     "order, LPM+KVFlow included), paired difference in mean JCT over the evaluation seeds, 95% t interval; win / "
+     "loss only where it excludes zero. Belady, an offline bound, is never a candidate."),
+    ("eviction_matters.md", "Eviction (screen, 100 tasks): where does it matter",
      "Per admission policy and host tier: the best eviction order against LRU (paired relative difference in mean "
      "JCT, 95% interval) and the spread of the orders' mean JCT."),
-    ("eviction_gap.md", "Eviction: the Belady gap",
+    ("eviction_gap.md", "Eviction (screen, 100 tasks): the Belady gap",
      "Each eviction order against Belady (an offline bound that reads the true future; not a policy) under the "
      "same admission policy: uncached prompt tokens and mean JCT in percent of the bound's."),
-    ("eviction_seeds.md", "Eviction: which arrival seeds read as growth",
+    ("eviction_seeds.md", "Eviction (screen, 100 tasks): which arrival seeds read as growth",
      "Per arrival seed, in how many of the study's cells (100 tasks per run) the steady-state test finds its run "
      "growing; a seed that grows under nearly every policy says the runs are short for the test."),
     ("ablations_table.md", "Ablations", "TOPAS with one component removed at a time."),

@@ -100,11 +100,14 @@ def shipped_tables(experiment: dict, loaded: bool, summary_only: bool = False, t
 
 
 def eviction_study_keys() -> frozenset[str]:
-    """The keys of notebook 15's grid (:func:`studies.eviction.study.eviction_study_grid`):
-    shipped with their tasks only."""
-    from studies.eviction.study import eviction_study_grid
+    """The keys of notebook 15's grid (:func:`studies.eviction.study.eviction_study_grid`, the
+    screen) and of its full-length stage (:func:`~studies.eviction.study.full_length_grid`, picked
+    on the screen's stored summaries, when the store holds them all): shipped with their tasks only."""
+    from studies.eviction.study import eviction_study_grid, full_length_grid, screen_means
 
-    return frozenset(e.key() for e in eviction_study_grid())
+    screen = screen_means()
+    full = full_length_grid(screen) if screen is not None else []
+    return frozenset(e.key() for e in [*eviction_study_grid(), *full])
 
 
 def read_log(path: Path) -> tuple[list[str], set[str], set[str]]:

@@ -144,3 +144,62 @@ def test_runs_name_the_growing_seeds_and_the_seeds_table_counts_them():
     assert list(t["runs"]["growing"]) == ["2", "0 2"]
     assert t["seeds"].set_index("seed")["cells_growing"].to_dict() == {0: 1, 1: 0, 2: 2}
     assert set(t["seeds"]["cells"]) == {2}
+
+
+def _screen(rows):
+    import pandas as pd
+
+    return pd.DataFrame([{"workload": w, "host_tier": h, "admission": a, "eviction": e, "jct_mean": j}
+                         for w, h, a, e, j in rows])
+
+
+def test_the_full_length_stage_picks_the_deciding_cells_on_the_screen():
+    """Per admission its screen-best online order and LRU, LPM+KVFlow, LPM+Belady (the bound) and the
+    declared candidate; the bound is never an admission's best, however fast."""
+    from studies.eviction import full_length as fl
+
+    screen = _screen([
+        ("w", "none", "lpm", "lru", 10.0), ("w", "none", "lpm", "lfu", 9.0), ("w", "none", "lpm", "kvflow", 11.0),
+        ("w", "none", "lpm", "priority", 9.5), ("w", "none", "lpm", "belady", 1.0),
+        ("w", "none", "fcfs", "lru", 20.0), ("w", "none", "fcfs", "priority", 19.0), ("w", "none", "fcfs", "kvflow", 18.0),
+        ("w", "none", "fcfs", "belady", 2.0),
+        ("w", "none", "topas-plus", "lru", 8.0), ("w", "none", "topas-plus", "lfu", 8.5),
+        ("w", "none", "topas-both", "policy", 7.0),
+        ("w", "hicache", "lpm", "lru", 5.0),
+    ])
+    cells = fl.deciding_cells(screen, es.OWN_EVICTION, es.BOUND)
+    assert list(cells.columns) == list(fl.CELL_COLUMNS)
+    got = {(r.host_tier, r.admission, r.eviction) for r in cells.itertuples()}
+    assert got == {("none", "lpm", "lfu"), ("none", "lpm", "lru"), ("none", "lpm", "kvflow"), ("none", "lpm", "belady"),
+                   ("none", "fcfs", "kvflow"), ("none", "fcfs", "lru"),  # KVFlow under FCFS only as its best
+                   ("none", "topas-plus", "lru"), ("none", "topas-both", "policy"), ("hicache", "lpm", "lru")}
+    why = cells.set_index(["host_tier", "admission", "eviction"])["why"]
+    assert why[("none", "topas-plus", "lru")] == "best on the screen; LRU (SGLang's default)"
+    assert "never a candidate" in why[("none", "lpm", "belady")] and "declared" in why[("none", "topas-both", "policy")]
+    only = fl.deciding_cells(screen, es.OWN_EVICTION, es.BOUND, host_tiers=("hicache",))
+    assert set(only["host_tier"]) == {"hicache"}
+
+
+def test_the_full_length_stage_runs_the_protocol_s_run_length():
+    """The run length is the protocol's (studies.protocol_runs.study.FULL), not a copy: 1,000 tasks,
+    600 on MetaGPT; quick mode is tiny."""
+    from studies.eviction import full_length as fl
+    from studies.protocol_runs.study import FULL as PROTOCOL
+
+    assert all(fl.run_length(w) == PROTOCOL.n_tasks[w] for w in es.WORKLOADS)
+    assert fl.run_length("metagpt-sop") == 600 and fl.run_length("dag-4") == 1000
+    assert fl.seeds() == list(range(es.FULL.n_seeds))
+    assert fl.run_length("dag-4", quick=True) <= 60 and len(fl.seeds(quick=True)) == 2
+    screen = _screen([("dag-4", "none", "lpm", "lru", 10.0), ("dag-4", "none", "lpm", "lfu", 9.0),
+                      ("metagpt-tl", "none", "lpm", "lru", 10.0), ("dag-4", "hicache", "lpm", "lru", 1.0)])
+    runs = es.full_length_grid(screen)
+    assert {(e.workload, e.n_tasks) for e in runs} == {("dag-4", 1000), ("metagpt-tl", 600)}
+    assert len(runs) == 4 * es.FULL.n_seeds and all(e.load == es.LOAD for e in runs)
+    assert {dict(e.engine_options).get("host_tier", False) for e in runs} == {False, True}
+    quick = es.full_length_grid(screen, quick=True)  # DAG-4 without a host tier only
+    assert {(e.workload, e.n_tasks) for e in quick} == {("dag-4", fl.run_length("dag-4", True))} and len(quick) == 4
+
+
+def test_the_stages_are_labelled():
+    assert es.screen_label() == "screen, 100 tasks"
+    assert es.full_label() == "full length, 600 / 1000 tasks"

@@ -86,7 +86,9 @@ EXPECTED: dict[str, list[str]] = {
         *(f"robustness_{n}.{ext}" for n in ("table", "verdict", "stability", "estimator_table") for ext in ("csv", "md")),
     ],
     "15_eviction.ipynb": ["eviction_belady_gap.png", "eviction_belady_gap.pdf",
-                          *(f"eviction_{n}.{ext}" for n in ("runs", "seeds", "gap", "matters", "verdict") for ext in ("csv", "md"))],
+                          *(f"eviction_{n}.{ext}" for n in ("runs", "seeds", "gap", "matters", "screen_verdict", "verdict",
+                                                               "full_cells", "full_runs", "full_seeds", "full_gap",
+                                                               "full_matters") for ext in ("csv", "md"))],
     "16_protocol.ipynb": [
         *(f"protocol_{n}.{ext}" for n in ("capacity", "verdicts") for ext in ("png", "pdf")),
         *(f"{n}.{ext}" for n in ("capacity_table", "verdict_table", "overload_table", "convergence_table",

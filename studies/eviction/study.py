@@ -30,6 +30,11 @@ tuning seeds and synthetic workloads before these runs; MetaGPT is held out for 
 TOPAS / TOPAS+ / TOPAS-both cell of the grid, labelled *in-sample*: picked by the same seeds' means
 it is compared on, which favours it (the interval does not correct for that).
 
+**Two stages.** This grid is the *screen*, 100 tasks per run (:func:`screen_label`): at that
+length the steady-state test is not reliable, so the verdict is taken on a second stage, the cells
+that decide it re-run at the protocol's run length (:mod:`studies.eviction.full_length`:
+:func:`full_length_tables`); the screen picks them, the full-length runs compare them.
+
 Size (it must fit ``make reproduce``'s budget): :data:`FULL` and :data:`QUICK`; the host-tier half
 runs fewer admissions (:attr:`EvictionSize.host_admissions`).
 """
@@ -51,7 +56,8 @@ from topas.experiments.spec import Experiment
 
 __all__ = ["ADMISSIONS", "BASELINE_ADMISSIONS", "BOUND", "EVICTIONS", "EvictionSize", "FULL", "GAP_COLUMNS",
            "HOST_TIERS", "LOAD", "MATTERS_COLUMNS", "QUICK", "RUN_COLUMNS", "SEED_COLUMNS", "VERDICT_COLUMNS", "WORKLOADS",
-           "build_tables", "eviction_size", "study_workloads", "eviction_study_grid", "eviction_study_tables"]
+           "build_tables", "eviction_size", "study_workloads", "eviction_study_grid", "eviction_study_tables",
+           "full_length_cells", "full_length_grid", "full_length_tables", "screen_label", "full_label"]
 
 #: the protocol's workloads: the synthetic ones TOPAS-both's (and TOPAS+'s) selection saw, then the
 #: held-out MetaGPT workflows and random DAGs (:data:`topas.sets.HELD_OUT`)
@@ -158,21 +164,97 @@ def eviction_study_grid(workloads: tuple[str, ...] | None = None, quick: bool = 
 def eviction_study_tables(workloads: tuple[str, ...] | None = None, quick: bool = False, store: Any = None,
                           progress: bool = False, evictions: tuple[str, ...] = EVICTIONS
                           ) -> dict[str, pd.DataFrame]:
-    """Run (or read) the study; the tables of :func:`build_tables`."""
+    """Run (or read) the study's screen; the tables of :func:`build_tables`."""
+    size = eviction_size(quick)
+    workloads = study_workloads(quick) if workloads is None else workloads
+    tables = _run_and_tabulate(dict(_cells(workloads, size, evictions)), store, progress, "eviction study")
+    return _labelled(tables, screen_label(quick))
+
+
+def _labelled(tables: Mapping[str, pd.DataFrame], label: str) -> dict[str, pd.DataFrame]:
+    """Each table with a first column ``stage``: which stage's runs it reads."""
+    return {k: t.assign(stage=label)[["stage", *t.columns]] for k, t in tables.items()}
+
+
+def _run_and_tabulate(cells: Mapping[tuple[str, str, str, str], Mapping[int, Experiment]], store: Any,
+                      progress: bool, desc: str) -> dict[str, pd.DataFrame]:
     from topas.experiments.store import ResultStore, run_sweep
 
     store = store if isinstance(store, ResultStore) else ResultStore(store)
-    size = eviction_size(quick)
-    workloads = study_workloads(quick) if workloads is None else workloads
-    cells = dict(_cells(workloads, size, evictions))
-    run_sweep([e for by_seed in cells.values() for e in by_seed.values()], store, progress=progress,
-              desc="eviction study")
+    run_sweep([e for by_seed in cells.values() for e in by_seed.values()], store, progress=progress, desc=desc)
     summaries, stable = {}, {}
     for key, by_seed in cells.items():
         summaries[key] = {s: store.meta(e)["summary"] for s, e in by_seed.items()}
         st = steady_state({s: store.load_table(e, "tasks") for s, e in by_seed.items()}, what="/".join(key))
         stable[key] = (st.stable, st.growing_seeds)
     return build_tables(summaries, stable)
+
+
+def full_label(quick: bool = False) -> str:
+    """The label of the second stage's tables (:func:`full_length_tables`): its run lengths."""
+    from studies.eviction import full_length as fl
+
+    if quick:
+        return f"full-length stage, quick: {fl.run_length('dag-4', True)} tasks"
+    lengths = sorted({fl.run_length(w) for w in WORKLOADS})
+    return f"full length, {' / '.join(str(n) for n in lengths)} tasks"
+
+
+def screen_label(quick: bool = False) -> str:
+    """The label of the screen's tables: ``screen, 100 tasks`` (its run length)."""
+    size = eviction_size(quick)
+    lengths = sorted({size.n_tasks, size.host_n_tasks})
+    return f"screen, {' / '.join(str(n) for n in lengths)} tasks"
+
+
+def full_length_cells(screen_runs: pd.DataFrame, quick: bool = False) -> pd.DataFrame:
+    """The second stage's cells (:func:`studies.eviction.full_length.deciding_cells`), picked on the
+    screen's ``runs`` table, on the workloads and host tiers of its size."""
+    from studies.eviction import full_length as fl
+
+    size = fl.full_length_size(quick)
+    return fl.deciding_cells(screen_runs, OWN_EVICTION, BOUND, size.workloads, size.host_tiers)
+
+
+def _full_cells(cells: pd.DataFrame, quick: bool):
+    from studies.eviction import full_length as fl
+
+    for r in cells.itertuples():
+        n = fl.run_length(r.workload, quick)
+        yield ((r.workload, r.host_tier, r.admission, r.eviction),
+               {s: _cell(r.workload, r.admission, r.eviction, r.host_tier, s,
+                         EvictionSize(n, 1, n, 1, ())) for s in fl.seeds(quick)})
+
+
+def screen_means(store: Any = None, quick: bool = False) -> pd.DataFrame | None:
+    """The screen's seeds' mean JCT per cell from the stored summaries (what
+    :func:`full_length_cells` picks on; no steady-state test), or None when a screen run is not
+    stored."""
+    from topas.experiments.store import ResultStore
+
+    store = store if isinstance(store, ResultStore) else ResultStore(store)
+    rows = []
+    for (w, host, a, e), by_seed in _cells(study_workloads(quick), eviction_size(quick), EVICTIONS):
+        if not all(store.has(x) for x in by_seed.values()):
+            return None
+        rows.append({"workload": w, "host_tier": host, "admission": a, "eviction": e,
+                     "jct_mean": _mean(float(store.meta(x)["summary"]["jct_mean"]) for x in by_seed.values())})
+    return pd.DataFrame(rows)
+
+
+def full_length_grid(screen_runs: pd.DataFrame, quick: bool = False) -> list[Experiment]:
+    """Every run of the second stage: the cells of :func:`full_length_cells` at the protocol's run
+    length x the evaluation seeds."""
+    return [e for _, by in _full_cells(full_length_cells(screen_runs, quick), quick) for e in by.values()]
+
+
+def full_length_tables(screen_runs: pd.DataFrame, quick: bool = False, store: Any = None,
+                       progress: bool = False) -> dict[str, pd.DataFrame]:
+    """Run (or read) the second stage; the tables of :func:`build_tables` on its cells (the
+    ``verdict`` is the study's), with ``cells``: which cells ran and why."""
+    cells = full_length_cells(screen_runs, quick)
+    tables = _run_and_tabulate(dict(_full_cells(cells, quick)), store, progress, "eviction study, full length")
+    return _labelled({"cells": cells, **tables}, full_label(quick))
 
 
 def _uncached(summary: Mapping[str, Any]) -> float:
