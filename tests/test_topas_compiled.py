@@ -95,7 +95,7 @@ def _same(fast, ref, path: str) -> None:
 @pytest.mark.parametrize("name", sorted(RUNS) + sorted(MORE))
 def test_the_fused_set_up_leaves_what_the_readable_one_does_at_every_decision(name, monkeypatch):
     """``topas_setup_fused`` against ``_DecisionCtx._readable_setup``: every attribute of the
-    decision's context, at every decision (the configurations it does not cover run the readable
+    decision's context (those it leaves out computed when read), at every decision (the configurations it does not cover run the readable
     set-up in both)."""
     exp = RUNS.get(name) or MORE[name]
     init = _DecisionCtx.__init__
@@ -107,9 +107,9 @@ def test_the_fused_set_up_leaves_what_the_readable_one_does_at_every_decision(na
         init(ref, policy, view)
         monkeypatch.setattr(topas_decision, "FUSED", True)
         init(self, policy, view)
-        assert set(vars(self)) == set(vars(ref))
-        for k, v in vars(ref).items():
-            _same(vars(self)[k], v, k)
+        assert set(vars(self)) | set(topas_setup_fused.DERIVED) >= set(vars(ref))
+        for k, v in vars(ref).items():  # what the fused set-up leaves out is computed as it is read
+            _same(getattr(self, k), v, k)
         fused.append(topas_setup_fused.covers(policy.params))
 
     monkeypatch.setattr(_DecisionCtx, "__init__", both)

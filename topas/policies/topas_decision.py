@@ -83,6 +83,15 @@ class _DecisionCtx(CompiledSearch):
             return
         self._readable_setup(view, est, op, rng, parts, prefill_time, tasks, residual)
 
+    def __getattr__(self, name: str) -> Any:
+        """What the fused set-up leaves out (``topas_setup_fused.DERIVED``), computed on first use."""
+        make = topas_setup_fused.DERIVED.get(name)
+        if make is None:
+            raise AttributeError(name)
+        value = make(self)
+        setattr(self, name, value)
+        return value
+
     # ------------------------------------------------------------------ per-decision set-up
     def _readable_setup(self, view: EngineView, est: Any, op: OperatingPoint, rng: Any, parts: Any,
                         prefill_time: Any, tasks: Any, residual: Any) -> None:
@@ -213,6 +222,11 @@ class _DecisionCtx(CompiledSearch):
         # agent's best candidates_per_agent, in that order
         ranked = sorted((-self.gain[r.rid], self.tasks[r.task_id].view.arrival, r.rid, r) for r in view.waiting)
         self._candidates(view, ranked)
+        #: the candidates with a positive gain by gain per token (``_bound``'s fractional knapsack)
+        self._by_density = sorted(((c[3], c[4], c[1], c[2]) for c in self._packable if c[3] > 0),
+                                  key=lambda c: -c[0] / c[1] if c[1] > 0 else -float("inf"))
+        #: the smallest demand from each candidate on: GREEDYPACK stops once none of them fits
+        self._min_need_after = list(itertools.accumulate(reversed([c[4] for c in self._packable]), min))[::-1]
 
     def _candidates(self, view: EngineView, ranked: list[tuple[float, float, str, RequestView]]) -> None:
         """The candidates (each agent's best ``candidates_per_agent`` of ``ranked``) and what
@@ -236,11 +250,6 @@ class _DecisionCtx(CompiledSearch):
                 cap = view.admit_cap(a)
                 if cap is not None:
                     self._caps[a] = cap
-        #: the candidates with a positive gain by gain per token (``_bound``'s fractional knapsack)
-        self._by_density = sorted(((c[3], c[4], c[1], c[2]) for c in self._packable if c[3] > 0),
-                                  key=lambda c: -c[0] / c[1] if c[1] > 0 else -float("inf"))
-        #: the smallest demand from each candidate on: GREEDYPACK stops once none of them fits
-        self._min_need_after = list(itertools.accumulate(reversed([c[4] for c in self._packable]), min))[::-1]
 
     def _running_setup(self, view: EngineView, est: Any, op: OperatingPoint) -> None:
         """Running requests: kept demand, by agent, and each one's credit lambda_r."""

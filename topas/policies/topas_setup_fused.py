@@ -19,6 +19,7 @@ so what costs is the number of passes, not the sums.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from topas.policies.topas_task import _TaskCtx, pending_lists, task_shapes
@@ -47,7 +48,6 @@ def setup(ctx: Any, policy: Any, view: Any, est: Any, parts: dict[str, dict[tupl
     run_demand: dict[str, int] = {}
     per_task: dict[str, int] = {}
     credit: dict[str, float] = {}
-    busy_tasks: dict[str, set[str]] = {}
     credits = policy.credits
     revalue = p.revalue_credit and p.aging
     aging_now: dict[float, float] = {}  # g_i(t) at this decision's t, by task arrival
@@ -68,10 +68,8 @@ def setup(ctx: Any, policy: Any, view: Any, est: Any, parts: dict[str, dict[tupl
         rs = running_by_agent.get(agent)
         if rs is None:
             running_by_agent[agent] = [r]
-            busy_tasks[agent] = {tid}
         else:
             rs.append(r)
-            busy_tasks[agent].add(tid)
         if engine:  # its KV and the engine's reservation for it (``hold_tokens``)
             run_demand[rid] = r.kv_tokens + r.reserve
         else:
@@ -146,8 +144,6 @@ def setup(ctx: Any, policy: Any, view: Any, est: Any, parts: dict[str, dict[tupl
         n_max = sorted(n_count.items())
         policy._pending_index = (lists, pending, need, by_parent, n_max)
     ctx.pending = pending
-    running_rids = ctx._running_rids = set(run_demand)
-    ctx.running_tasks = set(per_task)
     ctx._running_per_task = per_task
     nrun = [0] * len(pending)  # per pending stage, its running parents
     for rid in run_demand:
@@ -156,12 +152,6 @@ def setup(ctx: Any, policy: Any, view: Any, est: Any, parts: dict[str, dict[tupl
             for i in at:
                 nrun[i] += 1
     in_base = [n > 0 and k == n for n, k in zip(need, nrun)]
-    base: dict[str, int] = {}  # ``lookahead_counts(pending, running)``
-    for i, b in enumerate(in_base):
-        if b:
-            agent = pending[i][0]
-            base[agent] = base.get(agent, 0) + 1
-    ctx._la_base = base
     ctx._la_need, ctx._la_running, ctx._la_in_base, ctx._la_by_parent = need, nrun, in_base, by_parent
     reload = ctx.reload = policy._state.reload
     ctx._reuse_max = [(a, n * reload[a]) for a, n in n_max]
@@ -196,15 +186,45 @@ def setup(ctx: Any, policy: Any, view: Any, est: Any, parts: dict[str, dict[tupl
         for r, z in zip(w, size):
             gain[r.rid] = (total * z / norm if norm > 0 else total / len(frontier)) * 1.0
     ctx._candidates(view, sorted((-gain[r.rid], arrival[r.task_id], r.rid, r) for r in waiting))
-    # ---- the running requests' aggregates (``_running_setup``)
+    # ---- the running requests (``_running_setup``; its sums over them: ``DERIVED``)
     ctx.running_by_agent = running_by_agent
     ctx.running_demand = 0
     ctx.run_demand = run_demand
     ctx._busy = frozenset(running_by_agent)
     ctx._busy_order = tuple(running_by_agent)
-    ctx.run_demand_by_agent = {a: sum(run_demand[r.rid] for r in rs) for a, rs in running_by_agent.items()}
-    ctx._run_demand_total = sum(ctx.run_demand_by_agent.values())
-    ctx._n_running = {a: len(rs) for a, rs in running_by_agent.items()}
     ctx._aging_now = aging_now
     ctx.credit = credit
-    ctx._busy_tasks = busy_tasks
+
+
+def _run_demand_by_agent(ctx: Any) -> dict[str, int]:
+    return {a: sum(ctx.run_demand[r.rid] for r in rs) for a, rs in ctx.running_by_agent.items()}
+
+
+def _la_base(ctx: Any) -> dict[str, int]:
+    base: dict[str, int] = {}  # ``lookahead_counts(pending, running)``
+    for (agent, _), b in zip(ctx.pending, ctx._la_in_base):
+        if b:
+            base[agent] = base.get(agent, 0) + 1
+    return base
+
+
+def _by_density(ctx: Any) -> list[tuple[float, int, str, str]]:
+    return sorted(((c[3], c[4], c[1], c[2]) for c in ctx._packable if c[3] > 0),
+                  key=lambda c: -c[0] / c[1] if c[1] > 0 else -float("inf"))
+
+
+#: What the readable set-up derives from the attributes above and the compiled search derives from
+#: its arrays itself (``topas_kernel_score.unpack``): left out here, each is computed, as the
+#: readable set-up computes it, when the reference's code first reads it (``_DecisionCtx.__getattr__``:
+#: the reference search before the kernels are loaded, the liveness fallback, ``TopasRequestOnly``).
+DERIVED = {
+    "run_demand_by_agent": _run_demand_by_agent,
+    "_run_demand_total": lambda ctx: sum(ctx.run_demand_by_agent.values()),
+    "_n_running": lambda ctx: {a: len(rs) for a, rs in ctx.running_by_agent.items()},
+    "_la_base": _la_base,
+    "_by_density": _by_density,
+    "_running_rids": lambda ctx: {r.rid for rs in ctx.running_by_agent.values() for r in rs},
+    "running_tasks": lambda ctx: set(ctx._running_per_task),
+    "_busy_tasks": lambda ctx: {a: {r.task_id for r in rs} for a, rs in ctx.running_by_agent.items()},
+    "_min_need_after": lambda ctx: list(itertools.accumulate(reversed([c[4] for c in ctx._packable]), min))[::-1],
+}
