@@ -2,8 +2,10 @@
 (each task's residuals, ``g_i(t)`` and ``g_i(t) * Delta_task`` shares, the waiting requests'
 demands ``d_r(t)``, the running requests' kept demands and credits ``lambda_r`` (``J_revoke``),
 the pending stages for ``n_a(t)`` (``V_reuse``)), the same values in the same containers and
-orders, with one pass over the running requests where the readable set-up makes eight, and the
-look-ahead counts for ``Q' =`` the running set taken in the pass that indexes the pending stages.
+orders, with one pass over the running requests where the readable set-up makes eight, the
+pending stages' index by parent kept while the tasks' pending lists are the same objects, the
+gains straight from ``longest_path_pair`` (``delta_task``'s two longest paths), and what only the
+reference's code reads left out (:data:`DERIVED`: computed when first read).
 
 The readable set-up (``topas_decision``: ``_DecisionCtx.__init__`` with ``_lookahead_setup``,
 ``_waiting_setup``, ``_running_setup``) is the reference: it runs with the reference search
@@ -12,9 +14,10 @@ The readable set-up (``topas_decision``: ``_DecisionCtx.__init__`` with ``_looka
 the same attributes (values, Python types, dict orders). Every float is computed by the same
 operations in the same order, so the scores do not change.
 
-Measured (docs/design.md "Performance"): the set-up's passes are Python-object traversals (the
-views' attributes, dicts keyed by request ids); their arithmetic is a few operations per request,
-so what costs is the number of passes, not the sums.
+Measured (docs/design.md "Performance"): reading the views' attributes is a small part of the
+set-up; what costs is building and reading the dicts keyed by request, task and stage ids, a few
+operations of arithmetic per entry, so fewer passes help and compiling the arithmetic alone does
+not (a numba kernel for the longest paths, fed by arrays built at each decision, was slower).
 """
 
 from __future__ import annotations
