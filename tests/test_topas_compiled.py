@@ -3,7 +3,8 @@
 pinned configuration (``tests/test_topas_pinned.py``) and a few more (the exhaustive search, local+
 on a large pool, a host tier), the two return the same plan (prefix set, admissions with their
 credits, preemptions, score and each term, the terms' Python types included) and count the same
-prefix sets; the reference alone still gives the pinned decisions; a process loads the kernels
+prefix sets; the fused set-up (``topas_setup_fused``) leaves what the readable one does; the
+reference alone (readable set-up and search) still gives the pinned decisions; a process loads the kernels
 only once its searches have cost as much; and the kernels' sum is Python's ``sum()`` on the
 interpreter that runs them."""
 
@@ -13,13 +14,15 @@ import random
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from topas.experiments import Experiment, run_experiment
-from topas.policies import topas_search_compiled
+from topas.policies import topas_decision, topas_search_compiled, topas_setup_fused
 from topas.policies.topas_decision import _DecisionCtx
 from topas.policies.topas_search import PrefixSearch
 from topas.policies.topas_search_compiled import CompiledSearch
+from topas.policies.topas_task import _TaskCtx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_topas_pinned import EXPECTED, RUNS, digest  # noqa: E402
@@ -67,9 +70,59 @@ def test_the_compiled_search_decides_as_the_reference_at_every_decision(name, mo
         assert checked and sum(checked) > 0, "the compiled search never ran"
 
 
+def _same(fast, ref, path: str) -> None:
+    """``fast`` is ``ref``: the same type, float for float (repr), dicts in the same order."""
+    assert type(fast) is type(ref), (path, type(fast), type(ref))
+    if isinstance(ref, dict):
+        assert list(fast) == list(ref), path
+        for k in ref:
+            _same(fast[k], ref[k], f"{path}[{k!r}]")
+    elif isinstance(ref, (list, tuple)):
+        assert len(fast) == len(ref), path
+        for i, (x, y) in enumerate(zip(fast, ref)):
+            _same(x, y, f"{path}[{i}]")
+    elif isinstance(ref, float):
+        assert repr(fast) == repr(ref), (path, fast, ref)
+    elif isinstance(ref, np.ndarray):  # the "sampled" estimator's draws
+        assert fast.dtype == ref.dtype and fast.tobytes() == ref.tobytes(), path
+    elif isinstance(ref, _TaskCtx):
+        for slot in _TaskCtx.__slots__:
+            _same(getattr(fast, slot), getattr(ref, slot), f"{path}.{slot}")
+    else:
+        assert fast is ref or fast == ref, path
+
+
+@pytest.mark.parametrize("name", sorted(RUNS) + sorted(MORE))
+def test_the_fused_set_up_leaves_what_the_readable_one_does_at_every_decision(name, monkeypatch):
+    """``topas_setup_fused`` against ``_DecisionCtx._readable_setup``: every attribute of the
+    decision's context (those it leaves out computed when read), at every decision (the configurations it does not cover run the readable
+    set-up in both)."""
+    exp = RUNS.get(name) or MORE[name]
+    init = _DecisionCtx.__init__
+    fused = []
+
+    def both(self, policy, view):
+        monkeypatch.setattr(topas_decision, "FUSED", False)
+        ref = _DecisionCtx.__new__(type(self))
+        init(ref, policy, view)
+        monkeypatch.setattr(topas_decision, "FUSED", True)
+        init(self, policy, view)
+        assert set(vars(self)) | set(topas_setup_fused.DERIVED) >= set(vars(ref))
+        for k, v in vars(ref).items():  # what the fused set-up leaves out is computed as it is read
+            _same(getattr(self, k), v, k)
+        fused.append(topas_setup_fused.covers(policy.params))
+
+    monkeypatch.setattr(_DecisionCtx, "__init__", both)
+    run_experiment(exp)
+    assert fused
+    if name in ("dag-4/topas", "dag-10-wide/topas", "dag-4/topas-host-tier", "dag-10-wide/topas-exhaustive"):
+        assert all(fused), "the fused set-up does not cover the default parameters"
+
+
 @pytest.mark.parametrize("name", sorted(RUNS))
 def test_the_reference_search_alone_gives_the_pinned_decisions(name, monkeypatch):
     monkeypatch.setattr(topas_search_compiled, "ENABLED", False)
+    monkeypatch.setattr(topas_decision, "FUSED", False)  # the readable set-up as well
     assert digest(RUNS[name]) == EXPECTED[name]
 
 

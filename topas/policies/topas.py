@@ -94,6 +94,8 @@ class Topas(Policy):
         self._prefill_cost: Any = None  # the cost model prefill_time_of memoises for
         #: per task: its view and its pending stages by ready set (``_DecisionCtx._lookahead_setup``)
         self._pending_memo: dict[str, Any] = {}
+        #: the pending stages' list and index by parent, with the per-task lists they hold for (``topas_setup_fused``)
+        self._pending_index: Any = None
         self._est_memo: Any = None  # expected_remaining, memoised until the next observation
         #: per task: its view and its unfinished stages' shape (``topas_task.task_shapes``)
         self._shape_memo: dict[str, Any] = {}

@@ -17,13 +17,14 @@ order), so the scores, hence the decisions, do not depend on how they are comput
 from __future__ import annotations
 
 import itertools
+import os
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from topas.engine.view import EngineView, RequestView
 from topas.policies.estimates import OperatingPoint
-from topas.policies import topas_state
+from topas.policies import topas_setup_fused, topas_state
 from topas.policies.topas_search import _Plan
 from topas.policies.topas_search_compiled import CompiledSearch
 from topas.policies.topas_task import _MemoEstimator, _TaskCtx, pending_stages, task_shapes
@@ -43,6 +44,9 @@ if TYPE_CHECKING:
     Topas = Any
 
 _NONE: frozenset[str] = frozenset()
+#: Set up with ``topas_setup_fused`` where it covers the parameters (False: the readable set-up,
+#: ``_readable_setup``, which ``TOPAS_SEARCH=reference`` runs with the reference search).
+FUSED = os.environ.get("TOPAS_SEARCH", "compiled") != "reference"
 
 
 class _DecisionCtx(CompiledSearch):
@@ -70,6 +74,29 @@ class _DecisionCtx(CompiledSearch):
             return prefill_time(x + generated, pv.tokens) + draws * tpot
 
         tasks = policy.history.tasks(view)  # online DAGs: completed from the workflow's history
+        parts = policy.residual_parts(view) if rng is None else None
+        if FUSED and parts is not None and topas_setup_fused.covers(p):  # the same attributes, in fewer passes
+            topas_setup_fused.setup(self, policy, view, est, parts, prefill_time, tasks)
+            self._moves_setup(view)
+            if topas_state.CHECK:
+                topas_state.check_decision(policy, view)
+            return
+        self._readable_setup(view, est, op, rng, parts, prefill_time, tasks, residual)
+
+    def __getattr__(self, name: str) -> Any:
+        """What the fused set-up leaves out (``topas_setup_fused.DERIVED``), computed on first use."""
+        make = topas_setup_fused.DERIVED.get(name)
+        if make is None:
+            raise AttributeError(name)
+        value = make(self)
+        setattr(self, name, value)
+        return value
+
+    # ------------------------------------------------------------------ per-decision set-up
+    def _readable_setup(self, view: EngineView, est: Any, op: OperatingPoint, rng: Any, parts: Any,
+                        prefill_time: Any, tasks: Any, residual: Any) -> None:
+        """The set-up, pass by pass (the reference of ``topas_setup_fused``)."""
+        p, policy, prefixes, tpot = self.p, self.policy, view.prefixes, self.tpot
         running_by_task: dict[str, set[str]] = {}
         for r in view.running:
             running_by_task.setdefault(r.task_id, set()).add(r.stage_id)
@@ -79,7 +106,6 @@ class _DecisionCtx(CompiledSearch):
         # Only tasks with waiting requests are scored (L_i and Delta_task).
         self.tasks: dict[str, _TaskCtx] = {}
         shapes, policy._shape_memo = task_shapes(policy._shape_memo, tasks, sorted({r.task_id for r in view.waiting}))
-        parts = policy.residual_parts(view) if rng is None else None
         for tid, shape in shapes.items():
             tv = tasks[tid]
             ready = gen_by_task[tid]
@@ -111,7 +137,6 @@ class _DecisionCtx(CompiledSearch):
         if topas_state.CHECK:
             topas_state.check_decision(policy, view)
 
-    # ------------------------------------------------------------------ per-decision set-up
     def _lookahead_setup(self, tasks: Any, ready: dict[str, dict[str, int]], view: EngineView) -> None:
         """n_a(t) for Q' = the running set, and the pending stages indexed by parent (``ready``:
         per task, its ready stages, the running ones first)."""
@@ -177,6 +202,11 @@ class _DecisionCtx(CompiledSearch):
             self.demand[r.rid] = r.input_tokens + r.generated + int(p.output_reserve * rem)
         for r in view.waiting:
             self.tasks[r.task_id].waiting.append(r)
+        self._waiting_ranked(view)
+
+    def _waiting_ranked(self, view: EngineView) -> None:
+        """Each task's frontier in order, the gains g_i(t) * Delta_task, the candidates ranked."""
+        p = self.p
         for tc in self.tasks.values():  # each task's waiting stages in topological order
             if len(tc.waiting) > 1:
                 tc.waiting.sort(key=lambda r, pos=tc.position: pos[r.stage_id])
@@ -191,6 +221,17 @@ class _DecisionCtx(CompiledSearch):
         # rank: best gain first (ties: older task, then request id, which is unique); each
         # agent's best candidates_per_agent, in that order
         ranked = sorted((-self.gain[r.rid], self.tasks[r.task_id].view.arrival, r.rid, r) for r in view.waiting)
+        self._candidates(view, ranked)
+        #: the candidates with a positive gain by gain per token (``_bound``'s fractional knapsack)
+        self._by_density = sorted(((c[3], c[4], c[1], c[2]) for c in self._packable if c[3] > 0),
+                                  key=lambda c: -c[0] / c[1] if c[1] > 0 else -float("inf"))
+        #: the smallest demand from each candidate on: GREEDYPACK stops once none of them fits
+        self._min_need_after = list(itertools.accumulate(reversed([c[4] for c in self._packable]), min))[::-1]
+
+    def _candidates(self, view: EngineView, ranked: list[tuple[float, float, str, RequestView]]) -> None:
+        """The candidates (each agent's best ``candidates_per_agent`` of ``ranked``) and what
+        GREEDYPACK and ``_bound`` read of them."""
+        p = self.p
         taken: dict[str, int] = {}
         cap = p.candidates_per_agent
         #: the candidates, best gain first (ties: older task, then request id)
@@ -209,11 +250,6 @@ class _DecisionCtx(CompiledSearch):
                 cap = view.admit_cap(a)
                 if cap is not None:
                     self._caps[a] = cap
-        #: the candidates with a positive gain by gain per token (``_bound``'s fractional knapsack)
-        self._by_density = sorted(((c[3], c[4], c[1], c[2]) for c in self._packable if c[3] > 0),
-                                  key=lambda c: -c[0] / c[1] if c[1] > 0 else -float("inf"))
-        #: the smallest demand from each candidate on: GREEDYPACK stops once none of them fits
-        self._min_need_after = list(itertools.accumulate(reversed([c[4] for c in self._packable]), min))[::-1]
 
     def _running_setup(self, view: EngineView, est: Any, op: OperatingPoint) -> None:
         """Running requests: kept demand, by agent, and each one's credit lambda_r."""

@@ -139,6 +139,17 @@ def pending_stages(memo: dict[str, Any], tasks: Mapping[str, TaskView],
     ``memo`` keeps them per task while both are unchanged: a finish or a newly reached stage
     gives the task a new view, an admission or a new ready stage a new ready set."""
     out: _Pending = []
+    lists, carried = pending_lists(memo, tasks, ready)
+    for pend in lists:
+        out.extend(pend)
+    return out, carried
+
+
+def pending_lists(memo: dict[str, Any], tasks: Mapping[str, TaskView],
+                  ready: Mapping[str, Iterable[str]]) -> tuple[list[_Pending], dict[str, Any]]:
+    """``pending_stages``'s per-task lists, each the memo's own (the same object while the
+    task's view and ready set are unchanged), and the memo for the next decision."""
+    out: list[_Pending] = []
     carried: dict[str, Any] = {}
     for tid, sids in ready.items():
         tv = tasks[tid]
@@ -150,7 +161,7 @@ def pending_stages(memo: dict[str, Any], tasks: Mapping[str, TaskView],
         pend = hit[1].get(key)
         if pend is None:
             pend = hit[1][key] = _task_pending(tid, tv, list(sids), key)
-        out.extend(pend)
+        out.append(pend)
     return out, carried
 
 
