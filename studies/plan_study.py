@@ -27,8 +27,8 @@ from topas.experiments.protocol.seeds import EVALUATION_SEEDS, first
 from topas.experiments.spec import Experiment
 from topas.policies.topas_params import EARLIER_PLAN
 
-__all__ = ["MECHANISM_LOADS", "MECHANISM_POLICIES", "PLAN_WORKLOADS", "VARIANTS", "Variant", "mechanism_experiments",
-           "mechanism_table", "plan_experiments", "plan_table", "term_table"]
+__all__ = ["MECHANISM_LOADS", "MECHANISM_POLICIES", "PLAN_QUICK_WORKLOADS", "PLAN_WORKLOADS", "VARIANTS", "Variant",
+           "mechanism_experiments", "mechanism_table", "plan_experiments", "plan_table", "term_table"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,9 @@ VARIANTS: tuple[Variant, ...] = (
     Variant("topas-plus (unguarded)", "topas-plus", (("in_batch_guard", False),)),
 )
 PLAN_WORKLOADS = ("chain-3", "dag-4", "dag-10-wide", "metagpt-sop", "metagpt-tl")
+#: Notebook 06's quick plan workloads (what the tests run): one synthetic workload and one MetaGPT
+#: trace, not all five (the plan runs were most of the quick notebook's time).
+PLAN_QUICK_WORKLOADS = ("dag-4", "metagpt-sop")
 TERMS = ("J_admit", "V_reuse", "J_move", "J_redo", "J_revoke")
 
 
