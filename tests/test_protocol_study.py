@@ -297,7 +297,7 @@ def test_grid_bound_holds_every_run_the_protocol_made():
     keys = {e.key() for e in bound}
     assert len(keys) == len(bound) == (len(ps.FULL.workloads) * len(ps.FULL.policies) * len(ps.FULL.loads)
                                        * ps.FULL.n_seeds + len(ps.convergence_experiments(ps.FULL)))
-    ev = pd.read_csv(ps.default_evidence_path(None))
+    ev = ps.default_engine_rows(ps.read_evidence(ps.default_evidence_path(None)))  # other studies' runs too
     ev = ev[(ev["test"] == ps.TEST_VERSION) & ev["policy"].isin(ps.FULL.policies)
             & ((ev["workload"].map(ps.FULL.n_tasks) == ev["n_tasks"]) | (ev["workload"] == ps.FULL.convergence_workload))]
     assert len(ev) > 1000
@@ -322,3 +322,24 @@ def test_quick_runs_write_their_evidence_in_the_store_never_the_committed_cache(
     ps.protocol_runs(["dag-4"], quick=True)
     ps.protocol_tables(quick=True)
     assert seen and all(p == ps.quick_evidence_path(None) for p in seen)
+
+
+def test_the_shared_cache_never_pools_runs_of_other_engine_options(tmp_path):
+    """The cache holds every study's long runs (the eviction study's full-length stage too): a run
+    of another engine's options at the same (workload, policy, run length, load) is its own group in
+    :func:`seed_verdicts`, and a reader of the protocol's grid keeps the default engine's rows. A
+    cache written before the column existed reads as the default engine's."""
+    from studies.protocol_runs import study as ps
+    from topas.experiments import Experiment
+
+    ev = evidence({("lpm", 1.0): [False, False]}).drop(columns=["level", "growing", "stable_at_load"])
+    other = ev.assign(key=ev["key"] + "/kvflow", engine_options='{"eviction":"kvflow"}', in_system_p_value=0.0)
+    v = ps.seed_verdicts(pd.concat([ev, other], ignore_index=True))
+    assert list(v["stable_at_load"]) == [True, True, False, False]
+    assert (v["level"] == ps.ALPHA / (2 * len(ps.INDICATORS))).all()  # k seeds, not 2k
+    assert list(ps.default_engine_rows(v)["key"]) == list(ev["key"])
+    old = tmp_path / "old.csv"
+    ev.drop(columns=["engine_options"]).to_csv(old, index=False)
+    assert list(ps.read_evidence(old).columns) == list(EVIDENCE_COLUMNS)
+    assert set(ps.read_evidence(old)["engine_options"]) == {ps.DEFAULT_ENGINE}
+    assert ps.engine_options_of(Experiment("dag-4", "lpm", {}, load=1.0, seed=0, n_tasks=10)) == ps.DEFAULT_ENGINE

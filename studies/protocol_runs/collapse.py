@@ -53,16 +53,18 @@ def find_collapses(evidence: pd.DataFrame, policies: Sequence[str] = OURS, alpha
     """The runs of ``policies`` that grow at a load while the same (workload, policy, run length)
     is stable at a higher load of the evidence's grid, on the same seed or on every seed.
 
-    ``evidence``: per-run rows as in ``data/results/protocol/evidence.csv`` (one test version).
+    ``evidence``: per-run rows as in ``data/results/protocol/evidence.csv`` (one test version; the
+    default engine's rows only are read).
     Verdicts are :func:`~studies.protocol_runs.study.seed_verdicts`' (Bonferroni over the
     seeds at each load). One row per collapsing run, sorted by workload, policy, load and seed:
     its spec and evidence, ``seed_stable_above`` (the higher loads at which this seed's run does
     not grow, ``;``-separated), ``all_stable_above`` (the higher loads at which no seed grows),
     ``others_jct_low`` / ``others_jct_high`` (the other seeds' mean JCT at that load)."""
-    from studies.protocol_runs.study import seed_verdicts
+    from studies.protocol_runs.study import default_engine_rows, seed_verdicts
 
     cols = ["workload", "policy", "n_tasks", "load", "seed", "key", "jct_mean", "others_jct_low", "others_jct_high",
             "level"] + [f"{i}_p_value" for i in indicators] + ["seed_stable_above", "all_stable_above"]
+    evidence = default_engine_rows(evidence)  # the protocol's grid (the cache holds other studies' runs too)
     ev = seed_verdicts(evidence[evidence["policy"].isin(policies)], alpha, indicators)
     rows = []
     for (w, p, n), g in ev.groupby(["workload", "policy", "n_tasks"], sort=True):

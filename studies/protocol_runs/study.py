@@ -32,13 +32,18 @@ observations, MSER-5 warm-up, batch-means slope and its one-sided p-value) is ke
 by the run's experiment key (:data:`EVIDENCE_COLUMNS`; ``data/results/protocol/evidence.csv`` for
 the default store), so the results pack ships these runs' summaries only and ``make figures``
 re-renders from the summaries and the cached evidence. A cached row whose mean JCT disagrees with
-its run's stored summary is an error naming the run.
+its run's stored summary is an error naming the run. The cache is shared by every study's long runs
+(the eviction study's full-length stage writes its rows there too, :mod:`studies.eviction.full_length`):
+each row names its run's ``engine_options`` (``{}``, :data:`DEFAULT_ENGINE`, for every run of this
+grid), :func:`seed_verdicts` never pools runs of different engine options, and a reader of this
+grid's rows alone keeps the default engine's (:func:`default_engine_rows`).
 
 Sizes: :data:`FULL` (``make reproduce``) and :data:`QUICK` (the notebook's quick run, for tests).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -59,6 +64,7 @@ from topas.sets import CANDIDATES, GUARDED_BASELINES, HELD_OUT, IN_SAMPLE, METAG
 __all__ = [
     "CAPACITY_COLUMNS",
     "CONVERGENCE_COLUMNS",
+    "DEFAULT_ENGINE",
     "EVIDENCE_COLUMNS",
     "FULL",
     "LATENCY_COLUMNS",
@@ -71,8 +77,11 @@ __all__ = [
     "capacity_rows",
     "convergence_experiments",
     "convergence_rows",
+    "default_engine_rows",
     "default_evidence_path",
+    "engine_options_of",
     "quick_evidence_path",
+    "read_evidence",
     "evidence_for",
     "grid_bound",
     "latency_rows",
@@ -155,9 +164,10 @@ def protocol_size(quick: bool) -> ProtocolSize:
 # --------------------------------------------------------------------------------------------
 # Per-run evidence
 
-#: One row per run: its key and spec, its summary's JCT and completion, and per indicator (see
-#: :data:`topas.experiments.protocol.steady.INDICATORS`) the slope test's inputs and p-value.
-EVIDENCE_COLUMNS = ("key", "test", "workload", "policy", "load", "seed", "n_tasks", "finished", "completion_ratio",
+#: One row per run: its key and spec (``engine_options``: :func:`engine_options_of`), its summary's
+#: JCT and completion, and per indicator (see :data:`topas.experiments.protocol.steady.INDICATORS`)
+#: the slope test's inputs and p-value.
+EVIDENCE_COLUMNS = ("key", "test", "workload", "policy", "engine_options", "load", "seed", "n_tasks", "finished", "completion_ratio",
                     "jct_mean", "jct_p99", "throughput_rps") + tuple(
     f"{ind}_{c}" for ind in INDICATORS for c in ("n", "warmup", "slope", "p_value", "growth"))
 
@@ -165,6 +175,34 @@ EVIDENCE_COLUMNS = ("key", "test", "workload", "policy", "load", "seed", "n_task
 #: The version of the per-run test the cached evidence was computed with (the ``test`` column): a
 #: cached row of another version is recomputed from its run's tasks table.
 TEST_VERSION = "rate-adjusted-1"
+
+#: The ``engine_options`` of a run of the default engine (every run of the protocol's grid; the
+#: cache's rows written before the column existed were all such runs).
+DEFAULT_ENGINE = "{}"
+
+
+def engine_options_of(exp: Experiment) -> str:
+    """A run's engine options as the cache writes them: compact JSON, keys sorted (:data:`DEFAULT_ENGINE`
+    for the default engine)."""
+    return json.dumps(dict(exp.engine_options), sort_keys=True, separators=(",", ":"))
+
+
+def read_evidence(path: Path) -> pd.DataFrame:
+    """The cached evidence at ``path`` (:data:`EVIDENCE_COLUMNS`; an absent file: no rows), with
+    ``engine_options`` filled for rows written before the column existed."""
+    frame = pd.read_csv(path) if Path(path).exists() else pd.DataFrame(columns=list(EVIDENCE_COLUMNS))
+    if "engine_options" not in frame.columns:
+        frame.insert(list(EVIDENCE_COLUMNS).index("engine_options"), "engine_options", DEFAULT_ENGINE)
+    frame["engine_options"] = frame["engine_options"].fillna(DEFAULT_ENGINE)
+    return frame
+
+
+def default_engine_rows(evidence: pd.DataFrame) -> pd.DataFrame:
+    """The rows of runs on the default engine (the protocol's grid and the runs sharing its keys):
+    what a reader of the protocol's runs keeps of the shared cache."""
+    if "engine_options" not in evidence.columns:
+        return evidence
+    return evidence[evidence["engine_options"].fillna(DEFAULT_ENGINE) == DEFAULT_ENGINE]
 
 
 def run_evidence(tasks: pd.DataFrame, summary: Mapping[str, Any], what: str = "run") -> dict[str, Any]:
@@ -210,9 +248,7 @@ def quick_evidence_path(store: Any, evidence_path: Path | None = None) -> Path:
 
 
 def _read_cache(path: Path) -> pd.DataFrame:
-    if path.exists():
-        return pd.read_csv(path)
-    return pd.DataFrame(columns=list(EVIDENCE_COLUMNS))
+    return read_evidence(path)
 
 
 def _write_cache(path: Path, frame: pd.DataFrame) -> None:
@@ -246,7 +282,8 @@ def evidence_for(experiments: Sequence[Experiment], store: Any, path: Path | Non
                              f"its stored run {summary['jct_mean']}: delete the row (or the file) to recompute")
         if r is None:
             label = meta.get("label", key)
-            r = {"key": key, "test": TEST_VERSION, "workload": exp.workload, "policy": exp.policy, "load": float(exp.load),
+            r = {"key": key, "test": TEST_VERSION, "workload": exp.workload, "policy": exp.policy,
+                 "engine_options": engine_options_of(exp), "load": float(exp.load),
                  "seed": int(exp.seed), "n_tasks": int(exp.n_tasks or summary["n_tasks"]),
                  **run_evidence(store.load_table(key, "tasks"), summary, label)}
             new.append(r)
@@ -261,11 +298,12 @@ def evidence_for(experiments: Sequence[Experiment], store: Any, path: Path | Non
 def seed_verdicts(evidence: pd.DataFrame, alpha: float = ALPHA,
                   indicators: Sequence[str] = INDICATORS) -> pd.DataFrame:
     """Per run, whether it grows, tested as :func:`topas.experiments.protocol.steady.steady_state`
-    does: at one (workload, policy, run length, load) with ``k`` seeds, each of the ``k x
-    indicators`` p-values against ``alpha / (k x indicators)`` (Bonferroni). Adds ``level``,
+    does: at one (workload, policy, engine options, run length, load) with ``k`` seeds, each of the
+    ``k x indicators`` p-values against ``alpha / (k x indicators)`` (Bonferroni). Adds ``level``,
     ``growing`` (any indicator) and ``stable_at_load`` (no seed of the group grows)."""
     ev = evidence.copy()
-    group = ["workload", "policy", "n_tasks", "load"]
+    ev["engine_options"] = ev["engine_options"].fillna(DEFAULT_ENGINE) if "engine_options" in ev else DEFAULT_ENGINE
+    group = ["workload", "policy", "engine_options", "n_tasks", "load"]
     k = ev.groupby(group)["seed"].transform("nunique")
     ev["level"] = alpha / (k * len(indicators))
     ev["growing"] = np.logical_or.reduce([ev[f"{i}_p_value"] < ev["level"] for i in indicators])
