@@ -203,3 +203,50 @@ def test_the_full_length_stage_runs_the_protocol_s_run_length():
 def test_the_stages_are_labelled():
     assert es.screen_label() == "screen, 100 tasks"
     assert es.full_label() == "full length, 600 / 1000 tasks"
+
+
+def test_the_full_length_stage_reads_cached_evidence_and_builds_from_summaries_alone(tmp_path, monkeypatch):
+    """The full-length stage's stability comes from the protocol's evidence cache (the same verdict
+    as the steady-state test on the tasks tables), so its tables build from a pack that ships these
+    runs' ``meta.json`` alone and the evidence file (``make figures``), with nothing simulated."""
+    import json
+    import shutil
+
+    import pandas as pd
+
+    from studies.protocol_runs import study as ps
+    from topas.experiments.protocol.steady import steady_state
+    from topas.experiments.store import STORE_ONLY_ENV, ResultStore
+
+    screen = _screen([("dag-4", "none", "lpm", "lru", 10.0), ("dag-4", "none", "lpm", "lfu", 9.0),
+                      ("dag-4", "none", "lpm", "kvflow", 11.0), ("dag-4", "none", "lpm", "belady", 5.0),
+                      ("dag-4", "none", "topas-plus", "lru", 8.0), ("dag-4", "none", "topas-both", "policy", 7.0)])
+    store = ResultStore(tmp_path / "store")
+    full = es.full_length_tables(screen, quick=True, store=store)
+    exps = es.full_length_grid(screen, quick=True)
+    cache = ps.quick_evidence_path(store)  # a quick run's rows: in the store, never the committed file
+    ev = ps.read_evidence(cache)
+    assert set(ev["key"]) == {e.key() for e in exps} and list(ev.columns) == list(ps.EVIDENCE_COLUMNS)
+    assert set(ev["engine_options"]) >= {ps.DEFAULT_ENGINE, '{"eviction":"kvflow"}'}
+
+    # the cached verdict is the steady-state test's on the tasks tables
+    by_cell = {}
+    for e in exps:
+        by_cell.setdefault((e.policy, dict(e.engine_options).get("eviction", "lru")), {})[e.seed] = e
+    for r in full["runs"].itertuples():
+        st = steady_state({s: store.load_table(e, "tasks") for s, e in by_cell[(r.admission, r.eviction)].items()})
+        assert (r.stable, r.growing) == (st.stable, " ".join(str(x) for x in st.growing_seeds)), r
+
+    # the runs in a pack without their tables (summaries only), the store empty: the same tables
+    pack = tmp_path / "pack"
+    shutil.copytree(store.root, pack)
+    for e in exps:
+        for t in (pack / e.key()[:2] / e.key()).glob("*.parquet"):
+            t.unlink()
+    (pack / "manifest.json").write_text(json.dumps({"experiments": [{"key": e.key(), "tables": []} for e in exps]}))
+    monkeypatch.setenv(STORE_ONLY_ENV, "1")  # nothing is simulated
+    again = es.full_length_tables(screen, quick=True, store=ResultStore(tmp_path / "empty", packs=[pack]),
+                                  evidence_path=cache)
+    assert set(again) == set(full)
+    for name in full:
+        pd.testing.assert_frame_equal(again[name], full[name])

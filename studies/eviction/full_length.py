@@ -23,6 +23,15 @@ picked cells a little (a winner's curse): on the baseline side it favours the ba
 conservative for our candidates; on our side only the in-sample row's candidates are picked, and
 that row is labelled in-sample already. The declared row's candidate is not picked at all. Picking
 on other seeds would need a second screen; the overlap is stated where the verdict is shown.
+
+**Evidence, cached.** The stage's stability verdict reads each run's steady-state evidence from the
+protocol's cache (:func:`studies.protocol_runs.study.evidence_for`: the same columns, test version
+and file, ``data/results/protocol/evidence.csv``, keyed by the experiment key; a cell of the default
+engine at a load the protocol ran is the protocol's run and shares its row), and everything else
+(mean and p99 JCT, prompt and cached tokens) from the runs' summaries: the results pack ships these
+runs' ``meta.json`` alone (``scripts/pack_results.py``), ``make reproduce`` writes their evidence
+rows while notebook 15 runs (a quick run's go to the store), and ``make figures`` builds the stage's
+tables from the pack and that file.
 """
 
 from __future__ import annotations

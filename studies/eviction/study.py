@@ -33,7 +33,10 @@ it is compared on, which favours it (the interval does not correct for that).
 **Two stages.** This grid is the *screen*, 100 tasks per run (:func:`screen_label`): at that
 length the steady-state test is not reliable, so the verdict is taken on a second stage, the cells
 that decide it re-run at the protocol's run length (:mod:`studies.eviction.full_length`:
-:func:`full_length_tables`); the screen picks them, the full-length runs compare them.
+:func:`full_length_tables`); the screen picks them, the full-length runs compare them. The screen's
+stability is read from its runs' tasks tables (the pack ships them); the full-length stage's from
+its runs' cached evidence, in the protocol's cache (``data/results/protocol/evidence.csv``), so the
+pack ships those runs' summaries only.
 
 Size (it must fit ``make reproduce``'s budget): :data:`FULL` and :data:`QUICK`; the host-tier half
 runs fewer admissions (:attr:`EvictionSize.host_admissions`).
@@ -43,6 +46,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import pandas as pd
@@ -56,7 +60,7 @@ from topas.experiments.spec import Experiment
 
 __all__ = ["ADMISSIONS", "BASELINE_ADMISSIONS", "BOUND", "EVICTIONS", "EvictionSize", "FULL", "GAP_COLUMNS",
            "HOST_TIERS", "LOAD", "MATTERS_COLUMNS", "QUICK", "RUN_COLUMNS", "SEED_COLUMNS", "VERDICT_COLUMNS", "WORKLOADS",
-           "build_tables", "eviction_size", "study_workloads", "eviction_study_grid", "eviction_study_tables",
+           "build_tables", "cached_stability", "eviction_size", "study_workloads", "eviction_study_grid", "eviction_study_tables",
            "full_length_cells", "full_length_grid", "full_length_tables", "screen_label", "full_label"]
 
 #: the protocol's workloads: the synthetic ones TOPAS-both's (and TOPAS+'s) selection saw, then the
@@ -177,17 +181,42 @@ def _labelled(tables: Mapping[str, pd.DataFrame], label: str) -> dict[str, pd.Da
 
 
 def _run_and_tabulate(cells: Mapping[tuple[str, str, str, str], Mapping[int, Experiment]], store: Any,
-                      progress: bool, desc: str) -> dict[str, pd.DataFrame]:
+                      progress: bool, desc: str, evidence: bool = False,
+                      evidence_path: Path | None = None) -> dict[str, pd.DataFrame]:
+    """Run (or read) ``cells`` and build the tables. Stability: with ``evidence``, from the runs'
+    cached evidence (:func:`studies.protocol_runs.study.evidence_for`, cache at ``evidence_path``,
+    None: the store's default; the runs' summaries are all the rest reads, so a pack ships their
+    ``meta.json`` alone), else from each run's tasks table (the screen's, shipped with its runs)."""
     from topas.experiments.store import ResultStore, run_sweep
 
     store = store if isinstance(store, ResultStore) else ResultStore(store)
-    run_sweep([e for by_seed in cells.values() for e in by_seed.values()], store, progress=progress, desc=desc)
+    exps = [e for by_seed in cells.values() for e in by_seed.values()]
+    run_sweep(exps, store, progress=progress, desc=desc, tables=not evidence)
     summaries, stable = {}, {}
+    if evidence:
+        from studies.protocol_runs.study import evidence_for
+
+        rows = evidence_for(exps, store, evidence_path).set_index("key", drop=False)
     for key, by_seed in cells.items():
         summaries[key] = {s: store.meta(e)["summary"] for s, e in by_seed.items()}
-        st = steady_state({s: store.load_table(e, "tasks") for s, e in by_seed.items()}, what="/".join(key))
-        stable[key] = (st.stable, st.growing_seeds)
+        if evidence:
+            stable[key] = cached_stability(rows.loc[[e.key() for e in by_seed.values()]])
+        else:
+            st = steady_state({s: store.load_table(e, "tasks") for s, e in by_seed.items()}, what="/".join(key))
+            stable[key] = (st.stable, st.growing_seeds)
     return build_tables(summaries, stable)
+
+
+def cached_stability(evidence: pd.DataFrame) -> tuple[bool, tuple[int, ...]]:
+    """One cell's stability from its runs' evidence rows (one per seed): the steady-state test of
+    :func:`topas.experiments.protocol.steady.steady_state` (Bonferroni over the seeds and indicators,
+    every seed stable), as :func:`studies.protocol_runs.study.seed_verdicts` reads it; (stable, the
+    seeds whose run grows)."""
+    from studies.protocol_runs.study import seed_verdicts
+
+    v = seed_verdicts(evidence.reset_index(drop=True))
+    growing = tuple(sorted(int(s) for s in v.loc[v["growing"], "seed"]))
+    return not growing, growing
 
 
 def full_label(quick: bool = False) -> str:
@@ -249,11 +278,20 @@ def full_length_grid(screen_runs: pd.DataFrame, quick: bool = False) -> list[Exp
 
 
 def full_length_tables(screen_runs: pd.DataFrame, quick: bool = False, store: Any = None,
-                       progress: bool = False) -> dict[str, pd.DataFrame]:
+                       progress: bool = False, evidence_path: Path | None = None) -> dict[str, pd.DataFrame]:
     """Run (or read) the second stage; the tables of :func:`build_tables` on its cells (the
-    ``verdict`` is the study's), with ``cells``: which cells ran and why."""
+    ``verdict`` is the study's), with ``cells``: which cells ran and why. Stability is read from
+    the runs' cached evidence, in the protocol's cache (:func:`studies.protocol_runs.study.evidence_for`:
+    ``data/results/protocol/evidence.csv`` for the default store, where ``make reproduce`` writes
+    these runs' rows; a quick run's go to the store, :func:`~studies.protocol_runs.study.quick_evidence_path`),
+    so ``make figures`` builds these tables from the pack's summaries and that file."""
+    from studies.protocol_runs.study import quick_evidence_path
+
+    if quick:
+        evidence_path = quick_evidence_path(store, evidence_path)
     cells = full_length_cells(screen_runs, quick)
-    tables = _run_and_tabulate(dict(_full_cells(cells, quick)), store, progress, "eviction study, full length")
+    tables = _run_and_tabulate(dict(_full_cells(cells, quick)), store, progress, "eviction study, full length",
+                               evidence=True, evidence_path=evidence_path)
     return _labelled({"cells": cells, **tables}, full_label(quick))
 
 
