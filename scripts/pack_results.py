@@ -12,8 +12,11 @@ the MetaGPT and synthetic-workload runs are left out of this (:data:`NO_REQUEST_
 per-request tables were 14 MB of the 50, and the protocol's ~1,600 summaries needed the room;
 notebook 14's degraded-knowledge variants and the engine variants, such as notebook 11's legacy
 model, the host tier and the cache study's prefixes-only cache, ship their tasks only, and so do
-the eviction study's runs (:func:`eviction_study_keys`: notebook 15 reads their summaries and
-tasks; the per-request tables of its default-engine cells would take the pack over 50 MB)); and every table of the experiments the
+the eviction study's screen (:func:`eviction_study_keys`: notebook 15 reads its runs' summaries and
+tasks; the per-request tables of its default-engine cells would take the pack over 50 MB)); the
+eviction study's full-length stage ships its summaries only, its meta.json compact (its sweep uses
+their summaries, ``tables=False``, and its stability is read from the cached evidence,
+``data/results/protocol/evidence.csv``, as the protocol's runs'; their tasks tables would be ~24 MB); and every table of the experiments the
 notebooks load in full (mechanism and overhead), and every table a notebook reads one by one
 (``ResultStore.load_table``: the store log's ``table`` lines, :func:`read_tables`; notebook 06
 reads the decisions of its plan runs). Experiments whose sweeps use only their summaries
@@ -100,14 +103,13 @@ def shipped_tables(experiment: dict, loaded: bool, summary_only: bool = False, t
 
 
 def eviction_study_keys() -> frozenset[str]:
-    """The keys of notebook 15's grid (:func:`studies.eviction.study.eviction_study_grid`, the
-    screen) and of its full-length stage (:func:`~studies.eviction.study.full_length_grid`, picked
-    on the screen's stored summaries, when the store holds them all): shipped with their tasks only."""
-    from studies.eviction.study import eviction_study_grid, full_length_grid, screen_means
+    """The keys of notebook 15's screen (:func:`studies.eviction.study.eviction_study_grid`):
+    shipped with their tasks only (the screen's stability reads them). Not its full-length stage's
+    (:func:`~studies.eviction.study.full_length_grid`): those ship their ``meta.json`` alone, as
+    the store log's ``summary`` lines say (module docstring)."""
+    from studies.eviction.study import eviction_study_grid
 
-    screen = screen_means()
-    full = full_length_grid(screen) if screen is not None else []
-    return frozenset(e.key() for e in [*eviction_study_grid(), *full])
+    return frozenset(e.key() for e in eviction_study_grid())
 
 
 def read_log(path: Path) -> tuple[list[str], set[str], set[str]]:

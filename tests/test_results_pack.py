@@ -230,3 +230,27 @@ def test_the_eviction_study_ships_tasks_only():
     assert mod.shipped_tables(fields, loaded=False) == ["tasks", "requests"]
     assert mod.shipped_tables(fields, loaded=False, tasks_only=True) == ["tasks"]
     assert mod.shipped_tables(fields, loaded=True, tasks_only=True) == list(TABLES)
+
+
+
+def test_the_eviction_full_length_stage_ships_summaries_only(tmp_path):
+    """Notebook 15's full-length stage reads its runs' summaries and the cached evidence: its sweep
+    logs ``summary`` lines, so the pack ships their meta.json alone (not the screen's tasks-only
+    rule; their tasks tables would take the pack over 50 MB)."""
+    import pandas as pd
+
+    from studies.eviction.study import full_length_grid
+
+    mod = load_pack_script()
+    screen = pd.DataFrame([{"workload": "dag-4", "host_tier": h, "admission": a, "eviction": e, "jct_mean": 1.0}
+                           for h in ("none", "hicache") for a, e in (("lpm", "lru"), ("lpm", "kvflow"),
+                                                                      ("topas-both", "policy"))])
+    full = full_length_grid(screen)
+    assert full and not {e.key() for e in full} & mod.eviction_study_keys()
+    log = tmp_path / "log.txt"
+    log.write_text("".join(f"summary {e.key()}\n" for e in full))
+    keys, loaded, summary_only = mod.read_log(log)
+    assert summary_only == {e.key() for e in full} and not loaded
+    fields = {"seed": 0, "engine_model": "stock", "workload": "dag-4"}
+    assert mod.shipped_tables(fields, loaded=False, summary_only=True,
+                              tasks_only=full[0].key() in mod.eviction_study_keys()) == []
