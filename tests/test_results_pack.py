@@ -80,6 +80,42 @@ def test_pack_holds_tasks_of_all_requests_of_seed_0_and_every_table_of_the_loade
     assert sorted(p.name for p in (dest / exps[3].key()[:2] / exps[3].key()).iterdir()) == ["meta.json"]
 
 
+def test_a_packed_meta_json_keeps_the_checksums_of_the_shipped_tables_only(packed, tmp_path):
+    """The pack's meta.json is the store's but for the checksums of the tables the pack left out
+    (a summary-only run's: none); such a run still reads and verifies, and a shipped table is still
+    checked against its sha256."""
+    exps, dest, manifest, work = packed
+    tables = {e["key"]: e["tables"] for e in manifest["experiments"]}
+    for e in exps:
+        packed_meta = json.loads((dest / e.key()[:2] / e.key() / "meta.json").read_text())
+        stored = ResultStore(work).meta(e)
+        assert sorted(packed_meta["checksums"]) == sorted(f"{t}.parquet" for t in tables[e.key()])
+        assert all(packed_meta["checksums"][n] == stored["checksums"][n] for n in packed_meta["checksums"])
+        assert {k: v for k, v in packed_meta.items() if k != "checksums"} == \
+            {k: v for k, v in stored.items() if k != "checksums"}
+    summary_only, tasks_only = exps[3], exps[2]
+    assert tables[summary_only.key()] == [] and tables[tasks_only.key()] == ["tasks"]
+    store = ResultStore(tmp_path / "empty", packs=[dest])
+    assert store.has(summary_only) and store.damaged(summary_only.key()) is None
+    assert store.meta(summary_only)["summary"] == ResultStore(work).meta(summary_only)["summary"]
+    with pytest.raises(TrimmedResult):
+        store.load(summary_only)  # its tables were left out on purpose: not damage
+    spec = importlib.util.spec_from_file_location("check_results", REPO_ROOT / "scripts" / "check_results.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    assert check.verify(dest, []) == 0  # check_results.py --verify over the pack
+    # a shipped table with a changed byte (same size, still PAR1 at both ends) fails its checksum
+    p = dest / tasks_only.key()[:2] / tasks_only.key() / "tasks.parquet"
+    raw = bytearray(p.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    p.write_bytes(bytes(raw))
+    st = p.stat()
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # a new stamp: the verdict is not cached
+    with pytest.warns(UserWarning, match="does not match its recorded sha256"):
+        assert not store.has(tasks_only)
+    assert check.verify(dest, []) == 1
+
+
 def test_a_table_read_one_by_one_is_shipped_whatever_the_rule_says(packed, tmp_path, monkeypatch):
     exps, _, _, work = packed
     mod = load_pack_script()
