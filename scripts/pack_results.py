@@ -14,7 +14,9 @@ notebook 14's degraded-knowledge variants and the engine variants, such as noteb
 model, the host tier and the cache study's prefixes-only cache, ship their tasks only, and so do
 the eviction study's screen (:func:`eviction_study_keys`: notebook 15 reads its runs' summaries and
 tasks; the per-request tables of its default-engine cells would take the pack over 50 MB)); the
-eviction study's full-length stage ships its summaries only, its meta.json compact (its sweep uses
+eviction study's full-length stage ships its summaries only, its meta.json compact (every packed
+meta.json is compact and keeps the checksums of the tables the pack ships only, none for a
+summary-only run: :func:`packed_meta`) (its sweep uses
 their summaries, ``tables=False``, and its stability is read from the cached evidence,
 ``data/results/protocol/evidence.csv``, as the protocol's runs'; their tasks tables would be ~24 MB); and every table of the experiments the
 notebooks load in full (mechanism and overhead), and every table a notebook reads one by one

@@ -53,9 +53,10 @@ loading a table a pack left out raises :class:`TrimmedResult`, naming it.
 per process while its files are unchanged): a table missing, damaged, truncated or swapped, or an
 unreadable ``meta.json``, makes it *damaged*: a :class:`DamagedResultWarning` names it and it is
 treated as absent (:meth:`ResultStore.has` is False, a sweep re-runs it and :meth:`ResultStore.put`
-replaces it). Results written before the checksums (the shipped pack) are checked structurally:
-every table they should hold (all of them, or those the pack's manifest lists) is present and a
-whole Parquet file. :meth:`ResultStore.put` also removes the temporary folders of writers that
+replaces it). A pack's ``meta.json`` records the checksums of the tables the pack ships only
+(none for a run it ships the summary of alone), and each of those is checked; results written
+before the checksums are checked structurally: every table they should hold (all of them, or those
+the pack's manifest lists) is present and a whole Parquet file. :meth:`ResultStore.put` also removes the temporary folders of writers that
 were killed (:meth:`ResultStore.clean_tmp`).
 
 **Store-only mode.** With ``$TOPAS_STORE_ONLY=1`` (``make figures`` sets it) :func:`run_sweep`

@@ -6,8 +6,10 @@ size of every table it wrote (``"checksums": {"tasks.parquet": {"sha256": ..., "
 
 - ``meta.json`` unreadable or not a JSON object with a key (a truncated write, a damaged disk);
 - with checksums: a table missing, of another size, or whose sha256 differs (a flipped bit, a
-  table swapped with another result's, a truncated file);
-- without checksums (results written before them, e.g. the shipped pack): each table expected is
+  table swapped with another result's, a truncated file); a pack's ``meta.json`` holds the
+  checksums of the tables it ships only (``scripts/pack_results.py``: ``{}`` for a summary-only
+  run, which then has nothing to check but its ``meta.json``);
+- without checksums (results written before them): each table expected is
   present and looks like a whole Parquet file (``PAR1`` at both ends); a pack's manifest says
   which tables it kept (``expected``), a working store keeps them all.
 
