@@ -423,6 +423,8 @@ def reproduce(args: argparse.Namespace, ident) -> int:
         from topas.experiments.store import ResultStore
 
         store = ResultStore()
+        if not args.no_notebooks:
+            run_timed_alone(args, store)
         left = sum(not store.has(e) for e in table_exps)
         print(f"{left} {noun} to run ({len(table_exps) - left} already stored, skipped)", flush=True)
         runs = run_many(table_exps, jobs=args.jobs, progress=not args.no_progress, desc="table",
@@ -448,6 +450,24 @@ def reproduce(args: argparse.Namespace, ident) -> int:
     if args.grid == "gpu-afternoon":
         return 0
     return run_notebooks(args) or write_docs(args)
+
+
+def run_timed_alone(args: argparse.Namespace, store) -> None:
+    """Notebook 05's TOPAS runs (:func:`studies.grid.overhead_runs`), whose decision wall times are
+    a result, simulated first and one at a time, so that no other simulation shares the machine
+    while they are timed (inside notebook 02's grid they would run ``--jobs`` at a time). Stored
+    ones are not re-run."""
+    from studies import grid
+    from topas.experiments import run_many
+
+    todo = [e for e in grid.overhead_runs(quick=args.quick) if not store.has(e)]
+    if not todo:
+        return
+    print(f"{len(todo)} decision-overhead run(s) first, one at a time (notebook 05 reports their decision "
+          "wall times)", flush=True)
+    t = time.perf_counter()
+    run_many(todo, jobs=1, progress=not args.no_progress, desc="overhead", store=store)
+    print(f"decision-overhead runs done in {time.perf_counter() - t:.1f} s", flush=True)
 
 
 def run_notebooks(args: argparse.Namespace) -> int:

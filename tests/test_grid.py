@@ -38,3 +38,24 @@ def test_engine_model_grid_pairs_the_figures_runs_with_each_other_engine_model()
     # full size: the stock third is the figures' jct_vs_load runs at 1.2x, the same keys (no re-run)
     figures = {e.key() for e in grid.jct_vs_load(["dag-4"]) if e.load == 1.2}
     assert {e.key() for e in grid.engine_model(["dag-4"]) if e.engine_model == "stock"} == figures
+
+
+def test_the_overhead_runs_are_topas_at_one_load_once_per_seed():
+    runs = grid.overhead_runs()
+    assert [e.seed for e in runs] == list(grid.FULL.seeds)
+    assert {(e.workload, e.policy, e.load, e.n_tasks) for e in runs} == {
+        (grid.OVERHEAD_WORKLOAD, "topas", grid.OVERHEAD_LOAD, grid.FULL.n_tasks)}
+    assert set(runs) <= set(grid.notebook_grid())  # planned with the notebooks' runs
+
+
+def test_notebooks_05_and_08_default_to_the_declared_overhead_runs():
+    import nbformat
+
+    from topas.paths import REPO_ROOT
+
+    for name, prefix in (("05_overhead", ""), ("08_paper_vs_ours", "overhead_")):
+        cells = nbformat.read(REPO_ROOT / "notebooks" / f"{name}.ipynb", as_version=4).cells
+        ns: dict = {}
+        exec(next(c.source for c in cells if "parameters" in c.get("metadata", {}).get("tags", [])), ns)
+        assert (ns[f"{prefix}workload"], ns[f"{prefix}load"]) == (grid.OVERHEAD_WORKLOAD, grid.OVERHEAD_LOAD), name
+        assert "grid.overhead_runs(" in "".join(c.source for c in cells)
