@@ -133,6 +133,12 @@ ENGINE_MODELS: dict[str, dict[str, object]] = {
 ENGINE_MODEL_QUICK_WORKLOADS = ("dag-4", "metagpt-sop")
 
 
+def engine_model_workloads(quick: bool = False) -> tuple[str, ...]:
+    """Notebook 11's workloads: every synthetic and MetaGPT workload (quick:
+    :data:`ENGINE_MODEL_QUICK_WORKLOADS`)."""
+    return ENGINE_MODEL_QUICK_WORKLOADS if quick else SYNTHETIC + METAGPT
+
+
 def engine_model(
     workloads: Sequence[str] | None = None,
     load: float = 1.2,
@@ -144,11 +150,10 @@ def engine_model(
     HiCache), and the engine model of the figures before issue 12 (``legacy``), for notebook
     11's question whether the figures' conclusions depend on the engine model. The ``stock`` third
     is :func:`jct_vs_load`'s runs at that load (the same keys, so a store that has the figures
-    has it). ``workloads``: default every synthetic and MetaGPT workload (quick:
-    :data:`ENGINE_MODEL_QUICK_WORKLOADS`)."""
+    has it). ``workloads``: default :func:`engine_model_workloads`."""
     sz = size(quick)
     if workloads is None:
-        workloads = ENGINE_MODEL_QUICK_WORKLOADS if quick else SYNTHETIC + METAGPT
+        workloads = engine_model_workloads(quick)
     return [
         Experiment(w, p, dict(params or {}) if p.startswith("topas") else {}, load=load, seed=s, n_tasks=sz.n_tasks,
                    engine_options=opts)
@@ -208,6 +213,12 @@ ROBUST_QUICK = RobustnessSize(n_tasks=16, seeds=(0,), noise=(1.0,), bias=(2.0,),
 ROBUST_QUICK_WORKLOADS = ("dag-10-wide", "metagpt-sop")
 
 
+def robustness_workloads(quick: bool = False) -> tuple[str, ...]:
+    """Notebook 14's workloads: every synthetic and MetaGPT workload (quick:
+    :data:`ROBUST_QUICK_WORKLOADS`)."""
+    return ROBUST_QUICK_WORKLOADS if quick else SYNTHETIC + METAGPT
+
+
 def robustness_size(quick: bool) -> RobustnessSize:
     return ROBUST_QUICK if quick else ROBUST_FULL
 
@@ -238,11 +249,10 @@ def robustness(
     * gamma arrivals of each CV in ``cvs`` (same mean rate): every policy.
 
     Every policy is :data:`ROBUST_POLICIES`. ``params`` apply to the TOPAS policies (merged
-    under the knowledge runs' own). ``workloads``: default every synthetic and MetaGPT workload
-    (quick: :data:`ROBUST_QUICK_WORKLOADS`)."""
+    under the knowledge runs' own). ``workloads``: default :func:`robustness_workloads`."""
     sz = robustness_size(quick)
     if workloads is None:
-        workloads = ROBUST_QUICK_WORKLOADS if quick else SYNTHETIC + METAGPT
+        workloads = robustness_workloads(quick)
     engine = default_engine()
     overrides = dict(ROBUST_LOAD_OVERRIDES if load_overrides is None else load_overrides)
     out: list[Experiment] = []
