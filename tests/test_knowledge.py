@@ -105,8 +105,8 @@ def test_the_sglang_adapter_filters_its_view_like_the_simulator():
     try:
         trace = retime(dag4(n_tasks=10, prefix_tokens=1024, input_tokens=256, output_tokens=64), rate=2.0, seed=3)
         cost = load_profile().with_budget(200_000)
-        m = tsa.Mirror(trace, make_policy("topas"), make_policy("topas"), cost, EngineConfig())
-        m.knowledge = know
+        # the knowledge is the simulator's from its start (its view's per-agent cache reads the priors then)
+        m = tsa.Mirror(trace, make_policy("topas"), make_policy("topas"), cost, EngineConfig(), knowledge=know)
         res = m.run()
     finally:
         tsa._meta = orig_meta

@@ -44,8 +44,8 @@ def _rounded(view):
 class Mirror(Simulator):
     """Runs the simulator and, at each decision, the adapter on a snapshot of the same state."""
 
-    def __init__(self, trace, policy, twin, cost, config):
-        super().__init__(trace, policy, cost, config)
+    def __init__(self, trace, policy, twin, cost, config, knowledge=None):
+        super().__init__(trace, policy, cost, config, knowledge)
         self.adapter = Adapter(twin, cost, recheck_steps=10**9)
         self._finished: list[tuple[str, int, float]] = []
         self.admissions: list[tuple[str, ...]] = []
