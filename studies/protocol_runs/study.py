@@ -302,7 +302,9 @@ def seed_verdicts(evidence: pd.DataFrame, alpha: float = ALPHA,
     ``k x indicators`` p-values against ``alpha / (k x indicators)`` (Bonferroni). Adds ``level``,
     ``growing`` (any indicator) and ``stable_at_load`` (no seed of the group grows)."""
     ev = evidence.copy()
-    ev["engine_options"] = ev["engine_options"].fillna(DEFAULT_ENGINE) if "engine_options" in ev else DEFAULT_ENGINE
+    # (as objects: a column read back all empty is float, which a string may not fill)
+    ev["engine_options"] = (ev["engine_options"].astype(object).fillna(DEFAULT_ENGINE) if "engine_options" in ev
+                            else DEFAULT_ENGINE)
     group = ["workload", "policy", "engine_options", "n_tasks", "load"]
     k = ev.groupby(group)["seed"].transform("nunique")
     ev["level"] = alpha / (k * len(indicators))
