@@ -255,22 +255,6 @@ def _full_cells(cells: pd.DataFrame, quick: bool):
                          EvictionSize(n, 1, n, 1, ())) for s in fl.seeds(quick)})
 
 
-def screen_means(store: Any = None, quick: bool = False) -> pd.DataFrame | None:
-    """The screen's seeds' mean JCT per cell from the stored summaries (what
-    :func:`full_length_cells` picks on; no steady-state test), or None when a screen run is not
-    stored."""
-    from topas.experiments.store import ResultStore
-
-    store = store if isinstance(store, ResultStore) else ResultStore(store)
-    rows = []
-    for (w, host, a, e), by_seed in _cells(study_workloads(quick), eviction_size(quick), EVICTIONS):
-        if not all(store.has(x) for x in by_seed.values()):
-            return None
-        rows.append({"workload": w, "host_tier": host, "admission": a, "eviction": e,
-                     "jct_mean": _mean(float(store.meta(x)["summary"]["jct_mean"]) for x in by_seed.values())})
-    return pd.DataFrame(rows)
-
-
 def full_length_grid(screen_runs: pd.DataFrame, quick: bool = False) -> list[Experiment]:
     """Every run of the second stage: the cells of :func:`full_length_cells` at the protocol's run
     length x the evaluation seeds."""
