@@ -187,22 +187,29 @@ def engine_options_of(exp: Experiment) -> str:
     return json.dumps(dict(exp.engine_options), sort_keys=True, separators=(",", ":"))
 
 
+def _engine_options(evidence: pd.DataFrame) -> pd.Series:
+    """``evidence``'s ``engine_options``, :data:`DEFAULT_ENGINE` where a row (or the whole frame)
+    predates the column; as objects, since a column read back all empty is float, which a string
+    may not fill."""
+    if "engine_options" not in evidence.columns:
+        return pd.Series(DEFAULT_ENGINE, index=evidence.index, dtype=object)
+    return evidence["engine_options"].astype(object).fillna(DEFAULT_ENGINE)
+
+
 def read_evidence(path: Path) -> pd.DataFrame:
     """The cached evidence at ``path`` (:data:`EVIDENCE_COLUMNS`; an absent file: no rows), with
     ``engine_options`` filled for rows written before the column existed."""
     frame = pd.read_csv(path) if Path(path).exists() else pd.DataFrame(columns=list(EVIDENCE_COLUMNS))
     if "engine_options" not in frame.columns:
         frame.insert(list(EVIDENCE_COLUMNS).index("engine_options"), "engine_options", DEFAULT_ENGINE)
-    frame["engine_options"] = frame["engine_options"].fillna(DEFAULT_ENGINE)
+    frame["engine_options"] = _engine_options(frame)
     return frame
 
 
 def default_engine_rows(evidence: pd.DataFrame) -> pd.DataFrame:
     """The rows of runs on the default engine (the protocol's grid and the runs sharing its keys):
     what a reader of the protocol's runs keeps of the shared cache."""
-    if "engine_options" not in evidence.columns:
-        return evidence
-    return evidence[evidence["engine_options"].fillna(DEFAULT_ENGINE) == DEFAULT_ENGINE]
+    return evidence[_engine_options(evidence) == DEFAULT_ENGINE]
 
 
 def run_evidence(tasks: pd.DataFrame, summary: Mapping[str, Any], what: str = "run") -> dict[str, Any]:
@@ -247,10 +254,6 @@ def quick_evidence_path(store: Any, evidence_path: Path | None = None) -> Path:
     return Path(store.root if isinstance(store, ResultStore) else (store or default_store_root())) / "protocol_evidence.csv"
 
 
-def _read_cache(path: Path) -> pd.DataFrame:
-    return read_evidence(path)
-
-
 def _write_cache(path: Path, frame: pd.DataFrame) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".csv.tmp")
@@ -266,7 +269,7 @@ def evidence_for(experiments: Sequence[Experiment], store: Any, path: Path | Non
 
     store = store if isinstance(store, ResultStore) else ResultStore(store)
     path = Path(path) if path is not None else default_evidence_path(store)
-    cache = _read_cache(path)
+    cache = read_evidence(path)
     if "test" not in cache.columns:
         cache["test"] = None
     cache = cache[cache["test"] == TEST_VERSION]  # evidence of another test version is recomputed
@@ -302,9 +305,7 @@ def seed_verdicts(evidence: pd.DataFrame, alpha: float = ALPHA,
     ``k x indicators`` p-values against ``alpha / (k x indicators)`` (Bonferroni). Adds ``level``,
     ``growing`` (any indicator) and ``stable_at_load`` (no seed of the group grows)."""
     ev = evidence.copy()
-    # (as objects: a column read back all empty is float, which a string may not fill)
-    ev["engine_options"] = (ev["engine_options"].astype(object).fillna(DEFAULT_ENGINE) if "engine_options" in ev
-                            else DEFAULT_ENGINE)
+    ev["engine_options"] = _engine_options(ev)
     group = ["workload", "policy", "engine_options", "n_tasks", "load"]
     k = ev.groupby(group)["seed"].transform("nunique")
     ev["level"] = alpha / (k * len(indicators))
