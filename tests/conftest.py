@@ -18,9 +18,12 @@ on ``sys.path``); fixtures of the same names are provided for tests that prefer 
 
 from __future__ import annotations
 
+import json
+import shutil
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Mapping
+from pathlib import Path
+from typing import Iterable, Mapping
 
 import pytest
 from click.testing import CliRunner
@@ -82,6 +85,19 @@ def dag4_task(id: str, arrival: float, x: Mapping[str, int], y: Mapping[str, int
     """DAG-4 A -> {B, C} -> D; stage s uses agent s."""
     return task(id, arrival, stage("A", "A", x["A"], y["A"]), stage("B", "B", x["B"], y["B"], "A"),
                 stage("C", "C", x["C"], y["C"], "A"), stage("D", "D", x["D"], y["D"], "BC"), workflow="dag-4")
+
+
+def summary_only_pack(store_root: Path, keys: Iterable[str], dest: Path) -> Path:
+    """A results pack at ``dest`` holding the results of ``keys`` from the store at ``store_root``
+    as ``make pack`` ships a summary-only run: each ``meta.json``, no table, and a manifest that
+    says so."""
+    keys = list(keys)
+    shutil.copytree(store_root, dest)
+    for key in keys:
+        for t in (dest / key[:2] / key).glob("*.parquet"):
+            t.unlink()
+    (dest / "manifest.json").write_text(json.dumps({"experiments": [{"key": k, "tables": []} for k in keys]}))
+    return dest
 
 
 @pytest.fixture(scope="session")

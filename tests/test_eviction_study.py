@@ -209,10 +209,8 @@ def test_the_full_length_stage_reads_cached_evidence_and_builds_from_summaries_a
     """The full-length stage's stability comes from the protocol's evidence cache (the same verdict
     as the steady-state test on the tasks tables), so its tables build from a pack that ships these
     runs' ``meta.json`` alone and the evidence file (``make figures``), with nothing simulated."""
-    import json
-    import shutil
-
     import pandas as pd
+    from conftest import summary_only_pack
 
     from studies.protocol_runs import study as ps
     from topas.experiments.protocol.steady import steady_state
@@ -238,12 +236,7 @@ def test_the_full_length_stage_reads_cached_evidence_and_builds_from_summaries_a
         assert (r.stable, r.growing) == (st.stable, " ".join(str(x) for x in st.growing_seeds)), r
 
     # the runs in a pack without their tables (summaries only), the store empty: the same tables
-    pack = tmp_path / "pack"
-    shutil.copytree(store.root, pack)
-    for e in exps:
-        for t in (pack / e.key()[:2] / e.key()).glob("*.parquet"):
-            t.unlink()
-    (pack / "manifest.json").write_text(json.dumps({"experiments": [{"key": e.key(), "tables": []} for e in exps]}))
+    pack = summary_only_pack(store.root, [e.key() for e in exps], tmp_path / "pack")
     monkeypatch.setenv(STORE_ONLY_ENV, "1")  # nothing is simulated
     again = es.full_length_tables(screen, quick=True, store=ResultStore(tmp_path / "empty", packs=[pack]),
                                   evidence_path=cache)

@@ -4,9 +4,6 @@ own claim, the stopping rule that cannot change a capacity, and the per-run evid
 
 from __future__ import annotations
 
-import json
-import shutil
-
 import math
 from pathlib import Path
 
@@ -14,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from conftest import summary_only_pack
 from topas.experiments.protocol import EVALUATION_SEEDS, HELD_OUT_WORKFLOW_SEEDS, TUNING_SEEDS
 from topas.experiments.protocol import seeds as seed_ranges
 from topas.sets import HELD_OUT, IN_SAMPLE
@@ -267,12 +265,7 @@ def test_evidence_is_cached_by_key_and_a_mismatched_row_is_named(tmp_path):
 
     # the cached evidence stands in for the tasks tables (a pack ships summaries only): the runs
     # moved into a pack whose manifest keeps no table of theirs
-    pack = tmp_path / "pack"
-    shutil.copytree(store.root, pack)
-    for e in exps:
-        for t in (pack / e.key()[:2] / e.key()).glob("*.parquet"):
-            t.unlink()
-    (pack / "manifest.json").write_text(json.dumps({"experiments": [{"key": e.key(), "tables": []} for e in exps]}))
+    pack = summary_only_pack(store.root, [e.key() for e in exps], tmp_path / "pack")
     store = ResultStore(tmp_path / "empty", packs=[pack])
     again = evidence_for(exps, store, cache)
     pd.testing.assert_frame_equal(again.reset_index(drop=True), first_ev.reset_index(drop=True), check_dtype=False)
