@@ -19,8 +19,13 @@ on ``sys.path``); fixtures of the same names are provided for tests that prefer 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+import tempfile
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Iterable, Mapping
@@ -207,6 +212,60 @@ class LocalHTTPServer:
     def close(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+#: The file the controller's background load of TOPAS's compiled search writes once it is done
+#: (set for the test processes it starts: pytest-xdist's workers inherit it).
+KERNEL_READY_ENV = "TOPAS_TEST_KERNEL_READY"
+#: How long a test waits for it before it loads the kernel itself (seconds).
+KERNEL_WAIT_S = 300
+
+
+def pytest_configure(config):
+    """TOPAS's compiled search is loaded once, in a background process started before any test
+    runs: where numba has not cached it yet (a fresh clone), compiling it takes about half a
+    minute, and every process that reached it first would compile it at once. The tests that
+    do not run it go on meanwhile; a test process that loads it (``topas_search_compiled.load``),
+    and a test marked ``search_kernel`` (it starts processes that load it), first waits for the
+    background load to finish, then loads it from numba's cache in under a second."""
+    config.addinivalue_line("markers", "search_kernel: starts processes that run TOPAS's compiled search "
+                                       "(waits for the session's background compilation of it)")
+    if not os.environ.get(KERNEL_READY_ENV) and not hasattr(config, "workerinput"):
+        ready = Path(tempfile.mkdtemp(prefix="topas-test-kernel-")) / "ready"
+        os.environ[KERNEL_READY_ENV] = str(ready)
+        code = ("import pathlib\ntry:\n    from topas.policies import topas_search_compiled\n"
+                "    topas_search_compiled.load()\nfinally:\n"
+                f"    pathlib.Path({str(ready)!r}).write_text('done')\n")
+        config._topas_kernel_load = subprocess.Popen([sys.executable, "-c", code])
+    from topas.policies import topas_search_compiled
+
+    load = topas_search_compiled.load
+
+    def load_when_ready():
+        wait_for_search_kernel()
+        return load()
+
+    topas_search_compiled.load = load_when_ready
+
+
+def pytest_unconfigure(config):
+    proc = getattr(config, "_topas_kernel_load", None)
+    if proc is not None:
+        proc.wait()
+
+
+def wait_for_search_kernel() -> None:
+    """Wait (at most :data:`KERNEL_WAIT_S`) until the session's background load of the compiled
+    search is done (:func:`pytest_configure`)."""
+    ready = os.environ.get(KERNEL_READY_ENV)
+    deadline = time.monotonic() + KERNEL_WAIT_S
+    while ready and not os.path.exists(ready) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("search_kernel") is not None:
+        wait_for_search_kernel()
 
 
 def pytest_collection_modifyitems(config, items):

@@ -214,6 +214,7 @@ def reproduce(*args, store=None, **kw):
 
 
 @pytest.mark.slow
+@pytest.mark.search_kernel
 def test_reproduce_quick_end_to_end(tmp_path):
     out = tmp_path / "figs"
     # the notebooks are executed by tests/test_notebooks.py (each against a temporary store)
