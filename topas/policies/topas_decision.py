@@ -16,6 +16,7 @@ order), so the scores, hence the decisions, do not depend on how they are comput
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,7 @@ from topas.policies.estimates import OperatingPoint
 from topas.policies import topas_setup_fused, topas_state
 from topas.policies.topas_search import _Plan
 from topas.policies.topas_search_compiled import CompiledSearch
-from topas.policies.topas_task import _MemoEstimator, _TaskCtx, pending_stages, task_shapes
+from topas.policies.topas_task import _MemoEstimator, _TaskCtx, pending_stages, stage_residuals, task_shapes
 from topas.policies.topas_terms import (
     aging,
     j_admit,
@@ -83,14 +84,17 @@ class _DecisionCtx(CompiledSearch):
             return
         self._readable_setup(view, est, op, rng, parts, prefill_time, tasks, residual)
 
-    def __getattr__(self, name: str) -> Any:
-        """What the fused set-up leaves out (``topas_setup_fused.DERIVED``), computed on first use."""
-        make = topas_setup_fused.DERIVED.get(name)
-        if make is None:
-            raise AttributeError(name)
-        value = make(self)
-        setattr(self, name, value)
-        return value
+    # What the fused set-up leaves out (``topas_setup_fused.DERIVED``), computed on first read; the
+    # readable set-up assigns each itself.
+    run_demand_by_agent = functools.cached_property(topas_setup_fused.run_demand_by_agent)
+    _run_demand_total = functools.cached_property(topas_setup_fused.run_demand_total)
+    _n_running = functools.cached_property(topas_setup_fused.n_running)
+    _la_base = functools.cached_property(topas_setup_fused.la_base)
+    _by_density = functools.cached_property(topas_setup_fused.by_density)
+    _running_rids = functools.cached_property(topas_setup_fused.running_rids)
+    running_tasks = functools.cached_property(topas_setup_fused.running_tasks)
+    _busy_tasks = functools.cached_property(topas_setup_fused.busy_tasks)
+    _min_need_after = functools.cached_property(topas_setup_fused.min_need_after)
 
     # ------------------------------------------------------------------ per-decision set-up
     def _readable_setup(self, view: EngineView, est: Any, op: OperatingPoint, rng: Any, parts: Any,
@@ -109,22 +113,12 @@ class _DecisionCtx(CompiledSearch):
         for tid, shape in shapes.items():
             tv = tasks[tid]
             ready = gen_by_task[tid]
-            res: dict[str, Any] = {}
+            res: dict[str, Any]
             if parts is not None:
-                # A running stage is in H, which takes no time: its residual is never read.
-                running = running_by_task.get(tid, ())
-                for s, agent, x in shape[2]:
-                    if s in running:
-                        continue
-                    y = ready.get(s, 0)
-                    d = parts[agent]
-                    pr = d.get((x, y))
-                    if pr is None:
-                        pv = prefixes[agent]
-                        pr = d[(x, y)] = (prefill_time(x + y, pv.tokens),
-                                          est.expected_remaining(agent, pv.expected_output_tokens, y))
-                    res[s] = pr[0] + pr[1] * tpot
+                res = stage_residuals(shape, running_by_task.get(tid, ()), ready, parts, prefixes, prefill_time, est,
+                                      tpot)
             else:
+                res = {}
                 for s, agent, x in shape[2]:
                     res[s] = residual(agent, x, ready.get(s, 0))
             g = aging(view.time, tv.arrival, p.rho, p.H_age, p.aging_form) if p.aging else 1.0

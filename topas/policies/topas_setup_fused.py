@@ -25,7 +25,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from topas.policies.topas_task import _TaskCtx, pending_lists, task_shapes
+from topas.policies.topas_task import _TaskCtx, pending_lists, stage_residuals, task_shapes
 from topas.policies.topas_terms import aging, longest_path_pair
 
 
@@ -103,20 +103,8 @@ def setup(ctx: Any, policy: Any, view: Any, est: Any, parts: dict[str, dict[tupl
     empty: tuple[str, ...] = ()
     for tid, shape in shapes.items():
         tv = tasks[tid]
-        ready = gen_by_task[tid]
-        res: dict[str, Any] = {}
-        # A running stage is in H, which takes no time: its residual is never read.
         running = running_by_task.get(tid, empty)
-        for s, agent, x in shape[2]:
-            if s in running:
-                continue
-            y = ready.get(s, 0)
-            d = parts[agent]
-            pr = d.get((x, y))
-            if pr is None:
-                pv = prefixes[agent]
-                pr = d[(x, y)] = (prefill_time(x + y, pv.tokens), est.expected_remaining(agent, pv.expected_output_tokens, y))
-            res[s] = pr[0] + pr[1] * tpot
+        res = stage_residuals(shape, running, gen_by_task[tid], parts, prefixes, prefill_time, est, tpot)
         g = aging(t_now, tv.arrival, rho, h_age, form) if use_aging else 1.0
         tcs[tid] = _TaskCtx(tv, res, frozenset(running), g, share, "absolute", shape, True)
     # ---- the pending stages (n_a(t)), indexed by parent, and n_a(t) for Q' = the running set
@@ -199,35 +187,67 @@ def setup(ctx: Any, policy: Any, view: Any, est: Any, parts: dict[str, dict[tupl
     ctx.credit = credit
 
 
-def _run_demand_by_agent(ctx: Any) -> dict[str, int]:
+# What the readable set-up derives from the attributes above and the compiled search derives from
+# its arrays itself (``topas_kernel_score.unpack``): left out here, each is computed, as the
+# readable set-up computes it, when the reference's code first reads it (the reference search
+# before the kernels are loaded, the liveness fallback, ``TopasRequestOnly``): ``_DecisionCtx``
+# holds each as a ``functools.cached_property`` of the same name.
+
+
+def run_demand_by_agent(ctx: Any) -> dict[str, int]:
+    """Each busy agent's running requests' kept demand."""
     return {a: sum(ctx.run_demand[r.rid] for r in rs) for a, rs in ctx.running_by_agent.items()}
 
 
-def _la_base(ctx: Any) -> dict[str, int]:
-    base: dict[str, int] = {}  # ``lookahead_counts(pending, running)``
+def run_demand_total(ctx: Any) -> int:
+    return sum(ctx.run_demand_by_agent.values())
+
+
+def n_running(ctx: Any) -> dict[str, int]:
+    return {a: len(rs) for a, rs in ctx.running_by_agent.items()}
+
+
+def la_base(ctx: Any) -> dict[str, int]:
+    """``lookahead_counts(pending, running)``: n_a(t) for Q' = the running set."""
+    base: dict[str, int] = {}
     for (agent, _), b in zip(ctx.pending, ctx._la_in_base):
         if b:
             base[agent] = base.get(agent, 0) + 1
     return base
 
 
-def _by_density(ctx: Any) -> list[tuple[float, int, str, str]]:
+def by_density(ctx: Any) -> list[tuple[float, int, str, str]]:
+    """The candidates with a positive gain by gain per token (``_bound``'s fractional knapsack)."""
     return sorted(((c[3], c[4], c[1], c[2]) for c in ctx._packable if c[3] > 0),
                   key=lambda c: -c[0] / c[1] if c[1] > 0 else -float("inf"))
 
 
-#: What the readable set-up derives from the attributes above and the compiled search derives from
-#: its arrays itself (``topas_kernel_score.unpack``): left out here, each is computed, as the
-#: readable set-up computes it, when the reference's code first reads it (``_DecisionCtx.__getattr__``:
-#: the reference search before the kernels are loaded, the liveness fallback, ``TopasRequestOnly``).
+def running_rids(ctx: Any) -> set[str]:
+    return {r.rid for rs in ctx.running_by_agent.values() for r in rs}
+
+
+def running_tasks(ctx: Any) -> set[str]:
+    return set(ctx._running_per_task)
+
+
+def busy_tasks(ctx: Any) -> dict[str, set[str]]:
+    return {a: {r.task_id for r in rs} for a, rs in ctx.running_by_agent.items()}
+
+
+def min_need_after(ctx: Any) -> list[int]:
+    """The smallest demand from each candidate on: GREEDYPACK stops once none of them fits."""
+    return list(itertools.accumulate(reversed([c[4] for c in ctx._packable]), min))[::-1]
+
+
+#: ``_DecisionCtx``'s attribute for each of the functions above (what the fused set-up leaves out).
 DERIVED = {
-    "run_demand_by_agent": _run_demand_by_agent,
-    "_run_demand_total": lambda ctx: sum(ctx.run_demand_by_agent.values()),
-    "_n_running": lambda ctx: {a: len(rs) for a, rs in ctx.running_by_agent.items()},
-    "_la_base": _la_base,
-    "_by_density": _by_density,
-    "_running_rids": lambda ctx: {r.rid for rs in ctx.running_by_agent.values() for r in rs},
-    "running_tasks": lambda ctx: set(ctx._running_per_task),
-    "_busy_tasks": lambda ctx: {a: {r.task_id for r in rs} for a, rs in ctx.running_by_agent.items()},
-    "_min_need_after": lambda ctx: list(itertools.accumulate(reversed([c[4] for c in ctx._packable]), min))[::-1],
+    "run_demand_by_agent": run_demand_by_agent,
+    "_run_demand_total": run_demand_total,
+    "_n_running": n_running,
+    "_la_base": la_base,
+    "_by_density": by_density,
+    "_running_rids": running_rids,
+    "running_tasks": running_tasks,
+    "_busy_tasks": busy_tasks,
+    "_min_need_after": min_need_after,
 }

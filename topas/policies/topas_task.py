@@ -78,6 +78,27 @@ def task_shape(tv: TaskView) -> _Shape:
             {s: i for i, s in enumerate(order)})
 
 
+def stage_residuals(shape: _Shape, running: Any, ready: Mapping[str, int], parts: Mapping[str, dict[tuple[int, int], tuple[float, float]]],
+                    prefixes: Mapping[str, Any], prefill_time: Any, est: Any, tpot: float) -> dict[str, float]:
+    """A task's unfinished stages' expected residual times at this decision's operating point:
+    ``prefill + remaining output * tpot``, the two parts from ``parts`` (``Topas.residual_parts``,
+    filled here where missing) by (input tokens, generated tokens so far, from ``ready``). A
+    running stage (in ``running``) is in H, which takes no time: its residual is never read and
+    not computed."""
+    res: dict[str, float] = {}
+    for s, agent, x in shape[2]:
+        if s in running:
+            continue
+        y = ready.get(s, 0)
+        d = parts[agent]
+        pr = d.get((x, y))
+        if pr is None:
+            pv = prefixes[agent]
+            pr = d[(x, y)] = (prefill_time(x + y, pv.tokens), est.expected_remaining(agent, pv.expected_output_tokens, y))
+        res[s] = pr[0] + pr[1] * tpot
+    return res
+
+
 def task_shapes(memo: dict[str, tuple[TaskView, _Shape]], tasks: Mapping[str, TaskView],
                 ids: Iterable[str]) -> tuple[dict[str, _Shape], dict[str, tuple[TaskView, _Shape]]]:
     """``task_shape`` of each task in ``ids``, from ``memo`` where the task's view is the one it
