@@ -110,12 +110,18 @@ def preempted_rows(busy_agent, busy_start, mask, rows):
 
 
 @njit(inline="always")
-def credits_of(rf, rows, n, compensated):
-    """``sum(lambda_r)`` over the first ``n`` of ``rows`` (J_revoke's sum)."""
+def column_sum(table, rows, n, col, compensated):
+    """Python's ``sum()`` of ``table[rows[k], col]`` over the first ``n`` of ``rows``, in that order."""
     f = c = 0.0
     for k in range(n):
-        f, c = py_sum_add(f, c, rf[rows[k], R_CREDIT], compensated)
+        f, c = py_sum_add(f, c, table[rows[k], col], compensated)
     return py_sum_end(f, c, compensated)
+
+
+@njit(inline="always")
+def credits_of(rf, rows, n, compensated):
+    """``sum(lambda_r)`` over the first ``n`` of ``rows`` (J_revoke's sum)."""
+    return column_sum(rf, rows, n, R_CREDIT, compensated)
 
 
 @njit(inline="always")
@@ -191,10 +197,7 @@ def greedypack(ai, ci, cf, K, mask, free, pre_task, admitted, used):
 @njit(inline="always")
 def j_admit(cf, admitted, n_adm, compensated):
     """J_admit: the sum of the admitted requests' gains, in admission order."""
-    f = c = 0.0
-    for k in range(n_adm):
-        f, c = py_sum_add(f, c, cf[admitted[k], C_GAIN], compensated)
-    return py_sum_end(f, c, compensated)
+    return column_sum(cf, admitted, n_adm, C_GAIN, compensated)
 
 
 @njit(inline="always")
