@@ -83,6 +83,18 @@ def test_full_visibility_shows_the_whole_dag():
     assert all(len(tv.stages) == 4 and tv.complete for v in views for tv in v.tasks.values())
 
 
+def test_a_simulators_knowledge_is_fixed_at_construction():
+    """The views' caches are built from it (the prefixes' priors), so it cannot change later."""
+    from topas.engine.simulator import Simulator
+
+    tr = dag4(n_tasks=2, seed=0)
+    know = Knowledge(prior_noise=0.5, seed=1)
+    sim = Simulator(tr, make_policy("fcfs"), load_profile("a100-80gb_qwen2.5-32b"), knowledge=know)
+    assert sim.knowledge is know
+    with pytest.raises(AttributeError):
+        sim.knowledge = Knowledge()
+
+
 def test_reveal_restricts_children_to_reached_stages():
     trace = dag4(n_tasks=1)
     t = trace.tasks[0]

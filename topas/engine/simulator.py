@@ -98,7 +98,7 @@ class Simulator:
         of its tasks (the first is checked against its budget; the cluster checks them all)."""
         self.config = cfg = config or EngineConfig()
         #: what the policy's view shows of output priors and DAGs (never what the engine runs)
-        self.knowledge = knowledge or Knowledge()
+        self._knowledge = knowledge or Knowledge()
         if cfg.kv_budget is not None:
             cost = cost.with_budget(cfg.kv_budget)
         if cfg.swap_bandwidth_scale != 1.0:
@@ -153,6 +153,12 @@ class Simulator:
         # records
         self.timeline: list[tuple] = []
         self.decisions: list[tuple] = []
+
+    @property
+    def knowledge(self) -> Knowledge:
+        """What the policy is shown of the priors and the DAGs, fixed at construction (the views'
+        caches are built from it): pass it to :class:`Simulator` or :func:`simulate`."""
+        return self._knowledge
 
     @property
     def now(self) -> float:
