@@ -86,20 +86,11 @@ class Request:
             return self._waiting_view
         running = self.state in (PREFILL, DECODE)
         service = self.service_time + (now - self.state_since if running else 0.0)
-        v = RequestView(
-            rid=self.rid,
-            task_id=self.task.task.id,
-            stage_id=self.stage.id,
-            agent=self.agent,
-            input_tokens=self.x,
-            generated=self.generated,
-            ready_time=self.ready_time,
-            kv_tokens=self.kv + self.seg_ctx,
-            service_time=service,
-            preemptions=self.preemptions + self.retractions,
-            admitted_time=self.admitted_time if running else None,
-            reserve=reserve,
-        )
+        # (positional: built at every scheduling point for each running request, and a frozen
+        # dataclass's keywords cost more; the fields in RequestView's order)
+        v = RequestView(self.rid, self.task.task.id, self.stage.id, self.agent, self.x, self.generated, self.ready_time,
+                        self.kv + self.seg_ctx, service, self.preemptions + self.retractions,
+                        self.admitted_time if running else None, reserve)
         if self.state == WAITING:
             self._waiting_view = v
         return v

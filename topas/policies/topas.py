@@ -175,9 +175,13 @@ class Topas(Policy):
         if not view.waiting:
             return Decision()
         ctx = _DecisionCtx(self, view)
-        waiting = tuple(r.rid for r in view.waiting)
-        stalled = not view.running and self._idle_waiting == waiting
-        self._idle_waiting = waiting if not view.running else None
+        stalled = False
+        if view.running:
+            self._idle_waiting = None
+        else:
+            waiting = tuple(r.rid for r in view.waiting)
+            stalled = self._idle_waiting == waiting
+            self._idle_waiting = waiting
         if stalled:
             # The engine is still idle with the same requests waiting as at our last decision:
             # our admissions did not pass its check (it reserves for outputs we can only
