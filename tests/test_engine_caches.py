@@ -1,14 +1,18 @@
 """The engine's kept state at scheduling points equals a rebuild from scratch, at every decision of
 small runs: the prefixes' views (``PrefixViews``), the waiting requests' tree matches
 (``SegmentMemory.matches``), the admission walk's locked prefix tokens and the LRU evictable prefix
-a settle pass keeps (``Eviction._next_lru_prefix``)."""
+a settle pass keeps (``Eviction._next_lru_prefix``); and the decision's running requests, built
+when the policy first reads them (``RunningViews``), are what an eager view shows, and cannot be
+read once the decision is taken."""
 
 from __future__ import annotations
 
 import pytest
 
-from topas.engine.simulator import Simulator
+from topas.engine.simulator import Simulator, simulate
 from topas.engine.view import PrefixView
+from topas.engine.view_cache import ExpiredView, RunningViews
+from topas.policies.base import make_policy
 from topas.experiments import Experiment
 from topas.experiments.spec import prepare
 
@@ -40,8 +44,8 @@ def test_kept_state_equals_a_rebuild_at_every_decision(exp: Experiment) -> None:
     checked = {"view": 0, "fits": 0, "settle": 0}
     view, fits, next_lru = sim.view, sim.admission._fits, sim.eviction._next_lru_prefix
 
-    def checked_view():
-        v = view()
+    def checked_view(*args, **kwargs):
+        v = view(*args, **kwargs)
         assert v.prefixes == rebuilt_prefixes(sim)
         if sim.segments is not None:
             assert v.segment_match == rebuilt_matches(sim)
@@ -66,3 +70,58 @@ def test_kept_state_equals_a_rebuild_at_every_decision(exp: Experiment) -> None:
     sim.run()
     assert checked["view"] and checked["fits"]
     assert checked["settle"] or exp.engine_options  # (LRU settles evict in the stock engine runs)
+
+
+@pytest.mark.parametrize("exp", RUNS, ids=lambda e: f"{e.workload}/{e.policy}")
+def test_the_decisions_running_views_are_an_eager_views(exp: Experiment) -> None:
+    """Read at every decision, the lazily built running views equal those an eager view builds
+    at the same point, and the run is the same to the bit with every view built eagerly."""
+    p = prepare(exp)
+    sim = Simulator(p.trace, p.policy, p.cost, p.config, p.knowledge)
+    decide, read = sim.policy.decide, [0]
+
+    def reading_decide(view):
+        if isinstance(view.running, RunningViews):
+            assert not view.running.built
+            assert tuple(view.running) == sim.view().running  # (an eager view, same point)
+            read[0] += 1
+        return decide(view)
+
+    sim.policy.decide = reading_decide
+    lazy = sim.run()
+    assert read[0] == len(lazy.decisions)
+    p = prepare(exp)
+    eager = Simulator(p.trace, p.policy, p.cost, p.config, p.knowledge)
+    view = eager.view
+    eager.view = lambda lazy_running=False: view()
+    out = eager.run()
+    assert out.tasks.equals(lazy.tasks) and out.decisions.drop(columns="wall_s").equals(lazy.decisions.drop(columns="wall_s"))
+
+
+def test_running_views_read_after_the_decision_raise() -> None:
+    """A policy that keeps a view and reads its running requests later gets an error, not the
+    engine as it is by then."""
+    kept = []
+
+    class Keeps(type(make_policy("fcfs"))):
+        def decide(self, view):
+            kept.append(view)
+            return super().decide(view)
+
+    p = prepare(RUNS[2])
+    simulate(p.trace.head(3), Keeps(), p.cost, p.config)
+    assert kept
+    with pytest.raises(ExpiredView, match="after the policy's decision"):
+        len(kept[0].running)
+
+
+def test_running_views_behave_as_their_tuple() -> None:
+    built = []
+    rv = RunningViews(lambda: built.append(1) or ("a", "b"))
+    assert not rv.built and repr(rv) == "RunningViews(<not built>)"
+    assert len(rv) == 2 and list(rv) == ["a", "b"] and rv[1] == "b" and rv == ("a", "b") and bool(rv)
+    assert built == [1] and rv.built  # built once
+    rv.seal()
+    assert tuple(rv) == ("a", "b")  # built before the seal: still readable
+    empty = RunningViews(tuple)
+    assert not empty and empty == ()

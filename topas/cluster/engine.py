@@ -98,11 +98,11 @@ class ClusterEngine(Simulator):
             self.active_tasks.pop(tid, None)
         self.cluster.finished(r, self)
 
-    def view(self) -> EngineView:
+    def view(self, lazy_running: bool = False) -> EngineView:
         """The single-engine view, with each task's stages that are routed to another engine and
         not finished shown as done: not this engine's to run (a single engine's policy reads a
         stage that is neither done nor waiting/running here as one whose parents have not finished)."""
-        v = super().view()
+        v = super().view(lazy_running)
         owner = self.cluster.assignment
         tasks = {}
         for tid, tv in v.tasks.items():

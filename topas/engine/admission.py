@@ -45,9 +45,11 @@ class Admission:
         #: preempted requests whose room the decision's admissions left unused
         self.preempt_unused = 0
 
-    def apply(self, d: Decision) -> int:
+    def apply(self, d: Decision, reserved: int | None = None) -> int:
         """Apply a Decision (validating it): preemptions, evictions, loads, then the admission walk
-        and the allocation's evictions; returns the number of requests admitted."""
+        and the allocation's evictions; returns the number of requests admitted. ``reserved``: the
+        running requests' reservations now (:meth:`Batch.reserved`), if the caller has summed them
+        (the scheduler's view has each); used unless the decision preempts."""
         pname = self.policy.name
         if not self.manages and (d.evict or d.load or (d.preempt and not self.policy.may_preempt)):
             moves = "; ".join(f"{k} {tuple(v)!r}" for k, v in
@@ -97,7 +99,7 @@ class Admission:
             m.load(p)
         # 4. admissions, SGLang PrefillAdder style; then the allocation's evictions
         admit = self._guarded(d.admit) if self.config.in_batch_guard else d.admit
-        admitted = self._admit(admit)
+        admitted = self._admit(admit, None if preempted else reserved)
         if preempted:
             self._count_unused_preemptions(preempted, set(d.evict))
         self.eviction.settle()
@@ -133,13 +135,15 @@ class Admission:
                 counted.add(r.agent)
                 self.preempt_unused += 1
 
-    def _admit(self, admit: tuple[str, ...]) -> int:
+    def _admit(self, admit: tuple[str, ...], reserved: int | None = None) -> int:
         """Admit the (validated, waiting) requests of ``admit`` in order while they fit; stop at
-        the first that does not (``PrefillAdder.add_one_req``). Returns the number admitted."""
+        the first that does not (``PrefillAdder.add_one_req``). Returns the number admitted.
+        ``reserved``: :meth:`Batch.reserved` now, if known."""
         pname = self.policy.name
         memory, batch, segments, prefetch = self.memory, self.batch, self.segments, self.prefetch
         admitted = 0
-        reserved = batch.reserved()
+        if reserved is None:
+            reserved = batch.reserved()
         # the locked prefixes' tokens (KVMemory.locked_prefix_tokens), kept through the walk: an
         # admission locks its own prefix only (it is resident and used after it)
         locked = memory.locked_prefix_tokens()

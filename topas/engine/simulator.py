@@ -65,7 +65,7 @@ from topas.engine.prefetch import Prefetch
 from topas.engine.request_path import RequestPath
 from topas.engine.segments import SegmentMemory
 from topas.engine.view import Decision, EngineView, RequestView
-from topas.engine.view_cache import PrefixViews, ViewedDict
+from topas.engine.view_cache import PrefixViews, RunningViews, ViewedDict
 from topas.workload.model import Trace
 from topas.workload.validate import validate_trace
 
@@ -348,13 +348,19 @@ class Simulator:
             self._dirty = True
 
     # ------------------------------------------------------------------ decisions
-    def view(self) -> EngineView:
-        """What the policy sees now (``topas.engine.view``)."""
+    def view(self, lazy_running: bool = False) -> EngineView:
+        """What the policy sees now (``topas.engine.view``); ``lazy_running``: the running
+        requests' views built at their first read (:class:`RunningViews`; the decision's view,
+        sealed once the policy has decided)."""
         now = self.clock.now
         know, memory, batch = self.knowledge, self.memory, self.batch
         prefixes = self._prefix_views.views()
         reserve = batch.reserve
-        running = tuple(r.view(now, reserve(r)) for r in batch.running())
+
+        def running_views() -> tuple[RequestView, ...]:
+            return tuple(r.view(now, reserve(r)) for r in batch.running())
+
+        running = RunningViews(running_views) if lazy_running else running_views()
         if not self.config.full_output_reserve:
             self.waiting.touch_all()  # a waiting request's reservation follows new_token_ratio
         waiting = tuple(self.waiting.viewed(lambda r: r.view(now, reserve(r))).values())
@@ -388,11 +394,20 @@ class Simulator:
             return  # SGLang skips get_new_batch_prefill while batch_is_full
         self._batch_full = False
         decode_empty = not self.batch.decoding
-        view = self.view()
+        view = self.view(lazy_running=True)
+        n_running = self.batch.n_running()
         t0 = _time.perf_counter()
         decision = self.policy.decide(view)
         wall = _time.perf_counter() - t0
-        admitted = self.apply(decision)
+        running_views = view.running
+        built = True
+        if isinstance(running_views, RunningViews):
+            running_views.seal()
+            built = running_views.built
+        # (where the policy read them, the running views hold each request's reservation now: the
+        # walk need not compute them again)
+        reserved = sum(r.reserve for r in running_views) if built else None
+        admitted = self.admission.apply(decision, reserved=reserved)
         prefetch.dispatch()
         running = self.batch.n_running()
         if admitted < len(decision.admit) and 0 < running < self.config.max_running_requests:
@@ -401,7 +416,7 @@ class Simulator:
             self._batch_full = True
             self._gate_until_prefill = decode_empty
         self.decisions.append(
-            (self.clock.now, wall, len(view.waiting), len(view.running), len(decision.admit), admitted,
+            (self.clock.now, wall, len(view.waiting), n_running, len(decision.admit), admitted,
              len(decision.preempt), len(decision.evict), len(decision.load), dict(decision.info))
         )
 

@@ -142,7 +142,9 @@ class EngineView:
     prefix_tokens: int
     request_tokens: int
     prefixes: Mapping[str, PrefixView]
-    running: tuple[RequestView, ...]
+    #: a tuple; at the simulator's decisions a sequence built at its first read, which must be
+    #: read (or copied) during the decision (``topas.engine.view_cache.RunningViews``)
+    running: Sequence[RequestView]
     waiting: tuple[RequestView, ...]
     tasks: Mapping[str, TaskView]
     cost: CostModel

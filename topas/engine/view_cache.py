@@ -4,6 +4,7 @@ tasks) and the agent prefixes' views (:class:`PrefixViews`)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
 from topas.engine.view import PrefixView
@@ -63,6 +64,65 @@ class ViewedDict(dict):
         raise TypeError("this dict changes by item only (set, del, pop)")
 
     update = popitem = clear = __ior__ = _refuse  # type: ignore[assignment]
+
+
+class ExpiredView(RuntimeError):
+    """A decision's running requests were read after the decision (the engine has moved on)."""
+
+
+class RunningViews(Sequence):
+    """The running requests' views of one scheduling point, built at their first read: most
+    policies (FCFS, LPM and the others that order the waiting queue) never read them, and building
+    them is a view per running request at every point. Read them during the decision only: the
+    engine :meth:`seal` s them once the policy has decided, and a first read after that raises
+    :class:`ExpiredView` instead of showing the engine as it is later."""
+
+    __slots__ = ("_build", "_items")
+
+    def __init__(self, build: Callable[[], tuple[Any, ...]]) -> None:
+        self._build: Callable[[], tuple[Any, ...]] | None = build
+        self._items: tuple[Any, ...] | None = None
+
+    @property
+    def items(self) -> tuple[Any, ...]:
+        """The views, as a tuple (built now if they were not)."""
+        if self._items is None:
+            if self._build is None:
+                raise ExpiredView("EngineView.running read after the policy's decision: read it in decide() or keep "
+                                  "a copy (tuple(view.running))")
+            self._items, self._build = self._build(), None
+        return self._items
+
+    @property
+    def built(self) -> bool:
+        return self._items is not None
+
+    def seal(self) -> None:
+        """The decision is taken: a first read from now on raises."""
+        self._build = None
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: Any) -> Any:
+        return self.items[i]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.items)
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RunningViews):
+            other = other.items
+        return self.items == other if isinstance(other, tuple) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self.items)
+
+    def __repr__(self) -> str:
+        return repr(self.items) if self.built else "RunningViews(<not built>)"
 
 
 class PrefixViews:
