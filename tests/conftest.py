@@ -221,6 +221,14 @@ KERNEL_READY_ENV = "TOPAS_TEST_KERNEL_READY"
 KERNEL_WAIT_S = 300
 
 
+def kept_view(view):
+    """``view`` as a recording keeps it past the decision: with its running requests copied (the
+    simulator builds them at their first read and seals them once the policy has decided)."""
+    import dataclasses
+
+    return dataclasses.replace(view, running=tuple(view.running))
+
+
 def pytest_configure(config):
     """TOPAS's compiled search is loaded once, in a background process started before any test
     runs: where numba has not cached it yet (a fresh clone), compiling it takes about half a

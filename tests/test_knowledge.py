@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import test_sglang_adapter as tsa
+from conftest import kept_view
 from topas.engine.config import EngineConfig
 from topas.engine.cost import load_profile
 from topas.engine.knowledge import Knowledge, KnowledgeError, noise_factor, reveal
@@ -37,7 +38,7 @@ def _recording(name: str, **params):
     decide = policy.decide
 
     def record(view):
-        views.append(view)
+        views.append(kept_view(view))
         return decide(view)
 
     policy.decide = record

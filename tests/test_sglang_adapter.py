@@ -14,6 +14,7 @@ import math
 
 import pytest
 
+from conftest import kept_view
 from topas.engine.config import EngineConfig
 from topas.engine.cost import load_profile
 from topas.engine.simulator import Simulator
@@ -53,7 +54,7 @@ class Mirror(Simulator):
         orig = policy.decide
 
         def capture(view):
-            self._sim_view = view
+            self._sim_view = kept_view(view)
             self._sim_decision = orig(view)
             return self._sim_decision
 

@@ -27,6 +27,7 @@ import pytest
 
 from conftest import ROUND_COST as C
 from conftest import PRIOR_OUTPUT, stage, task, trace
+from conftest import kept_view
 from topas.engine.config import EngineConfig
 from topas.engine.cost import CostModel
 from topas.engine.simulator import simulate
@@ -51,7 +52,7 @@ def spy(base):
             self.hook_views: list[RequestView] = []
 
         def decide(self, view):
-            self.views.append(view)
+            self.views.append(kept_view(view))
             return super().decide(view)
 
         def on_finish(self, request, time, output_tokens):
