@@ -18,6 +18,7 @@ on ``sys.path``); fixtures of the same names are provided for tests that prefer 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -224,8 +225,6 @@ KERNEL_WAIT_S = 300
 def kept_view(view):
     """``view`` as a recording keeps it past the decision: with its running requests copied (the
     simulator builds them at their first read and seals them once the policy has decided)."""
-    import dataclasses
-
     return dataclasses.replace(view, running=tuple(view.running))
 
 

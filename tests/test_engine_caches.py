@@ -73,7 +73,7 @@ def test_kept_state_equals_a_rebuild_at_every_decision(exp: Experiment) -> None:
 
 
 @pytest.mark.parametrize("exp", RUNS, ids=lambda e: f"{e.workload}/{e.policy}")
-def test_the_decisions_running_views_are_an_eager_views(exp: Experiment) -> None:
+def test_the_decisions_running_views_are_those_of_an_eager_view(exp: Experiment) -> None:
     """Read at every decision, the lazily built running views equal those an eager view builds
     at the same point, and the run is the same to the bit with every view built eagerly."""
     p = prepare(exp)
