@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import Iterable, Iterator, Mapping
 
 from topas.engine.knowledge import reveal
-from topas.engine.view import RequestView, StageView, TaskView
+from topas.engine.view import RequestView, StageView, TaskView, request_view
 from topas.workload.model import Agent, Stage, Task
 
 # Request states.
@@ -86,11 +86,11 @@ class Request:
             return self._waiting_view
         running = self.state in (PREFILL, DECODE)
         service = self.service_time + (now - self.state_since if running else 0.0)
-        # (positional: built at every scheduling point for each running request, and a frozen
-        # dataclass's keywords cost more; the fields in RequestView's order)
-        v = RequestView(self.rid, self.task.task.id, self.stage.id, self.agent, self.x, self.generated, self.ready_time,
-                        self.kv + self.seg_ctx, service, self.preemptions + self.retractions,
-                        self.admitted_time if running else None, reserve)
+        # (built at every scheduling point for each running request: ``request_view``, the fields
+        # in RequestView's order)
+        v = request_view(self.rid, self.task.task.id, self.stage.id, self.agent, self.x, self.generated,
+                         self.ready_time, self.kv + self.seg_ctx, service, self.preemptions + self.retractions,
+                         self.admitted_time if running else None, reserve)
         if self.state == WAITING:
             self._waiting_view = v
         return v

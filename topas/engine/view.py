@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from topas.engine.cost import CostModel
+from topas.engine.frozen_build import builder
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +96,10 @@ class RequestView:
         return self.kv_tokens + self.reserve
 
 
+#: ``RequestView(*fields)``, all twelve positional, about 4x cheaper (``frozen_build``): the
+#: engine builds one per running request at every scheduling point a policy reads them.
+request_view = builder(RequestView)
+
 def admission_tokens(input_tokens: int, generated: int, reserve: int) -> int:
     """The tokens SGLang's ``PrefillAdder.add_one_req`` asks of a request beyond its cached
     prefix: its prompt to prefill (suffix input, plus the generated tokens a preempted request
@@ -128,6 +133,9 @@ class PrefixView:
     in_tree: bool = False
     computing: bool = False
 
+
+#: ``PrefixView(*fields)``, all ten positional (``frozen_build``).
+prefix_view = builder(PrefixView)
 
 @dataclass(frozen=True, slots=True)
 class EngineView:

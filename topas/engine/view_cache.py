@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
-from topas.engine.view import PrefixView
+from topas.engine.view import PrefixView, prefix_view
 
 if TYPE_CHECKING:
     from topas.engine.memory import KVMemory
@@ -148,6 +148,6 @@ class PrefixViews:
                      a in computing)
             k = kept.get(a)
             if k is None or k[0] != state:
-                k = kept[a] = (state, PrefixView(a, p.tokens, self.prior(a, p.agent.expected_output_tokens), *state))
+                k = kept[a] = (state, prefix_view(a, p.tokens, self.prior(a, p.agent.expected_output_tokens), *state))
             out[a] = k[1]
         return out
