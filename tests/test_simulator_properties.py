@@ -33,6 +33,7 @@ from conftest import ROUND_COST as C
 from conftest import stage, task, trace
 from topas.engine.config import EngineConfig
 from topas.engine.entities import DECODE, DONE, PREFILL
+from topas.engine.reservation import output_reserve
 from topas.engine.simulator import Simulator
 from topas.policies.fcfs import FCFS
 from topas.policies.lpm import LPM
@@ -246,3 +247,10 @@ def test_the_lower_bound_is_close_to_the_time_of_a_lone_request_on_a_resident_pr
     assert jct == pytest.approx(exact, abs=1e-9)
     assert stage_lower_bound(l, x, y) == pytest.approx(
         exact - (C.prefill_c_new_sq - C.prefill_c_new_cached / 2) * x * x, abs=1e-12)
+
+
+@given(st.integers(-5000, 5000), st.integers(0, 5000), st.integers(-10, 5000), st.booleans(),
+       st.floats(0.0, 1.0))
+def test_a_reservation_is_the_clipped_remaining_output_scaled(max_new, generated, clip, full, ratio):
+    remaining = max(min(max_new - generated, clip), 0)
+    assert output_reserve(max_new, generated, clip, full, ratio) == (remaining if full else int(ratio * remaining))
