@@ -48,8 +48,9 @@ class Admission:
     def apply(self, d: Decision, reserved: int | None = None) -> int:
         """Apply a Decision (validating it): preemptions, evictions, loads, then the admission walk
         and the allocation's evictions; returns the number of requests admitted. ``reserved``: the
-        running requests' reservations now (:meth:`Batch.reserved`), if the caller has summed them
-        (the scheduler's view has each); used unless the decision preempts."""
+        running requests' reservations at the walk (:meth:`Batch.reserved` after the decision's
+        preemptions), if the caller knows them (the scheduler's view has each); else the walk sums
+        them."""
         pname = self.policy.name
         if not self.manages and (d.evict or d.load or (d.preempt and not self.policy.may_preempt)):
             moves = "; ".join(f"{k} {tuple(v)!r}" for k, v in
@@ -99,7 +100,7 @@ class Admission:
             m.load(p)
         # 4. admissions, SGLang PrefillAdder style; then the allocation's evictions
         admit = self._guarded(d.admit) if self.config.in_batch_guard else d.admit
-        admitted = self._admit(admit, None if preempted else reserved)
+        admitted = self._admit(admit, reserved)
         if preempted:
             self._count_unused_preemptions(preempted, set(d.evict))
         self.eviction.settle()

@@ -400,13 +400,14 @@ class Simulator:
         decision = self.policy.decide(view)
         wall = _time.perf_counter() - t0
         running_views = view.running
-        built = True
-        if isinstance(running_views, RunningViews):
+        lazy = isinstance(running_views, RunningViews)
+        if lazy:
             running_views.seal()
-            built = running_views.built
-        # (where the policy read them, the running views hold each request's reservation now: the
-        # walk need not compute them again)
-        reserved = sum(r.reserve for r in running_views) if built else None
+        # The admission walk's running reservations: where the policy read the running views, each
+        # holds its request's, unchanged unless the decision preempts (then the walk sums them).
+        reserved = None
+        if not decision.preempt and (not lazy or running_views.built):
+            reserved = sum(r.reserve for r in running_views)
         admitted = self.admission.apply(decision, reserved=reserved)
         prefetch.dispatch()
         running = self.batch.n_running()

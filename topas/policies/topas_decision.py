@@ -84,8 +84,8 @@ class _DecisionCtx(CompiledSearch):
             return
         self._readable_setup(view, est, op, rng, parts, prefill_time, tasks, residual)
 
-    # What the fused set-up leaves out (``topas_setup_fused.DERIVED``), computed on first read; the
-    # readable set-up assigns each itself.
+    # What the fused set-up leaves out (the functions at the end of ``topas_setup_fused``), computed
+    # on first read; the readable set-up assigns each itself.
     run_demand_by_agent = functools.cached_property(topas_setup_fused.run_demand_by_agent)
     _run_demand_total = functools.cached_property(topas_setup_fused.run_demand_total)
     _n_running = functools.cached_property(topas_setup_fused.n_running)

@@ -5,7 +5,8 @@ the pending stages for ``n_a(t)`` (``V_reuse``)), the same values in the same co
 orders, with one pass over the running requests where the readable set-up makes eight, the
 pending stages' index by parent kept while the tasks' pending lists are the same objects, the
 gains straight from ``longest_path_pair`` (``delta_task``'s two longest paths), and what only the
-reference's code reads left out (:data:`DERIVED`: computed when first read).
+reference's code reads left out (the functions at the end of this module: ``_DecisionCtx``
+computes each when first read).
 
 The readable set-up (``topas_decision``: ``_DecisionCtx.__init__`` with ``_lookahead_setup``,
 ``_waiting_setup``, ``_running_setup``) is the reference: it runs with the reference search
@@ -177,7 +178,7 @@ def setup(ctx: Any, policy: Any, view: Any, est: Any, parts: dict[str, dict[tupl
         for r, z in zip(w, size):
             gain[r.rid] = (total * z / norm if norm > 0 else total / len(frontier)) * 1.0
     ctx._candidates(view, sorted((-gain[r.rid], arrival[r.task_id], r.rid, r) for r in waiting))
-    # ---- the running requests (``_running_setup``; its sums over them: ``DERIVED``)
+    # ---- the running requests (``_running_setup``; its sums over them: the functions below)
     ctx.running_by_agent = running_by_agent
     ctx.running_demand = 0
     ctx.run_demand = run_demand
@@ -191,7 +192,7 @@ def setup(ctx: Any, policy: Any, view: Any, est: Any, parts: dict[str, dict[tupl
 # its arrays itself (``topas_kernel_score.unpack``): left out here, each is computed, as the
 # readable set-up computes it, when the reference's code first reads it (the reference search
 # before the kernels are loaded, the liveness fallback, ``TopasRequestOnly``): ``_DecisionCtx``
-# holds each as a ``functools.cached_property`` of the same name.
+# holds each as a ``functools.cached_property`` (named as the readable set-up names the attribute).
 
 
 def run_demand_by_agent(ctx: Any) -> dict[str, int]:
@@ -238,16 +239,3 @@ def min_need_after(ctx: Any) -> list[int]:
     """The smallest demand from each candidate on: GREEDYPACK stops once none of them fits."""
     return list(itertools.accumulate(reversed([c[4] for c in ctx._packable]), min))[::-1]
 
-
-#: ``_DecisionCtx``'s attribute for each of the functions above (what the fused set-up leaves out).
-DERIVED = {
-    "run_demand_by_agent": run_demand_by_agent,
-    "_run_demand_total": run_demand_total,
-    "_n_running": n_running,
-    "_la_base": la_base,
-    "_by_density": by_density,
-    "_running_rids": running_rids,
-    "running_tasks": running_tasks,
-    "_busy_tasks": busy_tasks,
-    "_min_need_after": min_need_after,
-}
