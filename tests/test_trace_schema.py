@@ -35,14 +35,6 @@ def test_the_schema_is_a_valid_draft_2020_12_schema():
 BOTH = ("chain-3.json.gz", "metagpt-tl-raw.json.gz")
 
 
-def refused_by_compiled(d: dict) -> bool:
-    try:
-        COMPILED(d)
-    except fastjsonschema.JsonSchemaException:
-        return True
-    return False
-
-
 @pytest.mark.parametrize("path", sorted(TRACES.glob("*.json.gz")), ids=lambda p: p.name)
 def test_every_shipped_trace_is_valid_under_the_schema(path):
     d = json.loads(gzip.decompress(path.read_bytes()))
@@ -89,13 +81,14 @@ HOSTILE = {
 def test_a_minimal_trace_is_valid_under_both():
     validate_dict(v1())
     assert not list(VALIDATOR.iter_errors(v1()))
-    assert not refused_by_compiled(v1())
+    COMPILED(v1())  # raises, naming the error, if it refuses
 
 
 @pytest.mark.parametrize("what", list(HOSTILE))
 def test_the_schema_and_the_validator_both_refuse(what):
     d = HOSTILE[what]
     assert list(VALIDATOR.iter_errors(d)), f"the schema accepts {what}"
-    assert refused_by_compiled(d), f"the compiled schema accepts {what}"
+    with pytest.raises(fastjsonschema.JsonSchemaException):
+        COMPILED(d)
     with pytest.raises(TraceError):
         validate_dict(d)
