@@ -114,9 +114,14 @@ def test_each_kernel_runs_in_its_notebooks_folder_and_the_callers_directory_neve
 
 
 def test_several_at_once_a_failure_starts_no_other_and_names_the_first_in_reading_order(tmp_path):
-    """Two at a time: 01 fails at once while 02 runs on; 02 finishes, 03 never starts."""
+    """Two at a time: 01 fails while 02 runs on; 02 finishes, 03 never starts. 02 runs until 01's
+    failure is on disk (the runner keeps the failed copy, then stops), not for a fixed time: on a
+    loaded machine 01's kernel can take longer to start than 02 takes to sleep."""
     bad = _nb(tmp_path / "01_bad.ipynb", "raise ValueError('no results for dag-4')")
-    slow = _nb(tmp_path / "02_slow.ipynb", "import time\ntime.sleep(3)")
+    failed = tmp_path / "executed" / "01_bad.failed.ipynb"
+    slow = _nb(tmp_path / "02_slow.ipynb", f"import pathlib, time\nt0 = time.time()\n"
+               f"while not pathlib.Path({str(failed)!r}).exists() and time.time() - t0 < 120:\n"
+               f"    time.sleep(0.05)\ntime.sleep(0.5)")
     later = _nb(tmp_path / "03_later.ipynb", "import pathlib\npathlib.Path(out).write_text('ran')")
     marker = tmp_path / "later.txt"
     with pytest.raises(NotebookFailed) as err:
