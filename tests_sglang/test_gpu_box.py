@@ -171,6 +171,8 @@ def _sweep(urls: list[str], store: Path, tiny: Path, seeds: int = 3) -> tuple[fl
             f"        for p in ('fcfs', 'topas') for s in range({seeds})]\n"
             "t = time.perf_counter(); rows = run_many(exps, progress=False)\n"
             "print(json.dumps({'wall': time.perf_counter() - t, 'rows': rows}, default=str))\n")
+    for u in urls:  # each answers before the sweep's own handshake (10 s), however loaded the machine:
+        srv.server_info(u, timeout_s=120)  # four CPU servers on two cores once stalled one past 10 s
     out = subprocess.run([sys.executable, "-c", code], env=_env(tiny, store, TOPAS_SGLANG_URL=",".join(urls)),
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
