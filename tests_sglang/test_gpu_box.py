@@ -39,7 +39,10 @@ def _start(d: Path, name: str, pool: int, plugins: str | None = None):
     if plugins is not None:
         env["SGLANG_PLUGINS"] = plugins
     port = launcher.free_port()
-    proc = launcher.start(launcher.cpu_test_args(MODEL, port, pool), env, d / f"{name}.log")
+    # --sleep-on-idle: an idle SGLang scheduler otherwise polls without pause, and four of them on
+    # two cores starved each other: GET /server_info (which waits on the scheduler) took 10-30 s
+    args = [*launcher.cpu_test_args(MODEL, port, pool), "--sleep-on-idle"]
+    proc = launcher.start(args, env, d / f"{name}.log")
     return {"name": name, "url": f"http://127.0.0.1:{port}", "proc": proc, "log": d / f"{name}.log"}
 
 
@@ -171,8 +174,6 @@ def _sweep(urls: list[str], store: Path, tiny: Path, seeds: int = 3) -> tuple[fl
             f"        for p in ('fcfs', 'topas') for s in range({seeds})]\n"
             "t = time.perf_counter(); rows = run_many(exps, progress=False)\n"
             "print(json.dumps({'wall': time.perf_counter() - t, 'rows': rows}, default=str))\n")
-    for u in urls:  # each answers before the sweep's own handshake (10 s), however loaded the machine:
-        srv.server_info(u, timeout_s=120)  # four CPU servers on two cores once stalled one past 10 s
     out = subprocess.run([sys.executable, "-c", code], env=_env(tiny, store, TOPAS_SGLANG_URL=",".join(urls)),
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
