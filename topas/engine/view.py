@@ -100,6 +100,7 @@ class RequestView:
 #: engine builds one per running request at every scheduling point a policy reads them.
 request_view = builder(RequestView)
 
+
 def admission_tokens(input_tokens: int, generated: int, reserve: int) -> int:
     """The tokens SGLang's ``PrefillAdder.add_one_req`` asks of a request beyond its cached
     prefix: its prompt to prefill (suffix input, plus the generated tokens a preempted request
@@ -136,6 +137,7 @@ class PrefixView:
 
 #: ``PrefixView(*fields)``, all ten positional (``frozen_build``).
 prefix_view = builder(PrefixView)
+
 
 @dataclass(frozen=True, slots=True)
 class EngineView:
