@@ -7,13 +7,19 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from topas.engine.cost import CostModel, load_profile
 from topas.engine.simulator import simulate
 from topas.engine.view import EngineView, PrefixView, RequestView, StageView, TaskView
 from topas.policies import PolicyError, available_policies, make_policy
 from topas.policies.estimates import OperatingPoint, OutputEstimator, stage_residual_time
+from topas.policies.spf import expected_remaining_path
+from topas.workload import synthetic
+from topas.workload.critical_path import longest_remaining_path
 from topas.workload.model import Agent, Stage, Task, Trace
 
 # A tiny engine with round numbers: prefill costs 1 ms per new token (no fixed or attention
@@ -196,6 +202,71 @@ def test_spf_ties_by_arrival_then_topological_position():
     waiting = [req("t2", "B", "b", 3.0), req("t2", "C", "c", 3.0), req("t1", "B", "b", 2.0), req("t1", "C", "c", 2.0)]
     view = engine_view(4.0, priors, [t1, t2], waiting)
     assert admit(make_policy("spf"), view) == ["t1/C", "t1/B", "t2/B", "t2/C"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_spf_walks_only_the_unfinished_stages_and_gets_the_whole_dags_longest_path(data):
+    # A random DAG (each stage's parents among the earlier ones), a finished set closed under
+    # parents, some of the ready stages running with tokens generated: the path SPF computes over
+    # the unfinished stages is, to the bit, the longest path of the whole DAG with the finished
+    # stages taking no time.
+    n = data.draw(st.integers(1, 9))
+    names = [f"S{i}" for i in range(n)]
+    shape = tuple((names[i], tuple(sorted(data.draw(st.sets(st.sampled_from(names[:i]), max_size=3))) if i else ()))
+                  for i in range(n))
+    done: set[str] = set()
+    for s, ps in shape:
+        if set(ps) <= done and data.draw(st.booleans()):
+            done.add(s)
+    agents = {s: data.draw(st.sampled_from("abc")) for s, _ in shape}
+    tv = task_view("t1", 0.0, shape, agents, done=done, x=data.draw(st.integers(1, 3000)))
+    ready = {s: (data.draw(st.integers(0, 400)), data.draw(st.booleans()))
+             for s, ps in shape if s not in done and set(ps) <= done}
+    priors = {a: data.draw(st.integers(1, 900)) for a in "abc"}
+    waiting = [req("t1", s, agents[s], 0.0, g) for s, (g, running) in ready.items() if not running]
+    running = [req("t1", s, agents[s], 0.0, g, running=True) for s, (g, running) in ready.items() if running]
+    view = engine_view(1.0, priors, [tv], waiting or [req("t1", names[0], agents[names[0]], 0.0)], running)
+    est, op = OutputEstimator(), OperatingPoint.of(view)
+
+    def time_of(s):
+        g, is_running = ready.get(s, (0, False))
+        if is_running:
+            return est.expected_remaining(agents[s], priors[agents[s]], g) * op.tpot
+        return stage_residual_time(view, est, op, tv.stages[s], g)
+
+    kids = {s: tv.stages[s].children for s in names}
+    assert expected_remaining_path(view, tv, est, op, ready) == longest_remaining_path(tv.topo_order, kids, time_of,
+                                                                                        zero=done)
+
+
+def test_spf_keeps_a_tasks_shape_only_while_its_view_is_the_same(monkeypatch):
+    # The same run (wide DAGs, stages finishing while their siblings wait) with the shapes kept
+    # across decisions and with every shape computed afresh: the same remaining paths at every
+    # decision, to the bit.
+    from topas.policies import spf as spf_module
+
+    trace = synthetic.generate("dag-10-wide", n_tasks=40, seed=3)
+    cost = load_profile("a100-80gb_qwen2.5-32b")
+    task_paths = spf_module.SPF.task_paths
+
+    def run(afresh: bool) -> list[dict[str, float]]:
+        seen: list[dict[str, float]] = []
+
+        def recorded(self, view):
+            if afresh:
+                self._shapes = {}
+            out = task_paths(self, view)
+            seen.append(dict(out))
+            return out
+
+        monkeypatch.setattr(spf_module.SPF, "task_paths", recorded)
+        simulate(trace, make_policy("spf"), cost)
+        return seen
+
+    kept, fresh = run(afresh=False), run(afresh=True)
+    assert len(kept) > 100 and sum(len(p) > 1 for p in kept) > 50
+    assert kept == fresh
 
 
 # ---------------------------------------------------------------------------------- Parrot-FCFS

@@ -230,9 +230,12 @@ class CostModel:
         t0 = _nonneg_int(kv0, "kv0")
         if b == 0:
             raise ValueError("steps_until needs a non-empty batch (batch >= 1)")
-        if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) or math.isnan(seconds):
+        if type(seconds) is not float:  # (a float is checked for nan below: the simulator's hot path)
+            if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
+                raise ValueError(f"seconds must be a real number, got {seconds!r}")
+            seconds = float(seconds)
+        if math.isnan(seconds):
             raise ValueError(f"seconds must be a real number, got {seconds!r}")
-        seconds = float(seconds)
         if math.isinf(seconds) and seconds > 0:
             raise ValueError("steps_until(seconds=inf): no finite number of steps reaches it")
         first = self.decode_c0 + self.decode_c_batch * b + self.decode_c_kv * t0

@@ -74,6 +74,19 @@ def ready_stages(view: EngineView) -> dict[str, dict[str, tuple[int, bool]]]:
     return out
 
 
+_Shape = tuple[tuple[str, str, int, tuple[str, ...]], ...]
+
+
+def unfinished_shape(task: TaskView) -> _Shape:
+    """The task's unfinished stages in topological order, each as ``(stage id, agent, input
+    tokens, children)``: a function of the (immutable) view, kept by :class:`SPF` while the view
+    is the same object. A child of an unfinished stage is unfinished (a stage finishes after its
+    parents)."""
+    done, stages = task.done, task.stages
+    return tuple((s, stages[s].agent, stages[s].input_tokens, stages[s].children)
+                 for s in task.topo_order if s not in done)
+
+
 def expected_remaining_path(
     view: EngineView,
     task: TaskView,
@@ -81,44 +94,45 @@ def expected_remaining_path(
     op: OperatingPoint,
     ready: dict[str, tuple[int, bool]],
     memo: dict | None = None,
+    shape: _Shape | None = None,
 ) -> float:
     """The task's expected remaining longest path (s).
 
     ``ready`` maps the task's running and waiting stages to ``(generated tokens, running)``
     (``ready_stages``; stages in neither are pending). ``memo`` (optional, one per decision)
     caches stage times by ``(agent, input tokens, generated, running)``: within one view they
-    depend on nothing else.
+    depend on nothing else. ``shape``: ``unfinished_shape(task)``, if the caller keeps it.
     """
     if memo is None:
         memo = {}
-    done, stages = task.done, task.stages
+    if shape is None:
+        shape = unfinished_shape(task)
     times: dict[str, float] = {}
-    for sid in task.topo_order:
-        if sid in done:
-            continue
-        stage = stages[sid]
+    for sid, agent, x, _ in shape:
         generated, is_running = ready.get(sid, _PENDING)
-        key = (stage.agent, stage.input_tokens, generated, is_running)
+        key = (agent, x, generated, is_running)
         z = memo.get(key)
         if z is None:
             if is_running:  # prefill done: only the expected remaining decode is left
-                prior = view.prefixes[stage.agent].expected_output_tokens
-                z = est.expected_remaining(stage.agent, prior, generated) * op.tpot
+                prior = view.prefixes[agent].expected_output_tokens
+                z = est.expected_remaining(agent, prior, generated) * op.tpot
             else:
-                z = stage_residual_time(view, est, op, stage, generated)
+                z = stage_residual_time(view, est, op, task.stages[sid], generated)
             memo[key] = z
         times[sid] = z
     # longest_remaining_path(topo_order, children, times, zero=done), inlined: this runs for every
-    # task with a waiting request at every decision (the same sums and maxima, in the same order)
+    # task with a waiting request at every decision (the same sums and maxima, in the same order).
+    # A finished stage would take 0.0 + the longest of its children's paths, each already a
+    # candidate for the maximum, so only the unfinished stages are walked.
     lp: dict[str, float] = {}
     best = 0.0
-    for v in reversed(task.topo_order):
+    for v, _, _, children in reversed(shape):
         tail = 0.0
-        for c in stages[v].children:
+        for c in children:
             t = lp[c]
             if t > tail:
                 tail = t
-        val = lp[v] = (0.0 if v in done else times.get(v, 0.0)) + tail
+        val = lp[v] = times[v] + tail
         if val > best:
             best = val
     return best
@@ -132,6 +146,7 @@ class SPF(Policy):
     def reset(self) -> None:
         self.est = make_estimator(self.params.output_estimator, self.params.prior_weight)
         self.history = WorkflowHistory()
+        self._shapes: dict[str, tuple[TaskView, _Shape]] = {}  # by task: its view, unfinished_shape of it
 
     def on_finish(self, request: RequestView, time: float, output_tokens: int) -> None:
         self.est.observe(request.agent, output_tokens)
@@ -143,9 +158,18 @@ class SPF(Policy):
         memo: dict = {}
         out: dict[str, float] = {}
         tasks = self.history.tasks(view)  # online DAGs: completed from the workflow's history
+        shapes = self._shapes
+        kept: dict[str, tuple[TaskView, _Shape]] = {}
         for r in view.waiting:
-            if r.task_id not in out:
-                out[r.task_id] = expected_remaining_path(view, tasks[r.task_id], self.est, op, ready[r.task_id], memo)
+            tid = r.task_id
+            if tid not in out:
+                tv = tasks[tid]
+                hit = shapes.get(tid)
+                if hit is None or hit[0] is not tv:
+                    hit = (tv, unfinished_shape(tv))
+                kept[tid] = hit
+                out[tid] = expected_remaining_path(view, tv, self.est, op, ready[tid], memo, hit[1])
+        self._shapes = kept  # the tasks with a waiting request now
         return out
 
     def decide(self, view: EngineView) -> Decision:
