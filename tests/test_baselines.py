@@ -401,6 +401,32 @@ def test_autellix_forgets_finished_tasks():
     assert p.task_service("t1") == 0.0
 
 
+def test_autellix_orders_by_each_calls_level_after_its_promotion(monkeypatch):
+    # decide() takes each waiting call's queue once, after its promotion if it is promoted: the
+    # order it returns is, at every decision of a run under pressure (calls promoted, retracted,
+    # demoted), the order by level() read after the promotions, then ready time, then id.
+    from topas.policies import autellix
+
+    decide = autellix.AutellixLAS.decide
+    checked = []
+
+    def checking(self, view):
+        d = decide(self, view)
+        by_id = {r.rid: r for r in view.waiting}
+        expected = sorted(view.waiting, key=lambda r: (self.level(r), r.ready_time, r.rid))
+        assert [by_id[rid] for rid in d.admit] == expected
+        checked.append((sum(self.level(r) > 0 for r in view.waiting),
+                        sum(self._calls[r.rid].promotions for r in view.waiting)))
+        return d
+
+    monkeypatch.setattr(autellix.AutellixLAS, "decide", checking)
+    policy = make_policy("autellix-las", {"first_queue_s": 0.05, "beta_starve": 0.5})
+    simulate(_dag4_trace(), policy, load_profile("a100-80gb_qwen2.5-32b").with_budget(12_000))
+    assert len(checked) > 50
+    assert sum(low for low, _ in checked) > 0  # calls below the first queue were ordered
+    assert sum(promoted for _, promoted in checked) > 0  # and promoted calls
+
+
 # ------------------------------------------------------------------------------- end to end
 def _dag4_trace(n=50, seed=3):
     """~50 DAG-4 tasks with varied output lengths, built from the workload model directly."""

@@ -218,14 +218,19 @@ class AutellixLAS(Policy):
         for r in view.running:
             self._call(r)  # a running call keeps the priority it was admitted with
         beta = self.params.beta_starve
+        levels: dict[str, int] = {}  # each waiting call's queue after its promotion, if any
+        bounds = self.bounds
         for r in view.waiting:
             c = self._call(r)
-            if self.level(r) > 0 and self.starvation_ratio(r, now) >= beta:
+            level = bisect.bisect_right(bounds, c.base + max(0.0, r.service_time - c.service0))  # self.level(r)
+            if level > 0 and self.starvation_ratio(r, now) >= beta:
                 c.wait0 = call_wait(r, now)
                 c.service0 = r.service_time
                 c.base = 0.0
                 c.promotions += 1
-        order = sorted(view.waiting, key=lambda r: (self.level(r), r.ready_time, r.rid))
+                level = self.level(r)
+            levels[r.rid] = level
+        order = sorted(view.waiting, key=lambda r: (levels[r.rid], r.ready_time, r.rid))
         preempt = self.preemption(view, order) if self.params.preempt else ()
         self._offered = {r.rid for r in order}
         return Decision(admit=tuple(r.rid for r in order), preempt=preempt)

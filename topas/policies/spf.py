@@ -47,7 +47,7 @@ from typing import Literal
 
 from topas.engine.view import Decision, EngineView, RequestView, TaskView
 from topas.policies.base import OMIT_DEFAULT, Policy, register
-from topas.policies.estimates import OperatingPoint, OutputEstimator, make_estimator, stage_residual_time
+from topas.policies.estimates import OperatingPoint, OutputEstimator, make_estimator
 from topas.policies.history import WorkflowHistory
 
 
@@ -87,6 +87,42 @@ def unfinished_shape(task: TaskView) -> _Shape:
                  for s in task.topo_order if s not in done)
 
 
+class StageParts:
+    """The two parts of a stage's residual time, kept across decisions: the prefill of its input
+    and recomputed tokens (``CostModel.prefill_time``, by tokens and prefix length, for one cost
+    model) and ``E[Y - g | Y > g]`` (``OutputEstimator.expected_remaining``, by agent, prior and
+    ``g``, while the agent's observations are unchanged: ``OutputEstimator.agent_version``). A
+    stage's time is then ``prefill + remaining * tpot``, as ``stage_residual_time`` computes it."""
+
+    __slots__ = ("cost", "est", "prefills", "remainings")
+
+    def __init__(self) -> None:
+        self.cost: object = None
+        self.est: object = None
+        self.prefills: dict[tuple[int, int], float] = {}
+        self.remainings: dict[str, tuple[int, dict[tuple[float, int], float]]] = {}
+
+    def prefill(self, view: EngineView, tokens: int, prefix: int) -> float:
+        if view.cost is not self.cost:
+            self.cost, self.prefills = view.cost, {}
+        v = self.prefills.get((tokens, prefix))
+        if v is None:
+            v = self.prefills[(tokens, prefix)] = view.cost.prefill_time([(tokens, prefix)])
+        return v
+
+    def remaining(self, est: OutputEstimator, agent: str, prior: float, generated: int) -> float:
+        if est is not self.est:
+            self.est, self.remainings = est, {}
+        version = est.agent_version.get(agent, 0)
+        kept = self.remainings.get(agent)
+        if kept is None or kept[0] != version:
+            kept = self.remainings[agent] = (version, {})
+        v = kept[1].get((prior, generated))
+        if v is None:
+            v = kept[1][(prior, generated)] = est.expected_remaining(agent, prior, generated)
+        return v
+
+
 def expected_remaining_path(
     view: EngineView,
     task: TaskView,
@@ -95,29 +131,35 @@ def expected_remaining_path(
     ready: dict[str, tuple[int, bool]],
     memo: dict | None = None,
     shape: _Shape | None = None,
+    parts: StageParts | None = None,
 ) -> float:
     """The task's expected remaining longest path (s).
 
     ``ready`` maps the task's running and waiting stages to ``(generated tokens, running)``
     (``ready_stages``; stages in neither are pending). ``memo`` (optional, one per decision)
     caches stage times by ``(agent, input tokens, generated, running)``: within one view they
-    depend on nothing else. ``shape``: ``unfinished_shape(task)``, if the caller keeps it.
+    depend on nothing else. ``shape``: ``unfinished_shape(task)``, and ``parts``: a
+    :class:`StageParts`, if the caller keeps them across decisions.
     """
     if memo is None:
         memo = {}
     if shape is None:
         shape = unfinished_shape(task)
+    if parts is None:
+        parts = StageParts()
+    tpot = op.tpot
     times: dict[str, float] = {}
     for sid, agent, x, _ in shape:
         generated, is_running = ready.get(sid, _PENDING)
         key = (agent, x, generated, is_running)
         z = memo.get(key)
         if z is None:
+            pv = view.prefixes[agent]
+            rem = parts.remaining(est, agent, pv.expected_output_tokens, generated)
             if is_running:  # prefill done: only the expected remaining decode is left
-                prior = view.prefixes[agent].expected_output_tokens
-                z = est.expected_remaining(agent, prior, generated) * op.tpot
-            else:
-                z = stage_residual_time(view, est, op, task.stages[sid], generated)
+                z = rem * tpot
+            else:  # stage_residual_time
+                z = parts.prefill(view, x + generated, pv.tokens) + rem * tpot
             memo[key] = z
         times[sid] = z
     # longest_remaining_path(topo_order, children, times, zero=done), inlined: this runs for every
@@ -147,6 +189,7 @@ class SPF(Policy):
         self.est = make_estimator(self.params.output_estimator, self.params.prior_weight)
         self.history = WorkflowHistory()
         self._shapes: dict[str, tuple[TaskView, _Shape]] = {}  # by task: its view, unfinished_shape of it
+        self._parts = StageParts()
 
     def on_finish(self, request: RequestView, time: float, output_tokens: int) -> None:
         self.est.observe(request.agent, output_tokens)
@@ -160,6 +203,10 @@ class SPF(Policy):
         tasks = self.history.tasks(view)  # online DAGs: completed from the workflow's history
         shapes = self._shapes
         kept: dict[str, tuple[TaskView, _Shape]] = {}
+        # A task's path is a function of its unfinished stages (ids, agents, inputs, children) and
+        # its ready stages' (generated, running), given this decision's estimator and operating
+        # point: tasks alike in both (a workflow's tasks at the same progress) share one.
+        paths: dict[tuple[_Shape, tuple], float] = {}
         for r in view.waiting:
             tid = r.task_id
             if tid not in out:
@@ -168,7 +215,13 @@ class SPF(Policy):
                 if hit is None or hit[0] is not tv:
                     hit = (tv, unfinished_shape(tv))
                 kept[tid] = hit
-                out[tid] = expected_remaining_path(view, tv, self.est, op, ready[tid], memo, hit[1])
+                ready_t = ready[tid]
+                key = (hit[1], tuple(ready_t.items()))
+                path = paths.get(key)
+                if path is None:
+                    path = paths[key] = expected_remaining_path(view, tv, self.est, op, ready_t, memo, hit[1],
+                                                                self._parts)
+                out[tid] = path
         self._shapes = kept  # the tasks with a waiting request now
         return out
 
