@@ -158,3 +158,47 @@ def test_belady_refuses_a_request_outside_the_future_it_was_given():
         assert "t0/S1" in str(e) and "cluster" in str(e)
     else:  # pragma: no cover
         raise AssertionError("belady ran on a future that lacks the engine's requests")
+
+
+def test_the_future_shows_each_request_state_as_the_engine_holds_it_when_read():
+    # The simulator hands the bound a mapping read through to its requests (no copy of every
+    # request at every eviction pass): at any read it is the dict of their states then.
+    from types import SimpleNamespace
+
+    from topas.engine.eviction import RequestStates
+
+    requests = {"t0/S1": SimpleNamespace(state="waiting"), "t0/S2": SimpleNamespace(state="pending")}
+    states = RequestStates(requests)
+    assert dict(states) == {"t0/S1": "waiting", "t0/S2": "pending"} and len(states) == 2
+    requests["t0/S1"].state = "done"
+    requests["t1/S1"] = SimpleNamespace(state="waiting")
+    assert dict(states) == {"t0/S1": "done", "t0/S2": "pending", "t1/S1": "waiting"}
+    assert "t1/S1" in states and "t9/S1" not in states and list(states) == list(requests)
+    try:
+        states["t9/S1"]
+    except KeyError as e:
+        assert "t9/S1" in str(e)
+    else:  # pragma: no cover
+        raise AssertionError("an unknown request id has a state")
+
+
+def test_belady_reads_the_same_states_as_a_copy_would_give(monkeypatch):
+    # A run under the bound with the states read through and with them copied at every pass, as
+    # the engine once gave them: the same run.
+    from topas.engine import simulator
+    from topas.engine.eviction import OfflineFuture
+
+    from topas.engine.config import EngineConfig
+    from topas.engine.cost import load_profile
+    from topas.policies import make_policy
+    from topas.workload import synthetic
+
+    tr = synthetic.generate("dag-10-wide", n_tasks=40, seed=2)
+    cost, config = load_profile("a100-80gb_qwen2.5-32b").with_budget(20_000), EngineConfig(eviction="belady")
+    through = simulator.simulate(tr, make_policy("lpm"), cost, config)
+    monkeypatch.setattr(simulator.Simulator, "offline_future", lambda self: OfflineFuture(
+        self.trace, self.clock.now, {rid: r.state for rid, r in self.requests.items()}))
+    copied = simulator.simulate(tr, make_policy("lpm"), cost, config)
+    assert through.summary["prefix_evictions"] > 10  # the bound chose what to evict, many times
+    assert through.deterministic_summary() == copied.deterministic_summary()
+    assert through.prefix_events.equals(copied.prefix_events) and through.requests.equals(copied.requests)

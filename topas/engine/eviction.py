@@ -97,8 +97,34 @@ class OfflineFuture:
     trace: "Trace"
     time: float
     #: request id (``task/stage``) -> state (``pending``, ``waiting``, ``prefill``, ``decode``,
-    #: ``done``) of every request that has arrived; a stage of a task not yet arrived is absent
+    #: ``done``) of every request that has arrived; a stage of a task not yet arrived is absent.
+    #: The simulator gives a :class:`RequestStates`, which shows the engine as it is when read:
+    #: read it in :meth:`EvictionStrategy.prepare`
     states: Mapping[str, str]
+
+
+class RequestStates(Mapping):
+    """``{request id: request.state}`` over the engine's requests (by id), read through, not
+    copied: an offline bound reads the few states it needs at each eviction pass (Belady: the
+    requests not yet finished and those arrived since), where a copy would take every request
+    that has arrived, at every pass."""
+
+    __slots__ = ("_requests",)
+
+    def __init__(self, requests: Mapping[str, Any]) -> None:
+        self._requests = requests
+
+    def __getitem__(self, rid: str) -> str:
+        return self._requests[rid].state
+
+    def __contains__(self, rid: object) -> bool:
+        return rid in self._requests
+
+    def __len__(self) -> int:
+        return len(self._requests)
+
+    def __iter__(self) -> Any:
+        return iter(self._requests)
 
 
 class EvictionStrategy:

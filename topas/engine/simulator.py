@@ -55,7 +55,7 @@ from topas.engine.cost import CostModel
 from topas.engine.entities import (PENDING, WAITING, Prefix, Request, TaskState, add_reply_latency, roots,
     start_task)
 from topas.engine.evict_pass import Eviction
-from topas.engine.eviction import OfflineFuture, eviction_strategy
+from topas.engine.eviction import OfflineFuture, RequestStates, eviction_strategy
 from topas.engine.iterations import Batch
 from topas.engine.knowledge import Knowledge
 from topas.engine.memory import KVMemory
@@ -280,7 +280,7 @@ class Simulator:
 
     def offline_future(self) -> OfflineFuture:
         """The run's true future, for an offline bound's eviction only (``EvictionStrategy.bound``)."""
-        return OfflineFuture(self.trace, self.clock.now, {rid: r.state for rid, r in self.requests.items()})
+        return OfflineFuture(self.trace, self.clock.now, RequestStates(self.requests))
 
     # ------------------------------------------------------------------ arrivals and readiness
     def _admit_arrivals(self) -> None:

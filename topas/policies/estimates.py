@@ -103,6 +103,43 @@ class OutputEstimator:
         return rng.choice(np.asarray(vals, dtype=float), size=size)
 
 
+class StageParts:
+    """The two parts of a stage's residual time, kept by a policy across decisions: the prefill
+    of its input and recomputed tokens (``CostModel.prefill_time``, by tokens and prefix length,
+    for one cost model) and ``E[Y - g | Y > g]`` (``OutputEstimator.expected_remaining``, by
+    agent, prior and ``g``, while the agent's observations are unchanged:
+    ``OutputEstimator.agent_version``). A stage's time is then ``prefill + remaining * tpot``, as
+    :func:`stage_residual_time` computes it (the same operations, so the same float)."""
+
+    __slots__ = ("cost", "est", "prefills", "remainings")
+
+    def __init__(self) -> None:
+        self.cost: object = None
+        self.est: object = None
+        self.prefills: dict[tuple[int, int], float] = {}
+        self.remainings: dict[str, tuple[int, dict[tuple[float, int], float]]] = {}
+
+    def prefill(self, view: EngineView, tokens: int, prefix: int) -> float:
+        if view.cost is not self.cost:
+            self.cost, self.prefills = view.cost, {}
+        v = self.prefills.get((tokens, prefix))
+        if v is None:
+            v = self.prefills[(tokens, prefix)] = view.cost.prefill_time([(tokens, prefix)])
+        return v
+
+    def remaining(self, est: OutputEstimator, agent: str, prior: float, generated: int) -> float:
+        if est is not self.est:
+            self.est, self.remainings = est, {}
+        version = est.agent_version.get(agent, 0)
+        kept = self.remainings.get(agent)
+        if kept is None or kept[0] != version:
+            kept = self.remainings[agent] = (version, {})
+        v = kept[1].get((prior, generated))
+        if v is None:
+            v = kept[1][(prior, generated)] = est.expected_remaining(agent, prior, generated)
+        return v
+
+
 def make_estimator(kind: str, prior_weight: int) -> OutputEstimator:
     """The ``output_estimator`` a policy parameter names: ``"online"`` or ``"prior"``."""
     if kind not in ("online", "prior"):

@@ -47,7 +47,7 @@ from typing import Literal
 
 from topas.engine.view import Decision, EngineView, RequestView, TaskView
 from topas.policies.base import OMIT_DEFAULT, Policy, register
-from topas.policies.estimates import OperatingPoint, OutputEstimator, make_estimator
+from topas.policies.estimates import OperatingPoint, OutputEstimator, StageParts, make_estimator
 from topas.policies.history import WorkflowHistory
 
 
@@ -85,42 +85,6 @@ def unfinished_shape(task: TaskView) -> _Shape:
     done, stages = task.done, task.stages
     return tuple((s, stages[s].agent, stages[s].input_tokens, stages[s].children)
                  for s in task.topo_order if s not in done)
-
-
-class StageParts:
-    """The two parts of a stage's residual time, kept across decisions: the prefill of its input
-    and recomputed tokens (``CostModel.prefill_time``, by tokens and prefix length, for one cost
-    model) and ``E[Y - g | Y > g]`` (``OutputEstimator.expected_remaining``, by agent, prior and
-    ``g``, while the agent's observations are unchanged: ``OutputEstimator.agent_version``). A
-    stage's time is then ``prefill + remaining * tpot``, as ``stage_residual_time`` computes it."""
-
-    __slots__ = ("cost", "est", "prefills", "remainings")
-
-    def __init__(self) -> None:
-        self.cost: object = None
-        self.est: object = None
-        self.prefills: dict[tuple[int, int], float] = {}
-        self.remainings: dict[str, tuple[int, dict[tuple[float, int], float]]] = {}
-
-    def prefill(self, view: EngineView, tokens: int, prefix: int) -> float:
-        if view.cost is not self.cost:
-            self.cost, self.prefills = view.cost, {}
-        v = self.prefills.get((tokens, prefix))
-        if v is None:
-            v = self.prefills[(tokens, prefix)] = view.cost.prefill_time([(tokens, prefix)])
-        return v
-
-    def remaining(self, est: OutputEstimator, agent: str, prior: float, generated: int) -> float:
-        if est is not self.est:
-            self.est, self.remainings = est, {}
-        version = est.agent_version.get(agent, 0)
-        kept = self.remainings.get(agent)
-        if kept is None or kept[0] != version:
-            kept = self.remainings[agent] = (version, {})
-        v = kept[1].get((prior, generated))
-        if v is None:
-            v = kept[1][(prior, generated)] = est.expected_remaining(agent, prior, generated)
-        return v
 
 
 def expected_remaining_path(

@@ -48,9 +48,9 @@ from typing import Literal
 
 from topas.engine.view import Decision, EngineView, RequestView, within_caps
 from topas.policies.base import Policy, PolicyError, register
-from topas.policies.estimates import OperatingPoint, make_estimator
+from topas.policies.estimates import OperatingPoint, StageParts, make_estimator
 from topas.policies.history import WorkflowHistory
-from topas.policies.topas_terms import expected_longest_path
+from topas.policies.topas_terms import longest_path_pair
 
 
 @dataclass(frozen=True)
@@ -100,6 +100,7 @@ class TopasPlus(Policy):
     def reset(self) -> None:
         self.estimator = make_estimator(self.params.output_estimator, self.params.prior_weight)
         self.history = WorkflowHistory()
+        self._parts = StageParts()
 
     def on_finish(self, request: RequestView, time: float, output_tokens: int) -> None:
         self.estimator.observe(request.agent, output_tokens)
@@ -111,14 +112,16 @@ class TopasPlus(Policy):
         tpot = OperatingPoint.of(view).tpot
         tasks = self.history.tasks(view)
         memo: dict[tuple[str, int, int], float] = {}
+        parts = self._parts
 
         def residual(agent: str, x: int, g: int) -> float:
+            """``stage_residual_time``, its two parts kept across decisions (``StageParts``)."""
             key = (agent, x, g)
             v = memo.get(key)
             if v is None:
                 pv = view.prefixes[agent]
-                v = memo[key] = view.cost.prefill_time([(x + g, pv.tokens)]) + est.expected_remaining(
-                    agent, pv.expected_output_tokens, g) * tpot
+                v = memo[key] = parts.prefill(view, x + g, pv.tokens) + parts.remaining(
+                    est, agent, pv.expected_output_tokens, g) * tpot
             return v
 
         gen = {r.rid: r.generated for r in view.running}
@@ -135,9 +138,8 @@ class TopasPlus(Policy):
             order = tuple(s for s in tv.topo_order if s not in tv.done)
             children = {s: tv.stages[s].children for s in order}
             res = {s: residual(tv.stages[s].agent, tv.stages[s].input_tokens, gen.get(f"{tid}/{s}", 0)) for s in order}
-            h = running.get(tid, set())
-            before = expected_longest_path(order, children, res, h)
-            after = expected_longest_path(order, children, res, h | set(ready))
+            # L_i(H, t) and L_i(H + F, t) in one pass, as ``expected_longest_path`` computes each
+            before, after = longest_path_pair(order, children, res, running.get(tid, ()), ready)
             out[tid] = path_priority(before - after, before, view.time - tv.arrival, p.H_age)
         return out
 

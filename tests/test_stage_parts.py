@@ -1,0 +1,75 @@
+"""A stage's residual time from parts kept across decisions (``topas.policies.estimates.StageParts``)
+is, to the bit, the one ``stage_residual_time`` computes afresh, whatever the estimator has
+observed since; and the policies that keep them (SPF, TOPAS+) decide as if they did not."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from test_baselines import COST, _dag4_trace, engine_view, task_view
+from topas.engine.simulator import simulate
+from topas.policies import make_policy
+from topas.policies.estimates import OperatingPoint, OutputEstimator, StageParts, stage_residual_time
+
+SINGLE = (("A", ()),)
+
+step = st.one_of(
+    st.tuples(st.just("observe"), st.sampled_from("ab"), st.integers(1, 2000)),
+    st.tuples(st.just("ask"), st.sampled_from("ab"), st.integers(1, 3000), st.integers(0, 1500),
+              st.sampled_from([50, 100, 700])),
+    st.tuples(st.just("cost"), st.floats(0.5, 2.0)),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(step, max_size=40), st.sampled_from(["online", "prior"]))
+def test_kept_parts_give_the_residual_computed_afresh(steps, kind):
+    est = OutputEstimator(learn=kind == "online")
+    parts = StageParts()
+    cost = COST
+    for s in steps:
+        if s[0] == "observe":
+            est.observe(s[1], s[2])
+        elif s[0] == "cost":  # another cost model: its prefills are not the kept ones
+            cost = dataclasses.replace(COST, prefill_c_new=COST.prefill_c_new * s[1])
+        else:
+            _, agent, x, g, prior = s
+            view = dataclasses.replace(engine_view(1.0, {agent: prior}, [task_view("t", 0.0, SINGLE, {"A": agent})], []),
+                                       cost=cost)
+            op = OperatingPoint.of(view)
+            stage = view.tasks["t"].stages["A"]
+            stage = dataclasses.replace(stage, input_tokens=x)
+            pv = view.prefixes[agent]
+            kept = parts.prefill(view, x + g, pv.tokens) + parts.remaining(est, agent, pv.expected_output_tokens, g) * op.tpot
+            assert kept == stage_residual_time(view, est, op, stage, g)
+
+
+def _paths_of(policy_name: str, method: str, afresh: bool, monkeypatch) -> list:
+    """The priorities ``method`` returns at every decision of one run, with the policy's kept
+    parts, or (``afresh``) with new ones at every decision."""
+    policy = make_policy(policy_name)
+    cls = type(policy)
+    original = getattr(cls, method)
+    seen: list = []
+
+    def recorded(self, view):
+        if afresh:
+            self._parts = StageParts()
+        out = original(self, view)
+        seen.append(dict(out))
+        return out
+
+    monkeypatch.setattr(cls, method, recorded)
+    simulate(_dag4_trace(), policy, COST.with_budget(12_000))  # outputs of 16-256 tokens: the estimates move
+    monkeypatch.setattr(cls, method, original)
+    return seen
+
+
+def test_spf_and_topas_plus_decide_as_with_parts_computed_afresh(monkeypatch):
+    for name, method in (("spf", "task_paths"), ("topas-plus", "priorities")):
+        kept = _paths_of(name, method, False, monkeypatch)
+        fresh = _paths_of(name, method, True, monkeypatch)
+        assert len(kept) > 50 and kept == fresh, name
