@@ -223,6 +223,55 @@ def test_a_dynamic_strategy_gets_the_view_before_each_pass_and_a_bound_the_futur
         assert futures == [None] * len(seen)
 
 
+class FutureOnly(ev.LRU):
+    """An offline bound that reads the future only (as ``belady`` does)."""
+
+    name = "test-future-only"
+    heap_fast_path = False
+    bound = True
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.seen: list = []
+
+    def prepare(self, view, future=None):
+        self.seen.append((view, future))
+
+
+def test_a_bound_that_reads_no_view_is_given_the_future_alone(monkeypatch):
+    monkeypatch.setattr(ev, "_REGISTRY", ev._REGISTRY.copy())
+    ev.register_eviction(FutureOnly)
+    sim = Simulator(pool_trace(), Z0(), load_profile(), EngineConfig(kv_budget=56, eviction=FutureOnly.name))
+    sim.run()
+    seen = sim.eviction.strategy.seen
+    assert seen and all(v is None and f.trace is sim.trace for v, f in seen)
+
+
+class Keeper(Recorder):
+    """Keeps every view it is given, reading nothing of it during the pass."""
+
+    name = "test-keeper"
+
+    def prepare(self, view, future=None):
+        self.seen.append(view)
+
+
+def test_a_passes_view_shows_the_running_requests_only_during_the_pass(monkeypatch):
+    # The running requests' views are built at their first read; once the pass is over a first
+    # read raises instead of showing the engine as it is later (as a decision's view does).
+    from topas.engine.view_cache import ExpiredView
+
+    monkeypatch.setattr(ev, "_REGISTRY", ev._REGISTRY.copy())
+    ev.register_eviction(Keeper)
+    sim = Simulator(pool_trace(), Z0(), load_profile(), EngineConfig(kv_budget=56, eviction=Keeper.name))
+    sim.run()
+    kept = sim.eviction.strategy.seen
+    assert kept
+    for view in kept:
+        with pytest.raises(ExpiredView):
+            len(view.running)
+
+
 # ---------------------------------------------------------------- names, errors, keys, CLI
 def test_an_unknown_eviction_or_parameter_is_an_error_naming_the_valid_ones():
     with pytest.raises(ValueError, match="unknown eviction 'fifo'; valid: lru, lfu, slru, priority, tlru"):

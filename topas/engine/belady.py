@@ -47,8 +47,7 @@ class Belady(EvictionStrategy):
 
     name = "belady"
     description = "OFFLINE BOUND (reads the true future, not a policy): furthest next use first"
-    needs_view = True
-    bound = True
+    bound = True  # (reads the future only: no view)
 
     def __init__(self, **kw: int) -> None:
         super().__init__(**kw)
@@ -57,7 +56,7 @@ class Belady(EvictionStrategy):
         self._arrived = 0  # requests of the reference order seen in ``states`` so far
         self._open: list[str] = []  # of those, the ones not finished yet
 
-    def prepare(self, view: "EngineView", future: OfflineFuture | None = None) -> None:
+    def prepare(self, view: "EngineView | None", future: OfflineFuture | None = None) -> None:
         """Mark the requests finished since the last pass (``future.states``). Tasks reach the
         engine in arrival order, the reference order's, so only the requests seen unfinished so
         far, and those arrived since, are looked at."""

@@ -28,6 +28,7 @@ from topas.engine.memory import KVMemory
 from topas.engine.policy_api import PolicyAPI, PolicyError, overrides
 from topas.engine.radix_cache import SegmentCache, SegmentNode
 from topas.engine.segments import SegmentMemory
+from topas.engine.view_cache import seal
 
 if TYPE_CHECKING:
     from topas.engine.view import EngineView
@@ -52,7 +53,8 @@ class Eviction:
     def __init__(self, strategy: EvictionStrategy, memory: KVMemory, segments: SegmentMemory | None,
                  config: EngineConfig, clock: Clock, policy: PolicyAPI, view: Callable[[], "EngineView"],
                  future: Callable[[], OfflineFuture]) -> None:
-        """``view``: the engine's view now (a dynamic strategy's and ``request_priority``'s);
+        """``view``: the engine's view now (a dynamic strategy's and ``request_priority``'s; its
+        running requests built at their first read, sealed once the call that reads it returns);
         ``future``: the run's true future (an offline bound's only)."""
         check_policy_eviction(policy, strategy)
         self.strategy = strategy
@@ -72,7 +74,9 @@ class Eviction:
         """``r`` reached the scheduler (once: a retracted request keeps its priority), its
         priority is fixed by ``Policy.request_priority`` (a policy without one: 0)."""
         if self.sets_priority:
-            r.priority = int(self.policy.request_priority(r.view(self.clock.now), self._view()))
+            view = self._view()
+            r.priority = int(self.policy.request_priority(r.view(self.clock.now), view))
+            seal(view)
 
     def count_insert(self, r: Request) -> None:
         """``r``'s prompt entered the radix tree (``cache_unfinished_req``: ``_insert_walk_step``,
@@ -133,10 +137,15 @@ class Eviction:
     def prepare(self) -> None:
         """A dynamic strategy's :meth:`EvictionStrategy.prepare` before a pass."""
         ev = self.strategy
-        if ev.needs_view or ev.bound:
-            ev.prepare(self._view(), self._future() if ev.bound else None)
+        if ev.needs_view or ev.bound:  # (a bound that reads no view gets None: a view per pass is costly)
+            view = self._view() if ev.needs_view else None
+            ev.prepare(view, self._future() if ev.bound else None)
+            if view is not None:
+                seal(view)
         if ev.reads_policy:
-            values = self.policy.eviction_values(self._view())
+            view = self._view()
+            values = self.policy.eviction_values(view)
+            seal(view)
             if values is None:
                 raise ValueError(f"policy {self.policy.name!r} returned no eviction values for eviction {ev.name!r}")
             ev.take_values(values)

@@ -166,9 +166,10 @@ class EvictionStrategy:
     def priority(self, e: Evictable) -> tuple:
         raise NotImplementedError
 
-    def prepare(self, view: "EngineView", future: OfflineFuture | None = None) -> None:
-        """Called before an eviction pass when :attr:`needs_view` is set; ``future`` only for a
-        :attr:`bound`. Default: nothing."""
+    def prepare(self, view: "EngineView | None", future: OfflineFuture | None = None) -> None:
+        """Called before an eviction pass when :attr:`needs_view` or :attr:`bound` is set:
+        ``view`` only with :attr:`needs_view` (else None), ``future`` only for a :attr:`bound`.
+        Default: nothing."""
 
     def take_values(self, values: Mapping[str, float]) -> None:
         """Called before an eviction pass when :attr:`reads_policy` is set, with the policy's

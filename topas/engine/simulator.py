@@ -65,7 +65,7 @@ from topas.engine.prefetch import Prefetch
 from topas.engine.request_path import RequestPath
 from topas.engine.segments import SegmentMemory
 from topas.engine.view import Decision, EngineView, RequestView
-from topas.engine.view_cache import PrefixViews, RunningViews, ViewedDict
+from topas.engine.view_cache import PrefixViews, RunningViews, ViewedDict, seal
 from topas.workload.model import Trace
 from topas.workload.validate import validate_trace
 
@@ -120,7 +120,8 @@ class Simulator:
         #: the segment tree below the agent prefixes (topas.trace/2 traces under the radix cache only)
         self.segments = (SegmentMemory(memory, clock, heap=strategy.heap_fast_path, history=strategy.needs_history)
                          if cfg.radix_cache and cfg.segment_cache and trace.has_segments else None)
-        self.eviction = Eviction(strategy, memory, self.segments, cfg, clock, policy, self.view, self.offline_future)
+        self.eviction = Eviction(strategy, memory, self.segments, cfg, clock, policy, self.passing_view,
+                                 self.offline_future)
         # background host -> GPU prefix loads: the kvflow strategy's, with a host tier
         prefetcher = (strategy.prefetch_agents  # type: ignore[attr-defined]
                       if cfg.host_tier and cfg.radix_cache and not self.manages and getattr(strategy, "prefetches", False)
@@ -383,12 +384,20 @@ class Simulator:
             prefill_prefix_sharing=self.config.prefill_prefix_sharing,
         )
 
+    def passing_view(self) -> EngineView:
+        """The view for a call that reads it and returns (an eviction pass, KVFlow's plan): the
+        running requests' views built at their first read; the caller seals it after the call
+        (``topas.engine.view_cache.seal``)."""
+        return self.view(lazy_running=True)
+
     def _decide(self) -> None:
         self._dirty = False
         self._steps_since_check = 0
         prefetch = self.prefetch
         if prefetch.enabled:  # KVFlow's DispatchLoadTasks (after the walk), whatever the gate
-            prefetch.plan(self.view())
+            plan_view = self.passing_view()
+            prefetch.plan(plan_view)
+            seal(plan_view)
         if self._gated():
             prefetch.dispatch()
             return  # SGLang skips get_new_batch_prefill while batch_is_full

@@ -125,6 +125,14 @@ class RunningViews(Sequence):
         return repr(self.items) if self.built else "RunningViews(<not built>)"
 
 
+def seal(view: Any) -> None:
+    """The decision or eviction pass that read ``view`` is over: its running requests, if not yet
+    built, can no longer be (:meth:`RunningViews.seal`)."""
+    running = view.running
+    if isinstance(running, RunningViews):
+        running.seal()
+
+
 class PrefixViews:
     """Each agent prefix's :class:`~topas.engine.view.PrefixView`, kept while everything it shows
     is unchanged: an engine view builds again only the prefixes whose state moved since the last
