@@ -223,16 +223,12 @@ def test_a_dynamic_strategy_gets_the_view_before_each_pass_and_a_bound_the_futur
         assert futures == [None] * len(seen)
 
 
-class FutureOnly(ev.LRU):
+class FutureOnly(Recorder):
     """An offline bound that reads the future only (as ``belady`` does)."""
 
     name = "test-future-only"
-    heap_fast_path = False
+    needs_view = False
     bound = True
-
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        self.seen: list = []
 
     def prepare(self, view, future=None):
         self.seen.append((view, future))
