@@ -208,13 +208,19 @@ class Oracle(Recorder):
     bound = True
 
 
-@pytest.mark.parametrize("cls", [Recorder, Oracle])
-def test_a_dynamic_strategy_gets_the_view_before_each_pass_and_a_bound_the_future(cls, monkeypatch):
+def _run_recording(cls: type, monkeypatch) -> tuple[Simulator, list]:
+    """A run under the recording strategy ``cls`` (registered for the test): the simulator and
+    what the strategy recorded."""
     monkeypatch.setattr(ev, "_REGISTRY", ev._REGISTRY.copy())
     ev.register_eviction(cls)
     sim = Simulator(pool_trace(), Z0(), load_profile(), EngineConfig(kv_budget=56, eviction=cls.name))
     sim.run()
-    seen = sim.eviction.strategy.seen
+    return sim, sim.eviction.strategy.seen
+
+
+@pytest.mark.parametrize("cls", [Recorder, Oracle])
+def test_a_dynamic_strategy_gets_the_view_before_each_pass_and_a_bound_the_future(cls, monkeypatch):
+    sim, seen = _run_recording(cls, monkeypatch)
     assert seen and all(t >= 40.0 for t, _ in seen)  # the pressure starts with t5
     futures = [f for _, f in seen]
     if cls.bound:
@@ -235,11 +241,7 @@ class FutureOnly(Recorder):
 
 
 def test_a_bound_that_reads_no_view_is_given_the_future_alone(monkeypatch):
-    monkeypatch.setattr(ev, "_REGISTRY", ev._REGISTRY.copy())
-    ev.register_eviction(FutureOnly)
-    sim = Simulator(pool_trace(), Z0(), load_profile(), EngineConfig(kv_budget=56, eviction=FutureOnly.name))
-    sim.run()
-    seen = sim.eviction.strategy.seen
+    sim, seen = _run_recording(FutureOnly, monkeypatch)
     assert seen and all(v is None and f.trace is sim.trace for v, f in seen)
 
 
@@ -257,11 +259,7 @@ def test_a_passes_view_shows_the_running_requests_only_during_the_pass(monkeypat
     # read raises instead of showing the engine as it is later (as a decision's view does).
     from topas.engine.view_cache import ExpiredView
 
-    monkeypatch.setattr(ev, "_REGISTRY", ev._REGISTRY.copy())
-    ev.register_eviction(Keeper)
-    sim = Simulator(pool_trace(), Z0(), load_profile(), EngineConfig(kv_budget=56, eviction=Keeper.name))
-    sim.run()
-    kept = sim.eviction.strategy.seen
+    _, kept = _run_recording(Keeper, monkeypatch)
     assert kept
     for view in kept:
         with pytest.raises(ExpiredView):
