@@ -7,7 +7,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -18,7 +17,6 @@ from topas.engine.view import EngineView, PrefixView, RequestView, StageView, Ta
 from topas.policies import PolicyError, available_policies, make_policy
 from topas.policies.estimates import OperatingPoint, OutputEstimator, stage_residual_time
 from topas.policies.spf import expected_remaining_path
-from topas.workload import synthetic
 from topas.workload.critical_path import longest_remaining_path
 from topas.workload.model import Agent, Stage, Task, Trace
 
@@ -238,35 +236,6 @@ def test_spf_walks_only_the_unfinished_stages_and_gets_the_whole_dags_longest_pa
     kids = {s: tv.stages[s].children for s in names}
     assert expected_remaining_path(view, tv, est, op, ready) == longest_remaining_path(tv.topo_order, kids, time_of,
                                                                                         zero=done)
-
-
-def test_spf_keeps_a_tasks_shape_only_while_its_view_is_the_same(monkeypatch):
-    # The same run (wide DAGs, stages finishing while their siblings wait) with the shapes kept
-    # across decisions and with every shape computed afresh: the same remaining paths at every
-    # decision, to the bit.
-    from topas.policies import spf as spf_module
-
-    trace = synthetic.generate("dag-10-wide", n_tasks=40, seed=3)
-    cost = load_profile("a100-80gb_qwen2.5-32b")
-    task_paths = spf_module.SPF.task_paths
-
-    def run(afresh: bool) -> list[dict[str, float]]:
-        seen: list[dict[str, float]] = []
-
-        def recorded(self, view):
-            if afresh:
-                self._shapes = {}
-            out = task_paths(self, view)
-            seen.append(dict(out))
-            return out
-
-        monkeypatch.setattr(spf_module.SPF, "task_paths", recorded)
-        simulate(trace, make_policy("spf"), cost)
-        return seen
-
-    kept, fresh = run(afresh=False), run(afresh=True)
-    assert len(kept) > 100 and sum(len(p) > 1 for p in kept) > 50
-    assert kept == fresh
 
 
 # ---------------------------------------------------------------------------------- Parrot-FCFS

@@ -186,10 +186,9 @@ def test_belady_reads_the_same_states_as_a_copy_would_give(monkeypatch):
     # A run under the bound with the states read through and with them copied at every pass, as
     # the engine once gave them: the same run.
     from topas.engine import simulator
-    from topas.engine.eviction import OfflineFuture
-
     from topas.engine.config import EngineConfig
     from topas.engine.cost import load_profile
+    from topas.engine.eviction import OfflineFuture
     from topas.policies import make_policy
     from topas.workload import synthetic
 

@@ -1,6 +1,8 @@
-"""A stage's residual time from parts kept across decisions (``topas.policies.estimates.StageParts``)
-is, to the bit, the one ``stage_residual_time`` computes afresh, whatever the estimator has
-observed since; and the policies that keep them (SPF, TOPAS+) decide as if they did not."""
+"""What SPF and TOPAS+ keep across decisions changes nothing they compute: a stage's residual time
+from kept parts (``topas.policies.estimates.StageParts``) is, to the bit, the one
+``stage_residual_time`` computes afresh, whatever the estimator has observed since; and with their
+kept parts and SPF's kept task shapes they give, at every decision of a run, what they give with
+both computed afresh."""
 
 from __future__ import annotations
 
@@ -10,9 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from test_baselines import COST, _dag4_trace, engine_view, task_view
+from topas.engine.cost import load_profile
 from topas.engine.simulator import simulate
 from topas.policies import make_policy
 from topas.policies.estimates import OperatingPoint, OutputEstimator, StageParts, stage_residual_time
+from topas.workload import synthetic
 
 SINGLE = (("A", ()),)
 
@@ -47,29 +51,39 @@ def test_kept_parts_give_the_residual_computed_afresh(steps, kind):
             assert kept == stage_residual_time(view, est, op, stage, g)
 
 
-def _paths_of(policy_name: str, method: str, afresh: bool, monkeypatch) -> list:
-    """The priorities ``method`` returns at every decision of one run, with the policy's kept
-    parts, or (``afresh``) with new ones at every decision."""
-    policy = make_policy(policy_name)
-    cls = type(policy)
+def _outputs(policy_name: str, method: str, reset: dict, trace, cost, monkeypatch) -> list:
+    """What ``method`` returns at every decision of one run of ``policy_name``; before each call
+    the attributes in ``reset`` are set afresh (name -> factory; empty: the policy keeps them)."""
+    cls = type(make_policy(policy_name))
     original = getattr(cls, method)
     seen: list = []
 
     def recorded(self, view):
-        if afresh:
-            self._parts = StageParts()
+        for name, fresh in reset.items():
+            setattr(self, name, fresh())
         out = original(self, view)
         seen.append(dict(out))
         return out
 
     monkeypatch.setattr(cls, method, recorded)
-    simulate(_dag4_trace(), policy, COST.with_budget(12_000))  # outputs of 16-256 tokens: the estimates move
+    simulate(trace, make_policy(policy_name), cost)
     monkeypatch.setattr(cls, method, original)
     return seen
 
 
 def test_spf_and_topas_plus_decide_as_with_parts_computed_afresh(monkeypatch):
+    trace, cost = _dag4_trace(), COST.with_budget(12_000)  # outputs of 16-256 tokens: the estimates move
     for name, method in (("spf", "task_paths"), ("topas-plus", "priorities")):
-        kept = _paths_of(name, method, False, monkeypatch)
-        fresh = _paths_of(name, method, True, monkeypatch)
+        kept = _outputs(name, method, {}, trace, cost, monkeypatch)
+        fresh = _outputs(name, method, {"_parts": StageParts}, trace, cost, monkeypatch)
         assert len(kept) > 50 and kept == fresh, name
+
+
+def test_spf_keeps_a_tasks_shape_only_while_its_view_is_the_same(monkeypatch):
+    # Wide DAGs, stages finishing while their siblings wait: the remaining paths with the shapes
+    # kept across decisions and with every shape computed afresh are the same at every decision.
+    trace, cost = synthetic.generate("dag-10-wide", n_tasks=40, seed=3), load_profile("a100-80gb_qwen2.5-32b")
+    kept = _outputs("spf", "task_paths", {}, trace, cost, monkeypatch)
+    fresh = _outputs("spf", "task_paths", {"_shapes": dict}, trace, cost, monkeypatch)
+    assert len(kept) > 100 and sum(len(p) > 1 for p in kept) > 50
+    assert kept == fresh
