@@ -58,6 +58,39 @@ def test_misses_within_the_timing_window_are_read_as_the_router_may_have_read_th
                         window_s=TIMING_WINDOW_S)["t2/B"] == 1
 
 
+def _stamped(rows):
+    return pd.DataFrame(rows, columns=["rid", "task_id", "stage_id", "agent", "input_tokens", "ready", "finish",
+                                       "server_received", "server_finished"])
+
+
+def test_the_servers_stamps_bound_when_the_router_counted_a_request():
+    """DAG-4's A requests of four tasks finish in one batch; the client, busy, reads t0/A's answer
+    first, sends B and C, and reads the other answers 0.3 s later. The router had dropped those A
+    requests from worker 0's load when the server finished them (before B was sent): B's miss
+    went to worker 0, which the client's clock (and its 0.1 s window) cannot explain, and the
+    server's stamps can. Where the stamps show a request still on the server, it counts."""
+    prefix = {"A": 900, "B": 900, "C": 900}
+    rows = [("t0/A", "t0", "A", "A", 100, 0.0, 1.00, 0.001, 0.99),
+            ("t1/A", "t1", "A", "A", 100, 0.0, 1.30, 0.001, 0.99),
+            ("t2/A", "t2", "A", "A", 100, 0.0, 1.31, 0.001, 0.99),
+            ("t0/B", "t0", "B", "B", 100, 1.001, 2.0, 1.01, 1.9),
+            ("t0/C", "t0", "C", "C", 100, 1.002, 2.0, 1.01, 1.9)]
+    real = {"t0/A": 0, "t1/A": 0, "t2/A": 0, "t0/B": 0, "t0/C": 1}
+    client_only = _requests([r[:7] for r in rows])
+    windowed = rule_choices(client_only, prefix, make_router("sglang-cache-aware"), real, 2, window_s=TIMING_WINDOW_S)
+    assert windowed["t0/B"] == 1  # two A requests in flight on worker 0 by the client's clock
+    resolved: set[str] = set()
+    stamped = rule_choices(_stamped(rows), prefix, make_router("sglang-cache-aware"), real, 2,
+                           window_s=TIMING_WINDOW_S, resolved=resolved)
+    assert stamped == real and resolved == {"t0/B"}
+    # had the server still been decoding them when B reached it, they counted: no reading explains 0
+    busy = [r if r[2] != "A" or r[0] == "t0/A" else (*r[:8], 1.25) for r in rows]
+    assert rule_choices(_stamped(busy), prefix, make_router("sglang-cache-aware"), real, 2,
+                        window_s=TIMING_WINDOW_S)["t0/B"] == 1
+    # strictly (no window) the stamps are not read
+    assert rule_choices(_stamped(rows), prefix, make_router("sglang-cache-aware"), real, 2)["t0/B"] == 1
+
+
 def test_the_rule_is_fed_the_real_order_and_loads():
     # A's first request at t=0 (loads 0/0: worker 0); t1/A hits A's prefix (90%): worker 0;
     # B's first at t=2 while t1/A is still on worker 0: a miss goes to the least loaded (1);
