@@ -106,7 +106,9 @@ def _router(workers, name):
     proc = launcher.start_router(workers["urls"], port, log)
     url = f"http://127.0.0.1:{port}"
     try:
-        asyncio.run(wait_healthy(url, 60))
+        # generous: with two busy processes beside the servers on 2 cores, a router once did not
+        # answer within 60 s
+        asyncio.run(wait_healthy(url, 240))
         deadline = time.monotonic() + 60
         while set(srv.router_workers(url) or ()) != set(workers["urls"]) and time.monotonic() < deadline:
             time.sleep(0.3)  # the router registers its workers in the background
