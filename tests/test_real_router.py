@@ -1,4 +1,4 @@
-"""Reading a real router's choices and comparing them with the router model (topas.cluster.real_router);
+"""Reading a real router's choices and comparing them with the router model (topas.fidelity.real_router);
 replaying through a router (topas.sglang.server.router_workers, replay's log and count merging).
 No SGLang needed."""
 
@@ -10,7 +10,7 @@ import json
 import pandas as pd
 import pytest
 
-from topas.cluster.real_router import TIMING_WINDOW_S, agreement, choices_from_logs, per_agent, rule_choices
+from topas.fidelity.real_router import TIMING_WINDOW_S, agreement, choices_from_logs, per_agent, rule_choices
 from topas.cluster.routers import make_router
 from topas.sglang import server as srv
 from topas.sglang.replay import combine_runs, read_decision_logs

@@ -16,7 +16,7 @@ What must hold (times on a CPU mean nothing and are not asserted):
   worker's plugin, which decided for it under the run's policy; on DAG-4 the rule uses both
   workers whatever the timing (see the test), so both plugins must have seen metadata;
   Chain-3 may stay on one worker (it does when no A is in flight as B becomes ready);
-* the router's choices (read from the workers' decision logs: ``topas.cluster.real_router``)
+* the router's choices (read from the workers' decision logs: ``topas.fidelity.real_router``)
   follow the cache-aware rule where the rule does not depend on timing: with prefixes of 89%
   (chain-3) / 86% (dag-4) of every prompt, far over ``cache_threshold`` 0.3, all of an agent's
   requests go to the worker its first request went to, and loads never differ by 64, so the
@@ -29,7 +29,7 @@ What must hold (times on a CPU mean nothing and are not asserted):
   client has its answer, which a busy client may read long after the server finished it): the
   servers run with ``--enable-metrics``, and each request's receipt and finish on its server
   bound when the router counted it; a miss is checked against every reading of the loads those
-  bounds allow (``topas.cluster.real_router.rule_choices``). The numbers, with the bounds and
+  bounds allow (``topas.fidelity.real_router.rule_choices``). The numbers, with the bounds and
   strictly on the client's clock, are printed and recorded in docs/cluster.md.
 """
 
@@ -46,7 +46,7 @@ import pytest
 pytest.importorskip("sglang")
 pytest.importorskip("sglang_router")
 
-from topas.cluster.real_router import (TIMING_WINDOW_S, agreement, choices_from_logs, per_agent,  # noqa: E402
+from topas.fidelity.real_router import (TIMING_WINDOW_S, agreement, choices_from_logs, per_agent,  # noqa: E402
                                        rule_choices, simulated_choices)
 from topas.cluster.routers import make_router  # noqa: E402
 from topas.engine.config import EngineConfig  # noqa: E402

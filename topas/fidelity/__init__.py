@@ -7,4 +7,6 @@
 * :mod:`topas.fidelity.run`: replay traces on a server (``topas.sglang.replay``), simulate them
   with the server's measured profile and KV budget, and write the comparison.
 * :mod:`topas.fidelity.report`: the figure and table of notebook 10.
+* :mod:`topas.fidelity.real_router`: a real ``sglang-router``'s choices (read from its workers'
+  decision logs) against the simulator's router model (``make test-cluster``).
 """
