@@ -9,6 +9,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import stats
 
 from topas.experiments.protocol import (
@@ -29,7 +31,8 @@ from topas.experiments.protocol import (
     verdict,
 )
 from topas.experiments.protocol.seeds import first
-from topas.experiments.protocol.steady import in_system_at_arrivals, jct_by_arrival
+from topas.experiments.protocol.steady import (arrivals_in_order, in_system_at_arrivals, indicator_series,
+                                               jct_by_arrival, run_series)
 from topas.experiments.protocol.warmup import mser
 
 # ----------------------------------------------------------------------------- seeds
@@ -115,6 +118,34 @@ def test_in_system_counts_the_earlier_tasks_not_yet_finished():
     t = tasks_table([0, 1, 2, 3], [5, 0.5, 0.5, 7])
     assert in_system_at_arrivals(t).tolist() == [0, 1, 1, 1]
     assert jct_by_arrival(t.iloc[::-1]).tolist() == [5, 0.5, 0.5, 7]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(1, 8)), min_size=1, max_size=30))
+def test_a_run_is_read_in_arrival_order_ties_in_table_order(rows):
+    """run_series (read and checked once per run) is the table sorted by arrival, stably; each
+    arriving task finds the earlier tasks (in that order) not finished by its arrival (every task
+    takes time: a JCT > 0)."""
+    jct = [j / 4 + k * 1e-3 for k, (_, j) in enumerate(rows)]  # tied arrivals told apart by their JCT
+    t = tasks_table([a / 2 for a, _ in rows], jct)
+    run = run_series(t)
+    ordered = t.sort_values("arrival", kind="stable")
+    assert run.jct.tolist() == ordered["jct"].tolist() == jct_by_arrival(t).tolist()
+    assert run.arrivals.tolist() == ordered["arrival"].tolist() == arrivals_in_order(t).tolist()
+    arr, fin = ordered["arrival"].tolist(), ordered["finish"].tolist()
+    assert run.in_system().tolist() == [sum(1 for j in range(k) if fin[j] > arr[k]) for k in range(len(arr))]
+    assert indicator_series(t, "in_system").tolist() == run.in_system().tolist()
+
+
+def test_a_run_without_every_finish_or_column_is_refused_by_name():
+    t = tasks_table([0, 1, 2], [1, 1, 1])
+    t.loc[1, ["finish", "jct"]] = np.nan
+    with pytest.raises(ValueError, match="run 7: 1 task\\(s\\) have no finish time"):
+        run_series(t, "run 7")
+    with pytest.raises(ValueError, match="r: the tasks table has no column\\(s\\) jct"):
+        run_series(t.drop(columns="jct"), "r")
+    with pytest.raises(ValueError, match="x: unknown indicator 'queue'"):
+        indicator_series(t, "queue", "x")
 
 
 def test_a_growing_series_grows_and_a_stationary_one_does_not():

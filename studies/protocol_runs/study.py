@@ -56,8 +56,7 @@ import pandas as pd
 from topas.experiments.protocol.grid_capacity import grid_capacity
 from topas.experiments.protocol.paired import compare_latency
 from topas.experiments.protocol.seeds import EVALUATION_SEEDS, first
-from topas.experiments.protocol.steady import (ALPHA, INDICATORS, N_BATCHES, arrivals_in_order, growth_test,
-                                               indicator_series)
+from topas.experiments.protocol.steady import ALPHA, INDICATORS, N_BATCHES, growth_test, run_series
 from topas.experiments.spec import Experiment
 from topas.sets import CANDIDATES, GUARDED_BASELINES, HELD_OUT, IN_SAMPLE, METAGPT, PROTOCOL_BASELINES
 
@@ -221,10 +220,10 @@ def run_evidence(tasks: pd.DataFrame, summary: Mapping[str, Any], what: str = "r
                            "throughput_rps": float(summary["throughput_rps"])}
     finished = bool(len(tasks)) and not tasks[["finish", "jct"]].isna().to_numpy().any()
     row["finished"] = finished
-    arrivals = arrivals_in_order(tasks, what) if finished else None
+    run = run_series(tasks, what) if finished else None
     for ind in INDICATORS:
-        if finished:
-            g = growth_test(indicator_series(tasks, ind, what), 0.5, N_BATCHES, f"{what}, {ind}", arrivals=arrivals)
+        if run is not None:
+            g = growth_test(run.indicator(ind, what), 0.5, N_BATCHES, f"{what}, {ind}", arrivals=run.arrivals)
             vals = (g.n, g.warmup, g.slope, g.p_value, g.growth)
         else:
             vals = (len(tasks), 0, math.inf, 0.0, math.inf)

@@ -61,12 +61,14 @@ __all__ = [
     "MIN_FRACTION",
     "N_BATCHES",
     "GrowthTest",
+    "RunSeries",
     "SteadyState",
     "growth_test",
     "arrivals_in_order",
     "in_system_at_arrivals",
     "indicator_series",
     "jct_by_arrival",
+    "run_series",
     "steady_state",
 ]
 
@@ -98,37 +100,62 @@ class GrowthTest:
     growing: bool
 
 
-def _check_tasks(tasks: pd.DataFrame, what: str) -> pd.DataFrame:
+@dataclass(frozen=True, eq=False)
+class RunSeries:
+    """A run's tasks in arrival order (ties in table order), read and checked once
+    (:func:`run_series`): their arrival and finish times and JCTs, and the indicators' series."""
+
+    arrivals: np.ndarray
+    finishes: np.ndarray
+    jct: np.ndarray
+
+    def in_system(self) -> np.ndarray:
+        """For each task, the tasks in the system when it arrives: those that arrived before it
+        (earlier in arrival order) and had not finished by its arrival time."""
+        fin = np.sort(self.finishes)
+        before = np.arange(len(self.arrivals))
+        # a task arriving before task k finishes at or after its own arrival, so every finish time
+        # <= arr[k] belongs to a task that arrived before k (or at the same instant, earlier in order)
+        done = np.searchsorted(fin, self.arrivals, side="right")
+        return (before - np.minimum(done, before)).astype(float)
+
+    def indicator(self, indicator: str, what: str = "run") -> np.ndarray:
+        """The series ``indicator`` (one of :data:`INDICATORS`)."""
+        if indicator == "jct":
+            return self.jct
+        if indicator == "in_system":
+            return self.in_system()
+        raise ValueError(f"{what}: unknown indicator {indicator!r} (known: {', '.join(INDICATORS)})")
+
+
+def run_series(tasks: pd.DataFrame, what: str = "run") -> RunSeries:
+    """A run's tasks table in arrival order (a stable sort: ties keep the table's order);
+    ``ValueError`` naming ``what`` when a column is missing or a task has no finish time."""
     missing = [c for c in ("arrival", "finish", "jct") if c not in tasks.columns]
     if missing:
         raise ValueError(f"{what}: the tasks table has no column(s) {', '.join(missing)}")
-    if tasks[["arrival", "finish", "jct"]].isna().to_numpy().any():
-        n = int(tasks[["finish", "jct"]].isna().any(axis=1).sum())
+    arr, fin, jct = (tasks[c].to_numpy(dtype=float, na_value=np.nan) for c in ("arrival", "finish", "jct"))
+    if np.isnan(arr).any() or np.isnan(fin).any() or np.isnan(jct).any():
+        n = int((np.isnan(fin) | np.isnan(jct)).sum())
         raise ValueError(f"{what}: {n} task(s) have no finish time; a run must finish every task to be tested")
-    return tasks.sort_values("arrival", kind="stable")
+    order = np.argsort(arr, kind="stable")
+    return RunSeries(arr[order], fin[order], jct[order])
 
 
 def jct_by_arrival(tasks: pd.DataFrame, what: str = "run") -> np.ndarray:
     """Each task's JCT, tasks in arrival order (ties in table order)."""
-    return _check_tasks(tasks, what)["jct"].to_numpy(dtype=float)
+    return run_series(tasks, what).jct
 
 
 def in_system_at_arrivals(tasks: pd.DataFrame, what: str = "run") -> np.ndarray:
-    """For each task in arrival order, the tasks in the system when it arrives: those that arrived
-    before it (earlier in arrival order) and had not finished by its arrival time."""
-    t = _check_tasks(tasks, what)
-    arr = t["arrival"].to_numpy(dtype=float)
-    fin = np.sort(t["finish"].to_numpy(dtype=float))
-    before = np.arange(len(arr))
-    # a task arriving before task k finishes at or after its own arrival, so every finish time
-    # <= arr[k] belongs to a task that arrived before k (or at the same instant, earlier in order)
-    done = np.searchsorted(fin, arr, side="right")
-    return (before - np.minimum(done, before)).astype(float)
+    """For each task in arrival order, the tasks in the system when it arrives
+    (:meth:`RunSeries.in_system`)."""
+    return run_series(tasks, what).in_system()
 
 
 def arrivals_in_order(tasks: pd.DataFrame, what: str = "run") -> np.ndarray:
     """The tasks' arrival times in arrival order (the order of :func:`indicator_series`)."""
-    return _check_tasks(tasks, what)["arrival"].to_numpy(dtype=float)
+    return run_series(tasks, what).arrivals
 
 
 def _batch_rates(arrivals: np.ndarray, parts: Sequence[np.ndarray]) -> np.ndarray:
@@ -159,11 +186,9 @@ def _rate_adjusted_slope(centres: np.ndarray, means: np.ndarray, rates: np.ndarr
 
 def indicator_series(tasks: pd.DataFrame, indicator: str, what: str = "run") -> np.ndarray:
     """The series ``indicator`` (one of :data:`INDICATORS`) of a run's tasks table."""
-    if indicator == "jct":
-        return jct_by_arrival(tasks, what)
-    if indicator == "in_system":
-        return in_system_at_arrivals(tasks, what)
-    raise ValueError(f"{what}: unknown indicator {indicator!r} (known: {', '.join(INDICATORS)})")
+    if indicator not in INDICATORS:
+        raise ValueError(f"{what}: unknown indicator {indicator!r} (known: {', '.join(INDICATORS)})")
+    return run_series(tasks, what).indicator(indicator, what)
 
 
 def growth_test(series: Sequence[float] | np.ndarray, level: float = ALPHA, n_batches: int = N_BATCHES,
@@ -250,13 +275,13 @@ def steady_state(tasks_by_seed: Mapping[int, pd.DataFrame], alpha: float = ALPHA
     rows, growing = [], []
     for seed in sorted(tasks_by_seed):
         grows = False
-        tasks = tasks_by_seed[seed]
-        arrivals = None  # read once per run, after the first indicator has checked the table
+        run = None  # read and checked once per run, named by its first indicator
         for ind in indicators:
             name = f"{what}, seed {seed}, {ind}"
-            series = indicator_series(tasks, ind, name)
-            arrivals = arrivals_in_order(tasks, name) if arrivals is None else arrivals
-            g = growth_test(series, level, n_batches, name, arrivals=arrivals)
+            if ind not in INDICATORS:
+                raise ValueError(f"{name}: unknown indicator {ind!r} (known: {', '.join(INDICATORS)})")
+            run = run_series(tasks_by_seed[seed], name) if run is None else run
+            g = growth_test(run.indicator(ind, name), level, n_batches, name, arrivals=run.arrivals)
             rows.append({"seed": seed, "indicator": ind, "n": g.n, "warmup": g.warmup, "slope": g.slope,
                          "p_value": g.p_value, "growth": g.growth, "growing": g.growing})
             grows = grows or g.growing
