@@ -83,12 +83,12 @@ def rule_choices(requests: Any, prefix_tokens: Mapping[str, int], router: Any, c
     model's own reading stands. Hits (the prefix is on a worker's tree) do not depend on the loads
     and are never resolved so (docs/cluster.md, 'Real servers behind a real router')."""
     rows = sorted(requests.itertuples(index=False), key=lambda r: (float(r.ready), str(r.rid)))
-    bounds = {str(r.rid): _stay_bounds(r, window_s) for r in rows}
+    bounds = {str(r.rid): _stay_bounds(r, window_s) for r in rows} if window_s > 0 else None
     router.reset(n_workers)
     out: dict[str, int] = {}
     for r in rows:
         t = float(r.ready)
-        loads, near = _loads_read(rows, r, t, choices, n_workers, bounds if window_s > 0 else None)
+        loads, near = _loads_read(rows, r, t, choices, n_workers, bounds)
         req = RouteRequest(rid=str(r.rid), task_id=str(r.task_id), stage_id=str(r.stage_id), agent=str(r.agent),
                            prefix_tokens=int(prefix_tokens[r.agent]), input_tokens=int(r.input_tokens), time=t)
         real = choices.get(str(r.rid))

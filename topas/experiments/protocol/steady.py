@@ -121,10 +121,12 @@ class RunSeries:
 
     def indicator(self, indicator: str, what: str = "run") -> np.ndarray:
         """The series ``indicator`` (one of :data:`INDICATORS`)."""
-        if indicator == "jct":
-            return self.jct
-        if indicator == "in_system":
-            return self.in_system()
+        _check_indicator(indicator, what)
+        return self.jct if indicator == "jct" else self.in_system()
+
+
+def _check_indicator(indicator: str, what: str) -> None:
+    if indicator not in INDICATORS:
         raise ValueError(f"{what}: unknown indicator {indicator!r} (known: {', '.join(INDICATORS)})")
 
 
@@ -186,8 +188,7 @@ def _rate_adjusted_slope(centres: np.ndarray, means: np.ndarray, rates: np.ndarr
 
 def indicator_series(tasks: pd.DataFrame, indicator: str, what: str = "run") -> np.ndarray:
     """The series ``indicator`` (one of :data:`INDICATORS`) of a run's tasks table."""
-    if indicator not in INDICATORS:
-        raise ValueError(f"{what}: unknown indicator {indicator!r} (known: {', '.join(INDICATORS)})")
+    _check_indicator(indicator, what)  # before the table's checks
     return run_series(tasks, what).indicator(indicator, what)
 
 
@@ -278,8 +279,7 @@ def steady_state(tasks_by_seed: Mapping[int, pd.DataFrame], alpha: float = ALPHA
         run = None  # read and checked once per run, named by its first indicator
         for ind in indicators:
             name = f"{what}, seed {seed}, {ind}"
-            if ind not in INDICATORS:
-                raise ValueError(f"{name}: unknown indicator {ind!r} (known: {', '.join(INDICATORS)})")
+            _check_indicator(ind, name)  # before the table's checks
             run = run_series(tasks_by_seed[seed], name) if run is None else run
             g = growth_test(run.indicator(ind, name), level, n_batches, name, arrivals=run.arrivals)
             rows.append({"seed": seed, "indicator": ind, "n": g.n, "warmup": g.warmup, "slope": g.slope,
