@@ -162,6 +162,7 @@ def test_each_engine_shows_its_policy_only_its_tasks_and_not_other_engines_stage
             return orig(view)
 
         e.policy.decide = spy
+        e.policy.reads_tasks = True  # the spy reads the tasks
     sim.run()
     # while B (engine 0) and C (engine 1) both run, each engine shows the other's stage as done
     assert (0, "t0", frozenset({"A", "C"})) in seen

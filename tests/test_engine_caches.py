@@ -1,9 +1,10 @@
 """The engine's kept state at scheduling points equals a rebuild from scratch, at every decision of
 small runs: the prefixes' views (``PrefixViews``), the waiting requests' tree matches
 (``SegmentMemory.matches``), the admission walk's locked prefix tokens and the LRU evictable prefix
-a settle pass keeps (``Eviction._next_lru_prefix``); and the decision's running requests, built
+a settle pass keeps (``Eviction._next_lru_prefix``); the decision's running requests, built
 when the policy first reads them (``RunningViews``), are what an eager view shows, and cannot be
-read once the decision is taken."""
+read once the decision is taken; and a policy that declares it does not read the tasks is shown
+none, with the same run as if it were."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 from topas.engine.simulator import Simulator, simulate
 from topas.engine.view import PrefixView
-from topas.engine.view_cache import ExpiredView, RunningViews
+from topas.engine.view_cache import ExpiredView, RunningViews, TasksNotShown, UnreadTasks
 from topas.policies.base import make_policy
 from topas.experiments import Experiment
 from topas.experiments.spec import prepare
@@ -93,7 +94,7 @@ def test_the_decisions_running_views_are_those_of_an_eager_view(exp: Experiment)
     p = prepare(exp)
     eager = Simulator(p.trace, p.policy, p.cost, p.config, p.knowledge)
     view = eager.view
-    eager.view = lambda lazy_running=False: view()
+    eager.view = lambda lazy_running=False, tasks=True: view()  # (with the tasks, for every policy)
     out = eager.run()
     assert out.tasks.equals(lazy.tasks) and out.decisions.drop(columns="wall_s").equals(lazy.decisions.drop(columns="wall_s"))
 
@@ -125,3 +126,60 @@ def test_running_views_behave_as_their_tuple() -> None:
     assert tuple(rv) == ("a", "b")  # built before the seal: still readable
     empty = RunningViews(tuple)
     assert not empty and empty == ()
+
+
+def test_only_the_policies_that_order_the_waiting_requests_alone_skip_the_tasks() -> None:
+    from topas.policies import available_policies, policy_class
+
+    skip = {name for name in available_policies() if not policy_class(name).reads_tasks}
+    assert skip == {"fcfs", "lpm", "k-lpm", "fcfs-guarded", "lpm-guarded", "k-lpm-guarded"}
+
+
+@pytest.mark.parametrize("exp", [
+    Experiment("dag-10-wide", "k-lpm", {}, load=1.3, seed=0, n_tasks=20),
+    Experiment("metagpt-sop", "lpm-guarded", {}, load=1.3, seed=1, n_tasks=8, dag_visibility="online"),
+    Experiment("dag-4", "fcfs", {}, load=1.3, seed=0, n_tasks=20, engines=2, router="least-load"),
+], ids=lambda e: f"{e.workload}/{e.policy}{'/cluster' if e.engines > 1 else ''}")
+def test_a_policy_not_shown_the_tasks_runs_as_if_it_were(exp: Experiment) -> None:
+    """Not building the task views for a policy that declares it does not read them
+    (``reads_tasks = False``) changes nothing in its run; its views show ``UnreadTasks``."""
+    from topas.experiments import run_experiment
+
+    shown = []
+    base = type(make_policy(exp.policy))
+    decide = base.decide
+
+    def noting(self, view):
+        shown.append(type(view.tasks))
+        return decide(self, view)
+
+    import unittest.mock as mock
+
+    with mock.patch.object(base, "decide", noting):
+        skipped = run_experiment(exp)
+    assert shown and set(shown) == {UnreadTasks}
+    shown.clear()
+    with mock.patch.object(base, "reads_tasks", True), mock.patch.object(base, "decide", noting):
+        built = run_experiment(exp)
+    assert shown and UnreadTasks not in set(shown)
+    for table in ("tasks", "requests", "prefix_events", "timeline"):
+        assert getattr(skipped, table).equals(getattr(built, table)), table
+    assert skipped.decisions.drop(columns="wall_s").equals(built.decisions.drop(columns="wall_s"))
+
+
+def test_a_policy_that_declares_it_does_not_read_the_tasks_is_refused_them() -> None:
+    class Peeks(type(make_policy("fcfs"))):
+        name = "peeks"
+
+        def decide(self, view):
+            len(view.tasks)
+            return super().decide(view)
+
+    p = prepare(RUNS[2])
+    with pytest.raises(TasksNotShown, match="policy 'peeks' read EngineView.tasks but declares reads_tasks = False"):
+        simulate(p.trace.head(3), Peeks(), p.cost, p.config)
+    tasks = UnreadTasks("peeks")
+    for read in (lambda: tasks["t0"], lambda: list(tasks), lambda: "t0" in tasks, lambda: dict(tasks)):
+        with pytest.raises(TasksNotShown):
+            read()
+    assert tasks == tasks and tasks != {} and repr(tasks) == "UnreadTasks('peeks')"

@@ -42,6 +42,7 @@ def _recording(name: str, **params):
         return decide(view)
 
     policy.decide = record
+    policy.reads_tasks = True  # it keeps the views, tasks included
     return policy, views
 
 

@@ -59,6 +59,7 @@ class Mirror(Simulator):
             return self._sim_decision
 
         policy.decide = capture
+        policy.reads_tasks = True  # the adapter's view shows the tasks: compared whole
 
     def stage_finished(self, r, view):
         self._finished.append((r.rid, r.y, self.now))

@@ -46,6 +46,8 @@ ALLOWED_OUTPUT_FIELDS = {
 
 def spy(base):
     class Spy(base):
+        reads_tasks = True  # it keeps the views, tasks included
+
         def reset(self) -> None:
             super().reset()
             self.views: list[EngineView] = []

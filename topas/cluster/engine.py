@@ -98,11 +98,13 @@ class ClusterEngine(Simulator):
             self.active_tasks.pop(tid, None)
         self.cluster.finished(r, self)
 
-    def view(self, lazy_running: bool = False) -> EngineView:
+    def view(self, lazy_running: bool = False, tasks: bool = True) -> EngineView:
         """The single-engine view, with each task's stages that are routed to another engine and
         not finished shown as done: not this engine's to run (a single engine's policy reads a
         stage that is neither done nor waiting/running here as one whose parents have not finished)."""
-        v = super().view(lazy_running)
+        v = super().view(lazy_running, tasks)
+        if not tasks:
+            return v
         owner = self.cluster.assignment
         tasks = {}
         for tid, tv in v.tasks.items():

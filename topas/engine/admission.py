@@ -59,12 +59,13 @@ class Admission:
                 f"policy {pname!r} does not manage prefixes (manages_prefixes = False) but returned {moves}; "
                 "such a policy may only return an admit order (and preemptions if it declares may_preempt)"
             )
-        if len(set(d.admit)) != len(d.admit):
+        admit_set = set(d.admit)
+        if len(admit_set) != len(d.admit):
             dup = sorted({r for r in d.admit if d.admit.count(r) > 1})
             raise InfeasibleDecision(f"policy {pname!r} admits {dup[0]} twice")
-        for rid in d.admit:
-            if rid not in self.waiting:
-                raise InfeasibleDecision(f"policy {pname!r} admits {rid}, which is not waiting")
+        if not self.waiting.keys() >= admit_set:  # (the first in the order is named)
+            rid = next(rid for rid in d.admit if rid not in self.waiting)
+            raise InfeasibleDecision(f"policy {pname!r} admits {rid}, which is not waiting")
         # 1. preemptions
         for rid in d.preempt:
             r = self.requests.get(rid)

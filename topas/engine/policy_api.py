@@ -36,6 +36,11 @@ class PolicyAPI:
     #: it expects), not an order of the whole queue: runs then report ``planned_admits`` beside
     #: ``admitted`` (topas.engine.metrics)
     plans_admissions: ClassVar[bool] = False
+    #: whether :meth:`decide` reads ``view.tasks``; a policy that does not (FCFS, LPM and k-LPM
+    #: order the waiting requests alone) sets False, and the engine then skips building the task
+    #: views for its decisions: its views' ``tasks`` refuse every read
+    #: (``topas.engine.view_cache.TasksNotShown``)
+    reads_tasks: ClassVar[bool] = True
 
     def reset(self) -> None:
         """Forget all per-run state (called before a run)."""

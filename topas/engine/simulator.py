@@ -45,6 +45,7 @@ Deterministic: no randomness, no iteration over hash-ordered sets.
 from __future__ import annotations
 
 import time as _time
+from typing import Mapping
 
 from tqdm.auto import tqdm
 
@@ -64,8 +65,8 @@ from topas.engine.policy_api import PolicyAPI
 from topas.engine.prefetch import Prefetch
 from topas.engine.request_path import RequestPath
 from topas.engine.segments import SegmentMemory
-from topas.engine.view import Decision, EngineView, RequestView
-from topas.engine.view_cache import PrefixViews, RunningViews, ViewedDict, seal
+from topas.engine.view import Decision, EngineView, RequestView, TaskView
+from topas.engine.view_cache import PrefixViews, RunningViews, UnreadTasks, ViewedDict, seal
 from topas.workload.model import Trace
 from topas.workload.validate import validate_trace
 
@@ -349,25 +350,29 @@ class Simulator:
             self._dirty = True
 
     # ------------------------------------------------------------------ decisions
-    def view(self, lazy_running: bool = False) -> EngineView:
+    def view(self, lazy_running: bool = False, tasks: bool = True) -> EngineView:
         """What the policy sees now (``topas.engine.view``); ``lazy_running``: the running
         requests' views built at their first read (:class:`RunningViews`; the decision's view,
-        sealed once the policy has decided)."""
+        sealed once the policy has decided); ``tasks``: False for a policy that does not read the
+        tasks (``PolicyAPI.reads_tasks``), whose view then shows :class:`UnreadTasks`."""
         now = self.clock.now
         know, memory, batch = self.knowledge, self.memory, self.batch
         prefixes = self._prefix_views.views()
         reserve = batch.reserve
 
         def running_views() -> tuple[RequestView, ...]:
-            return tuple(r.view(now, reserve(r)) for r in batch.running())
+            return tuple(r.view(now, held) for r, held in batch.held())
 
         running = RunningViews(running_views) if lazy_running else running_views()
         if not self.config.full_output_reserve:
             self.waiting.touch_all()  # a waiting request's reservation follows new_token_ratio
         waiting = tuple(self.waiting.viewed(lambda r: r.view(now, reserve(r))).values())
-        if not self.cache_task_views:
-            self.active_tasks.touch_all()
-        tasks = dict(self.active_tasks.viewed(lambda ts: ts.view(know.online)))
+        if not tasks:
+            task_views: Mapping[str, TaskView] = UnreadTasks(self.policy.name)
+        else:
+            if not self.cache_task_views:
+                self.active_tasks.touch_all()
+            task_views = dict(self.active_tasks.viewed(lambda ts: ts.view(know.online)))
         return EngineView(
             time=now,
             kv_budget=memory.budget,
@@ -376,7 +381,7 @@ class Simulator:
             prefixes=prefixes,
             running=running,
             waiting=waiting,
-            tasks=tasks,
+            tasks=task_views,
             cost=self.cost,
             decode_batch=len(batch.decoding),
             host_tier=self.config.host_tier,
@@ -403,7 +408,7 @@ class Simulator:
             return  # SGLang skips get_new_batch_prefill while batch_is_full
         self._batch_full = False
         decode_empty = not self.batch.decoding
-        view = self.view(lazy_running=True)
+        view = self.view(lazy_running=True, tasks=self.policy.reads_tasks)
         n_running = self.batch.n_running()
         t0 = _time.perf_counter()
         decision = self.policy.decide(view)

@@ -4,7 +4,7 @@ tasks) and the agent prefixes' views (:class:`PrefixViews`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Callable
 
 from topas.engine.view import PrefixView, prefix_view
@@ -125,6 +125,35 @@ class RunningViews(Sequence):
         return repr(self.items) if self.built else "RunningViews(<not built>)"
 
 
+class TasksNotShown(RuntimeError):
+    """A policy that declares ``reads_tasks = False`` read ``EngineView.tasks``."""
+
+
+class UnreadTasks(Mapping):
+    """``EngineView.tasks`` of a decision whose policy declares it does not read the tasks
+    (``PolicyAPI.reads_tasks``): the engine has not built them, and every read raises
+    :class:`TasksNotShown` instead of showing no tasks."""
+
+    __slots__ = ("policy",)
+
+    def __init__(self, policy: str) -> None:
+        self.policy = policy
+
+    def _refuse(self, *args: Any) -> Any:
+        raise TasksNotShown(f"policy {self.policy!r} read EngineView.tasks but declares reads_tasks = False: "
+                            "set reads_tasks = True on its class to be shown the tasks")
+
+    __getitem__ = __iter__ = __len__ = __contains__ = _refuse
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        return f"UnreadTasks({self.policy!r})"
+
+
 def seal(view: Any) -> None:
     """The decision or eviction pass that read ``view`` is over: its running requests, if not yet
     built, can no longer be (:meth:`RunningViews.seal`)."""
@@ -149,11 +178,13 @@ class PrefixViews:
     def views(self) -> dict[str, PrefixView]:
         """Every agent prefix's view now, by agent, in the pool's order (a new dict)."""
         memory, kept = self.memory, self.kept
-        computing = memory.computing
+        computing, loading, ghost = memory.computing, memory.prefetch.loading, memory._ghost
         out: dict[str, PrefixView] = {}
         for a, p in memory.prefixes.items():
-            state = (p.resident, p.on_host, p.refcount, p.last_used, memory.cached_unpinned(a), memory.in_tree(a),
-                     a in computing)
+            busy = a in computing
+            # (KVMemory.cached_unpinned and KVMemory.in_tree, inlined: read at every view)
+            state = (p.resident, p.on_host, p.refcount, p.last_used, ghost.get(a, False),
+                     p.resident and p.prefill_left == 0 and not busy and a not in loading, busy)
             k = kept.get(a)
             if k is None or k[0] != state:
                 k = kept[a] = (state, prefix_view(a, p.tokens, self.prior(a, p.agent.expected_output_tokens), *state))

@@ -18,6 +18,7 @@ from topas.policies.queue import WaitingQueue
 @register
 class FCFS(Policy):
     name = "fcfs"
+    reads_tasks = False  # it orders the waiting requests alone
 
     def reset(self) -> None:
         self._queue = WaitingQueue()

@@ -53,6 +53,7 @@ class KLPMParams(LPMParams):
 @register
 class KLPM(Policy):
     name = "k-lpm"
+    reads_tasks = False  # it orders the waiting requests alone
     Params = KLPMParams
 
     def reset(self) -> None:

@@ -46,6 +46,7 @@ class LPMParams:
 @register
 class LPM(Policy):
     name = "lpm"
+    reads_tasks = False  # it orders the waiting requests alone
     Params = LPMParams
 
     def reset(self) -> None:
