@@ -1,5 +1,6 @@
 """The engine's kept state at scheduling points equals a rebuild from scratch, at every decision of
-small runs: the prefixes' views (``PrefixViews``), the waiting requests' tree matches
+small runs: the prefixes' views (``PrefixViews``), the running requests' reservations
+(``Batch.held``), the waiting requests' tree matches
 (``SegmentMemory.matches``), the admission walk's locked prefix tokens and the LRU evictable prefix
 a settle pass keeps (``Eviction._next_lru_prefix``); the decision's running requests, built
 when the policy first reads them (``RunningViews``), are what an eager view shows, and cannot be
@@ -50,6 +51,9 @@ def test_kept_state_equals_a_rebuild_at_every_decision(exp: Experiment) -> None:
         assert v.prefixes == rebuilt_prefixes(sim)
         if sim.segments is not None:
             assert v.segment_match == rebuilt_matches(sim)
+        # Batch.held computes each running request's reservation with output_reserve's arithmetic
+        # inline: it must be Batch.reserve's, request by request
+        assert list(sim.batch.held()) == [(r, sim.batch.reserve(r)) for r in sim.batch.running()]
         checked["view"] += 1
         return v
 
