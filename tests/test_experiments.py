@@ -119,6 +119,33 @@ def test_key_changes_with_the_profile(tmp_path):
     assert exp(profile=str(changed)).key() != exp().key()
 
 
+def test_a_profile_rewritten_in_place_gives_a_new_key_in_the_same_process(tmp_path):
+    # the key's parts that experiments share are memoised per process, per profile file stamp
+    d = json.loads((profiles_dir() / f"{DEFAULT_PROFILE}.json").read_text())
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(d))
+    before = exp(profile=str(path)).key()
+    d["decode"]["c0"] *= 1.01
+    path.write_text(json.dumps(d) + " " * 8)  # another size: the stamp differs even on a coarse clock
+    assert exp(profile=str(path)).key() != before
+
+
+def test_a_bad_parameter_is_refused_at_every_key_not_only_the_first():
+    with pytest.raises(PolicyError, match="no_such"):
+        exp(params={"no_such": 1}).key()
+    with pytest.raises(PolicyError, match="no_such"):
+        exp(params={"no_such": 1}).key()
+
+
+def test_canonical_forms_share_no_dict_a_caller_could_change():
+    a, b = exp(), exp()
+    a.canonical()["params"]["beta"] = "changed"
+    a.canonical()["engine_config"]["recheck_steps"] = -1
+    assert b.canonical()["params"].get("beta") != "changed"
+    assert b.canonical()["engine_config"]["recheck_steps"] != -1
+    assert b.key() == exp().key()
+
+
 def test_key_changes_with_the_trace_content(tmp_path):
     t = read_trace(REPO_ROOT / "data" / "traces" / "dag-4.json.gz")
     copy = write_trace(t, tmp_path / "dag-4.json.gz")
