@@ -11,6 +11,11 @@ Then, where TOPAS's time goes on each workload: one run split into the decisions
 search and the rest (the engine with its views), and the time per decision the 2x target would
 leave with the rest unchanged.
 
+Then the engine's floor: TOPAS's decisions recorded, then replayed at no cost by a policy that is
+TOPAS in every other respect (``replayed_cpu``): the CPU of the engine alone on TOPAS's scheduling
+points, and what the 2x target leaves for each of TOPAS's decisions (all its own work: the set-up,
+the search and its bookkeeping) beside what one costs now.
+
 Part 2, decision latency: ``benchmarks/decision_latency.py``'s DAG-10-Wide run (its first
 ``--latency-tasks`` tasks at 1.5x nominal) under TOPAS and TOPAS+: wall time per decision, mean
 and p99, beside the paper's 1.9 ms mean inside SGLang (docs/method.md "What the paper reports").
@@ -38,7 +43,7 @@ from decision_latency import dag10wide  # noqa: E402
 from topas.engine.cost import DEFAULT_PROFILE, load_profile  # noqa: E402
 from topas.engine.simulator import simulate  # noqa: E402
 from topas.paths import traces_dir  # noqa: E402
-from topas.policies import available_policies, make_policy, topas_search_compiled  # noqa: E402
+from topas.policies import available_policies, make_policy, policy_class, topas_search_compiled  # noqa: E402
 from topas.workload.arrivals import retime  # noqa: E402
 from topas.workload.trace_io import read_trace  # noqa: E402
 
@@ -123,6 +128,44 @@ def topas_split(trace, cost) -> dict[str, float]:
     return out
 
 
+def replayed_cpu(trace, cost, repeat: int) -> tuple[float, float]:
+    """The engine's own cost of TOPAS's run: TOPAS's decisions recorded in one run, then replayed
+    at no cost by a policy that is TOPAS in every other respect (its hooks, its task views, and it
+    reads every running request's view as TOPAS's set-up does). The least CPU seconds of ``repeat``
+    replays, and the recorded run's CPU seconds. A replay that does not end as the recorded run
+    did (its mean JCT) raises: the floor would not be TOPAS's."""
+    base = policy_class("topas")
+    decisions: list = []
+
+    class Recorded(base):  # type: ignore[misc, valid-type]
+        def decide(self, view):
+            d = super().decide(view)
+            decisions.append(d)
+            return d
+
+    class Replayed(base):  # type: ignore[misc, valid-type]
+        def reset(self) -> None:
+            super().reset()
+            self._replayed = iter(decisions)
+
+        def decide(self, view):
+            for _ in view.running:  # build every running request's view, as TOPAS's set-up does
+                pass
+            return next(self._replayed)
+
+    t0 = time.process_time()
+    recorded = simulate(trace, Recorded(), cost).summary["jct_mean"]
+    run = time.process_time() - t0
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.process_time()
+        replayed = simulate(trace, Replayed(), cost).summary["jct_mean"]
+        best = min(best, time.process_time() - t0)
+        if replayed != recorded:
+            raise RuntimeError(f"TOPAS's decisions replayed end with mean JCT {replayed}, recorded {recorded}")
+    return best, run
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tasks", type=int, default=400, help="tasks per workload for the CPU table (default 400)")
@@ -181,6 +224,18 @@ def main(argv: list[str] | None = None) -> int:
                   f"{fcfs:9.2f}{fcfs_decisions:9d}{(sp['setup'] + sp['search']) / n * 1e6:8.0f}{room:9.0f}  {sp['waiting']:7.1f}"
                   f"{sp['running']:8.1f}{sp['tasks']:6.1f}{sp['pending']:8.1f}{sp['agents']:7.1f}{sp['sets']:5.1f}"
                   f" ({sp['full']:.1f})")
+
+        print("\nthe engine's floor: TOPAS's decisions replayed at no cost (CPU s, best of "
+              f"{args.repeat}); what the {TOPAS_RATIO_TARGET:g}x target leaves TOPAS per decision for all its own work")
+        print(f"{'workload':14s}{'FCFS':>7s}{'TOPAS':>8s}{'replay':>8s}{'x FCFS':>8s}{'TOPAS us/dec':>14s}{'target leaves':>15s}")
+        for w in WORKLOADS:
+            tr = trace_at_load(w, args.tasks, args.load, args.seed)
+            fcfs = per_k[w, "fcfs"] * len(tr.tasks) / 1000
+            topas = per_k[w, "topas"] * len(tr.tasks) / 1000
+            floor, _ = replayed_cpu(tr, cost, args.repeat)
+            n = len(simulate(tr, make_policy("topas"), cost).decisions)
+            print(f"{w:14s}{fcfs:7.3f}{topas:8.3f}{floor:8.3f}{floor / fcfs:8.2f}{(topas - floor) / n * 1e6:14.0f}"
+                  f"{(TOPAS_RATIO_TARGET * fcfs - floor) / n * 1e6:15.0f}")
 
     tr = dag10wide(args.latency_tasks, 1.5, args.seed)
     print(f"\ndecision latency (wall ms per decision), DAG-10-Wide, first {len(tr.tasks)} tasks at 1.5x nominal; "

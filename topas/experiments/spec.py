@@ -47,9 +47,7 @@ names gives the same result.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
-import functools
 import hashlib
 import json
 import numbers
@@ -64,9 +62,9 @@ from topas.cluster.routers import make_router as _make_router
 from topas.engine.config import LEGACY_ENGINE
 from topas.engine.config import engine_config as _engine_config
 from topas.engine.cost import DEFAULT_PROFILE, load_profile
-from topas.engine.cost import _resolve as _profile_path
 from topas.engine.knowledge import Knowledge, KnowledgeError
 from topas.errors import ExperimentError
+from topas.experiments.key_parts import engine_config_dict, policy_key_params, profile_hash
 from topas.experiments.spec_args import _labels, _norm_params, _positive
 from topas.experiments.traces import (  # noqa: F401
     _read_trace,
@@ -75,7 +73,6 @@ from topas.experiments.traces import (  # noqa: F401
     resolve_trace_path,
     trace_sha256,
 )
-from topas.policies.base import key_params
 from topas.policies.base import make_policy as _make_policy
 from topas.provenance import code_fingerprint
 from topas.workload.arrivals import canonical_process, retime
@@ -103,65 +100,6 @@ __all__ = [
     "run_experiment",
     "run_prepared",
 ]
-
-# The parts of a key that many experiments of a sweep share, memoised per process (a sweep's or a
-# notebook's thousands of keys name a few policies, profiles and engine options): each is what
-# :meth:`Experiment.canonical` would compute from scratch, and an input that fails is never kept.
-
-
-def _policy_key_params(policy: str, params: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
-    """``key_params`` of the policy's resolved parameters (the policy is built, so a bad name or
-    value raises here); a fresh copy per call."""
-    try:
-        hash(params)
-    except TypeError:  # a value a memo cannot hold: built each time
-        return key_params(_make_policy(policy, dict(params)).params)
-    return _fresh(_policy_key_params_memo(policy, params))
-
-
-def _fresh(d: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a memoised dict that its caller may change: shallow where every value is
-    immutable (the usual case), else deep."""
-    if all(v is None or isinstance(v, (str, int, float)) for v in d.values()):
-        return dict(d)
-    return copy.deepcopy(d)
-
-
-@functools.lru_cache(maxsize=1024)
-def _policy_key_params_memo(policy: str, params: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
-    return key_params(_make_policy(policy, dict(params)).params)
-
-
-def _engine_config_dict(options: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
-    """The engine configuration with ``options`` applied, as a dict; a fresh copy per call."""
-    try:
-        hash(options)
-    except TypeError:
-        return dataclasses.asdict(_engine_config(dict(options)))
-    return _fresh(_engine_config_dict_memo(options))
-
-
-@functools.lru_cache(maxsize=256)
-def _engine_config_dict_memo(options: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
-    return dataclasses.asdict(_engine_config(dict(options)))
-
-
-def _profile_hash(profile: str, kv_budget: int | None) -> str:
-    """The cost model's ``profile_hash`` (``Experiment.load_cost``), memoised per profile file
-    (its resolved path, modification time and size: an edited profile is read again)."""
-    path = _profile_path(profile)
-    try:
-        st = path.stat()
-    except OSError:  # missing: load_profile says which and what is available
-        return _profile_hash_memo(profile, kv_budget, None)
-    return _profile_hash_memo(profile, kv_budget, (str(path.resolve()), st.st_mtime_ns, st.st_size))
-
-
-@functools.lru_cache(maxsize=256)
-def _profile_hash_memo(profile: str, kv_budget: int | None, stamp: tuple[str, int, int] | None) -> str:
-    cost = load_profile(profile)
-    return (cost.with_budget(kv_budget) if kv_budget is not None else cost).profile_hash
-
 
 #: Version of the key's canonical form (see the module docstring).
 KEY_SCHEMA = "topas.experiment/4"  # 4: the code in the key; 3: one SGLang-faithful engine model (issue 12); 2: TOPAS ties
@@ -386,7 +324,7 @@ class Experiment:
         """What the result depends on (see the module docstring); :meth:`key` hashes it."""
         if "canonical" not in self._cache:
             path = self.trace_path()
-            params = _policy_key_params(self.policy, self.params)
+            params = policy_key_params(self.policy, self.params)
             rate = self.resolve_rate(_read_trace(path) if self.rate is None and self.load is not None else None)
             runner = self.runner()
 
@@ -394,14 +332,14 @@ class Experiment:
                 "schema": KEY_SCHEMA,
                 "code": code_fingerprint(runner.code),
                 "engine": self.engine,
-                "engine_config": _engine_config_dict(self.engine_options),
+                "engine_config": engine_config_dict(self.engine_options),
                 "trace_sha256": trace_sha256(path),
                 "n_tasks": self.n_tasks,
                 "rate": rate,
                 "seed": self.seed if rate is not None else None,
                 "policy": self.policy,
                 "params": params,
-                "profile_hash": _profile_hash(self.profile, self.kv_budget),
+                "profile_hash": profile_hash(self.profile, self.kv_budget),
             }
             knowledge = self.knowledge().settings()
             if knowledge:
