@@ -42,3 +42,28 @@ def test_a_topas_run_splits_into_set_up_search_and_the_rest(policy_cost):
     assert sp["waiting"] == pytest.approx(decisions["n_waiting"].mean())
     assert sp["sets"] == pytest.approx(decisions["info_candidates"].mean())
     assert 0 < sp["full"] <= sp["sets"] and sp["agents"] == len(trace.agents)
+
+
+def test_the_engines_floor_replays_topas_decisions_and_ends_as_topas_run_did(policy_cost):
+    from topas.engine.cost import DEFAULT_PROFILE, load_profile
+
+    trace, cost = policy_cost.trace_at_load("dag-4", 20, 1.0, 0), load_profile(DEFAULT_PROFILE)
+    floor, run = policy_cost.replayed_cpu(trace, cost, 1)  # raises if the replay ends otherwise
+    assert 0 < floor < run  # the replay does none of TOPAS's own work
+
+
+def test_a_replay_that_departs_from_the_recorded_run_is_refused(policy_cost, monkeypatch):
+    from topas.engine.cost import DEFAULT_PROFILE, load_profile
+
+    trace, cost = policy_cost.trace_at_load("dag-4", 20, 1.0, 0), load_profile(DEFAULT_PROFILE)
+    real_simulate = policy_cost.simulate
+
+    def simulate(tr, policy, c):  # the replay's run ends otherwise than the recorded one
+        result = real_simulate(tr, policy, c)
+        if type(policy).__name__ == "Replayed":
+            result.summary["jct_mean"] += 1.0
+        return result
+
+    monkeypatch.setattr(policy_cost, "simulate", simulate)
+    with pytest.raises(RuntimeError, match="replayed end with mean JCT"):
+        policy_cost.replayed_cpu(trace, cost, 1)
