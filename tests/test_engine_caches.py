@@ -98,7 +98,7 @@ def test_the_decisions_running_views_are_those_of_an_eager_view(exp: Experiment)
     p = prepare(exp)
     eager = Simulator(p.trace, p.policy, p.cost, p.config, p.knowledge)
     view = eager.view
-    eager.view = lambda lazy_running=False, tasks=True: view()  # (with the tasks, for every policy)
+    eager.view = lambda lazy_running=False, with_tasks=True: view()  # (with the tasks, for every policy)
     out = eager.run()
     assert out.tasks.equals(lazy.tasks) and out.decisions.drop(columns="wall_s").equals(lazy.decisions.drop(columns="wall_s"))
 

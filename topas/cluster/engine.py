@@ -98,21 +98,21 @@ class ClusterEngine(Simulator):
             self.active_tasks.pop(tid, None)
         self.cluster.finished(r, self)
 
-    def view(self, lazy_running: bool = False, tasks: bool = True) -> EngineView:
+    def view(self, lazy_running: bool = False, with_tasks: bool = True) -> EngineView:
         """The single-engine view, with each task's stages that are routed to another engine and
         not finished shown as done: not this engine's to run (a single engine's policy reads a
         stage that is neither done nor waiting/running here as one whose parents have not finished)."""
-        v = super().view(lazy_running, tasks)
-        if not tasks:
+        v = super().view(lazy_running, with_tasks)
+        if not with_tasks:
             return v
         owner = self.cluster.assignment
-        tasks = {}
+        task_views = {}
         for tid, tv in v.tasks.items():
             ts = self.active_tasks[tid]
             away = frozenset(s for s, r in ts.requests.items()
                              if s in tv.stages and r.finish_time is None and owner.get(r.rid, self.index) != self.index)
-            tasks[tid] = dataclasses.replace(tv, done=tv.done | away) if away else tv
-        return dataclasses.replace(v, tasks=tasks)
+            task_views[tid] = dataclasses.replace(tv, done=tv.done | away) if away else tv
+        return dataclasses.replace(v, tasks=task_views)
 
     # ------------------------------------------------------------------ time
     def _own_next(self) -> float | None:

@@ -96,20 +96,15 @@ class Batch:
         return output_reserve(r.max_new, r.generated, cfg.clip_max_new_tokens, full, self.new_token_ratio)
 
     def held(self) -> Iterator[tuple[Request, int]]:
-        """Each running request, in :meth:`running`'s order, with its :meth:`reserve` (computed
-        here with ``output_reserve``'s arithmetic: every decision reads them, for the admission
-        walk's sum or the running requests' views)."""
+        """Each running request, in :meth:`running`'s order, with its :meth:`reserve` (every
+        decision reads them, for the admission walk's sum or the running requests' views)."""
         cfg = self.config
         clip, ratio, waiting_full, running_full = (cfg.clip_max_new_tokens, self.new_token_ratio,
                                                    cfg.full_output_reserve, cfg.ignore_eos)
         for queue in (self.prefill_queue, self.decoding.values()):
             for r in queue:
-                remaining = r.max_new - r.generated
-                if remaining > clip:
-                    remaining = clip
-                if remaining < 0:
-                    remaining = 0
-                yield r, remaining if (waiting_full if r.state == WAITING else running_full) else int(ratio * remaining)
+                yield r, output_reserve(r.max_new, r.generated, clip, waiting_full if r.state == WAITING else running_full,
+                                        ratio)
 
     def reserved(self) -> int:
         """The running requests' reservations."""

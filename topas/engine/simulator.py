@@ -350,11 +350,11 @@ class Simulator:
             self._dirty = True
 
     # ------------------------------------------------------------------ decisions
-    def view(self, lazy_running: bool = False, tasks: bool = True) -> EngineView:
+    def view(self, lazy_running: bool = False, with_tasks: bool = True) -> EngineView:
         """What the policy sees now (``topas.engine.view``); ``lazy_running``: the running
         requests' views built at their first read (:class:`RunningViews`; the decision's view,
-        sealed once the policy has decided); ``tasks``: False for a policy that does not read the
-        tasks (``PolicyAPI.reads_tasks``), whose view then shows :class:`UnreadTasks`."""
+        sealed once the policy has decided); ``with_tasks``: False for a policy that does not read
+        the tasks (``PolicyAPI.reads_tasks``), whose view then shows :class:`UnreadTasks`."""
         now = self.clock.now
         know, memory, batch = self.knowledge, self.memory, self.batch
         prefixes = self._prefix_views.views()
@@ -367,7 +367,7 @@ class Simulator:
         if not self.config.full_output_reserve:
             self.waiting.touch_all()  # a waiting request's reservation follows new_token_ratio
         waiting = tuple(self.waiting.viewed(lambda r: r.view(now, reserve(r))).values())
-        if not tasks:
+        if not with_tasks:
             task_views: Mapping[str, TaskView] = UnreadTasks(self.policy.name)
         else:
             if not self.cache_task_views:
@@ -408,7 +408,7 @@ class Simulator:
             return  # SGLang skips get_new_batch_prefill while batch_is_full
         self._batch_full = False
         decode_empty = not self.batch.decoding
-        view = self.view(lazy_running=True, tasks=self.policy.reads_tasks)
+        view = self.view(lazy_running=True, with_tasks=self.policy.reads_tasks)
         n_running = self.batch.n_running()
         t0 = _time.perf_counter()
         decision = self.policy.decide(view)
