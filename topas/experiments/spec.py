@@ -325,7 +325,7 @@ class Experiment:
         if "canonical" not in self._cache:
             path = self.trace_path()
             params = policy_key_params(self.policy, self.params)
-            rate = self.resolve_rate(_read_trace(path) if self.rate is None and self.load is not None else None)
+            rate = self.resolve_rate()
             runner = self.runner()
 
             canon = self._cache["canonical"] = {
