@@ -51,8 +51,8 @@ def test_kept_state_equals_a_rebuild_at_every_decision(exp: Experiment) -> None:
         assert v.prefixes == rebuilt_prefixes(sim)
         if sim.segments is not None:
             assert v.segment_match == rebuilt_matches(sim)
-        # Batch.held computes each running request's reservation with output_reserve's arithmetic
-        # inline: it must be Batch.reserve's, request by request
+        # Batch.held computes the running requests' reservations in one pass of its own: each
+        # must be Batch.reserve's, request by request
         assert list(sim.batch.held()) == [(r, sim.batch.reserve(r)) for r in sim.batch.running()]
         checked["view"] += 1
         return v

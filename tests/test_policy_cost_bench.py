@@ -46,10 +46,13 @@ def test_a_topas_run_splits_into_set_up_search_and_the_rest(policy_cost):
 
 def test_the_engines_floor_replays_topas_decisions_and_ends_as_topas_run_did(policy_cost):
     from topas.engine.cost import DEFAULT_PROFILE, load_profile
+    from topas.engine.simulator import simulate
+    from topas.policies import make_policy
 
     trace, cost = policy_cost.trace_at_load("dag-4", 20, 1.0, 0), load_profile(DEFAULT_PROFILE)
-    floor, run = policy_cost.replayed_cpu(trace, cost, 1)  # raises if the replay ends otherwise
+    floor, run, n = policy_cost.replayed_cpu(trace, cost, 1)  # raises if the replay ends otherwise
     assert 0 < floor < run  # the replay does none of TOPAS's own work
+    assert n == len(simulate(trace, make_policy("topas"), cost).decisions)  # the recorded run's decisions
 
 
 def test_a_replay_that_departs_from_the_recorded_run_is_refused(policy_cost, monkeypatch):
