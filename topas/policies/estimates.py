@@ -26,6 +26,7 @@ model. Using the current operating point is our choice (the paper does not say).
 from __future__ import annotations
 
 import bisect
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -71,12 +72,9 @@ class OutputEstimator:
     def _suffix_sum(self, agent: str, k: int) -> int:
         """sum(sorted samples[k:]), from cached suffix sums (rebuilt after each observation)."""
         sums = self._suffix.get(agent)
-        if sums is None:
-            obs = self._samples.get(agent, [])
-            sums = [0] * (len(obs) + 1)
-            for i in range(len(obs) - 1, -1, -1):
-                sums[i] = sums[i + 1] + obs[i]
-            self._suffix[agent] = sums
+        if sums is None:  # (integers: any order of additions gives the same sums)
+            sums = self._suffix[agent] = list(itertools.accumulate(reversed(self._samples.get(agent, [])), initial=0))
+            sums.reverse()
         return sums[k]
 
     def samples(self, agent: str, prior: float) -> list[float]:
