@@ -111,16 +111,70 @@ def test_the_fused_set_up_leaves_what_the_readable_one_does_at_every_decision(na
         init(ref, policy, view)
         monkeypatch.setattr(topas_decision, "FUSED", True)
         init(self, policy, view)
+        assert "_compiled" not in vars(self)
         assert set(vars(self)) | DERIVED >= set(vars(ref))
         for k, v in vars(ref).items():  # what the fused set-up leaves out is computed as it is read
             _same(getattr(self, k), v, k)
         fused.append(topas_setup_fused.covers(policy.params))
 
+    monkeypatch.setattr(topas_decision, "COMPILED", False)  # the fused set-up's own attributes
     monkeypatch.setattr(_DecisionCtx, "__init__", both)
     run_experiment(exp)
     assert fused
-    if name in ("dag-4/topas", "dag-10-wide/topas", "dag-4/topas-host-tier", "dag-10-wide/topas-exhaustive"):
+    if name in DEFAULTS:
         assert all(fused), "the fused set-up does not cover the default parameters"
+
+
+DEFAULTS = ("dag-4/topas", "dag-10-wide/topas", "dag-4/topas-host-tier", "dag-10-wide/topas-exhaustive")
+
+
+#: What the compiled set-up computes itself that the runs above leave out: g_i(t)'s linear form,
+#: no aging, no revalued credit.
+SET_UP = {
+    "dag-4/topas-linear-aging": Experiment("dag-4", "topas", {"aging_form": "linear"}, load=1.3, seed=1, n_tasks=30),
+    "dag-10-wide/topas-no-aging": Experiment("dag-10-wide", "topas-no-aging", {}, load=1.5, seed=1, n_tasks=12),
+    "chain-3/topas-credit-as-recorded": Experiment("chain-3", "topas", {"revalue_credit": False}, load=1.4, seed=2,
+                                                   n_tasks=30),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RUNS) + sorted(MORE) + sorted(SET_UP))
+def test_the_compiled_set_up_lays_out_what_the_fused_one_does_at_every_decision(name, monkeypatch):
+    """``topas_setup_compiled`` against ``topas_setup_fused`` with ``_kernel_arrays``: the compiled
+    search's two arrays element for element, the candidates in order with their gains (values and
+    types), and what the compiled set-up leaves out, which the fused set-up computes when it is read,
+    at every decision it runs (the configurations it does not cover run the fused or readable
+    set-up in both)."""
+    exp = RUNS.get(name) or MORE.get(name) or SET_UP[name]
+    monkeypatch.setattr(topas_search_compiled, "LOAD_AFTER_S", 0.0)
+    topas_search_compiled.load()
+    init = _DecisionCtx.__init__
+    compiled = []
+
+    def both(self, policy, view):
+        monkeypatch.setattr(topas_decision, "COMPILED", False)
+        ref = _DecisionCtx.__new__(type(self))
+        init(ref, policy, view)
+        monkeypatch.setattr(topas_decision, "COMPILED", True)
+        init(self, policy, view)
+        fast = vars(self).get("_compiled")
+        compiled.append(fast is not None)
+        if fast is None:
+            return
+        names, waiting, ints, floats, cands, gain = fast[:6]
+        r_ints, r_floats, r_names = ref._kernel_arrays()
+        assert ints.dtype == r_ints.dtype and ints.tolist() == r_ints.tolist()
+        assert floats.dtype == r_floats.dtype and floats.tobytes() == r_floats.tobytes()
+        assert names == r_names
+        packable = [(waiting[j].rid, waiting[j].agent, waiting[j].task_id, float(gain[j])) for j in cands.tolist()]
+        _same(packable, [c[:4] for c in ref._packable], "_packable")
+        for k, v in vars(ref).items():  # what the compiled set-up leaves out is computed as it is read
+            _same(getattr(self, k), v, k)
+
+    monkeypatch.setattr(_DecisionCtx, "__init__", both)
+    run_experiment(exp)
+    if name in DEFAULTS or name in SET_UP:
+        assert compiled and all(compiled), "the compiled set-up does not cover these parameters"
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))

@@ -99,6 +99,11 @@ class Topas(Policy):
         self._est_memo: Any = None  # expected_remaining, memoised until the next observation
         #: per task: its view and its unfinished stages' shape (``topas_task.task_shapes``)
         self._shape_memo: dict[str, Any] = {}
+        #: per task: its view and its stages laid out for the compiled set-up (``topas_setup_compiled``)
+        self._kshape_memo: dict[str, Any] = {}
+        #: the pending stages laid out for the compiled set-up, with the per-task lists they hold for
+        self._kpending: Any = None
+        self._rem0: Any = None  # each agent's expected remaining output at y = 0, with the estimator memo it holds for
         self._parts_key: Any = None  # the cost model ``residual_parts`` holds for
         self._parts: dict[str, Any] = {}
         self._move_cost: Any = None  # the cost model ``move_times_of`` memoises for

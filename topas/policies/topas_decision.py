@@ -9,6 +9,10 @@ only re-counts the stages it touches. Scoring one ``R'`` (:meth:`_DecisionCtx.ev
 GREEDYPACK plus the five terms of ``topas_terms``; the search (``topas_search``, the context's base
 class) scores prefix sets, each once (memoised).
 
+Where the compiled search runs, the set-up is compiled too (``topas_setup_compiled``): it lays the
+search's arrays out and runs it, and what it leaves out is computed by the fused set-up
+(``topas_setup_fused``) when first read (``topas_setup_compiled.LeftOut``).
+
 Every float sum runs in the same order as the plain formula's (sorted agents, the running
 order), so the scores, hence the decisions, do not depend on how they are computed here
 (``tests/test_topas_pinned.py`` pins them).
@@ -25,7 +29,7 @@ import numpy as np
 
 from topas.engine.view import EngineView, RequestView
 from topas.policies.estimates import OperatingPoint
-from topas.policies import topas_setup_fused, topas_state
+from topas.policies import topas_search_compiled, topas_setup_compiled, topas_setup_fused, topas_state
 from topas.policies.topas_search import _Plan
 from topas.policies.topas_search_compiled import CompiledSearch
 from topas.policies.topas_task import _MemoEstimator, _TaskCtx, pending_stages, stage_residuals, task_shapes
@@ -48,9 +52,12 @@ _NONE: frozenset[str] = frozenset()
 #: Set up with ``topas_setup_fused`` where it covers the parameters (False: the readable set-up,
 #: ``_readable_setup``, which ``TOPAS_SEARCH=reference`` runs with the reference search).
 FUSED = os.environ.get("TOPAS_SEARCH", "compiled") != "reference"
+#: With the compiled search, lay out its arrays with ``topas_setup_compiled`` (False: from the
+#: fused set-up, ``CompiledSearch._kernel_arrays``).
+COMPILED = True
 
 
-class _DecisionCtx(CompiledSearch):
+class _DecisionCtx(CompiledSearch, topas_setup_compiled.LeftOut):
     """Everything one decision needs, computed once and shared by all candidate prefix sets."""
 
     def __init__(self, policy: Topas, view: EngineView) -> None:
@@ -77,8 +84,13 @@ class _DecisionCtx(CompiledSearch):
         tasks = policy.history.tasks(view)  # online DAGs: completed from the workflow's history
         parts = policy.residual_parts(view) if rng is None else None
         if FUSED and parts is not None and topas_setup_fused.covers(p):  # the same attributes, in fewer passes
-            topas_setup_fused.setup(self, policy, view, est, parts, prefill_time, tasks)
-            self._moves_setup(view)
+            fused = functools.partial(topas_setup_fused.setup, self, policy, view, est, parts, prefill_time, tasks)
+            if (COMPILED and policy.plans_admissions and topas_search_compiled.ENABLED
+                    and topas_search_compiled._kernel is not None
+                    and topas_setup_compiled.setup(self, policy, view, est, parts, prefill_time, tasks)):
+                self._lazy = fused  # laid out and searched; the rest when first read (``LeftOut``)
+            else:
+                fused()
             if topas_state.CHECK:
                 topas_state.check_decision(policy, view)
             return

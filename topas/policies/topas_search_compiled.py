@@ -8,12 +8,16 @@ V_reuse of ``topas_terms``) is the reference: the compiled one makes the same de
 when :data:`ENABLED` is false (``TOPAS_SEARCH=reference`` in the environment), and for a decision
 with more agents than a bitmask holds.
 
+Where the compiled set-up (``topas_setup_compiled``) runs, it has laid the arrays out and run the
+kernel already (``_compiled``); elsewhere :meth:`CompiledSearch._kernel_arrays` lays them out from
+the fused or readable set-up's dicts.
+
 Loading the kernels costs a process about 0.7 s of CPU once (numba's import and start-up, the
 kernels from numba's cache; their first compilation, once per machine, numba version and kernel
-source, about 30 s): a process searches with the reference until its searches have taken
-:data:`LOAD_AFTER_S` (the decisions are the same either way), so a short run never pays it and a
-long one pays it once it has spent as much (docs/design.md "Performance"). :func:`load` loads them
-at once (the benchmarks do).
+source, about 30 s for the search and 10 s for the set-up): a process searches with the reference
+until its searches have taken :data:`LOAD_AFTER_S` (the decisions are the same either way), so a
+short run never pays it and a long one pays it once it has spent as much (docs/design.md
+"Performance"). :func:`load` loads them at once (the benchmarks do).
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ _reference_s = 0.0  # the reference's search time so far, until the kernels are 
 
 def load() -> Any:
     """The compiled search's kernel, loaded now (and run once, on a decision with nothing in it)
-    if it is not yet."""
+    if it is not yet, with the compiled set-up's (``topas_kernel_setup``)."""
     global _kernel
     if _kernel is None:
         # numba (0.2 s to import, 0.4 s to start) only once TOPAS has searched for a while, not at
@@ -51,6 +55,10 @@ def load() -> Any:
         # no agents, no requests: the counts, the scalars, and the one offset of the busy agents'
         # rows and of the parent links
         search_kernel(np.zeros(8 + N_SCALARS + 2, np.int64), np.zeros(2), np.empty(1, np.int64), np.empty(6))
+        # and the compiled set-up with it (``topas_setup_compiled``), on a decision with nothing in it
+        from topas.policies.topas_kernel_setup import N_FHEAD, N_HEAD, cached_setup_kernel
+
+        cached_setup_kernel(np.zeros(N_HEAD, np.int64), np.zeros(N_FHEAD))
         _kernel = search_kernel
     return _kernel
 
@@ -73,21 +81,29 @@ class CompiledSearch(PrefixSearch):
             out = PrefixSearch.search(self)
             _reference_s += time.perf_counter() - t0
             return out
-        try:
-            args = self._kernel_arrays()
-        except KeyError:  # an agent of a request that the view has no prefix for: the reference copes
-            args = None
-        if args is None:
-            return PrefixSearch.search(self)
-        ints, floats, names = args
-        admitted, out = np.empty(len(self._packable) + 1, np.int64), np.empty(6)
-        found, mask, n_pre, n_adm, reuse_any, seen, full = load()(ints, floats, admitted, out)
+        compiled = self.__dict__.get("_compiled")  # set up and searched by ``topas_setup_compiled``
+        if compiled is not None:
+            names, waiting, _, _, cands, gain, admitted, out, res = compiled
+            found, mask, n_pre, n_adm, reuse_any, seen, full = res
+        else:
+            try:
+                args = self._kernel_arrays()
+            except KeyError:  # an agent of a request that the view has no prefix for: the reference copes
+                args = None
+            if args is None:
+                return PrefixSearch.search(self)
+            ints, floats, names = args
+            admitted, out = np.empty(len(self._packable) + 1, np.int64), np.empty(6)
+            found, mask, n_pre, n_adm, reuse_any, seen, full = load()(ints, floats, admitted, out)
         self._n_full = int(full)  # sets scored in full (benchmarks/policy_cost.py)
         best = None
         if found:
             resident = frozenset(a for i, a in enumerate(names) if (mask >> i) & 1)
-            packable = self._packable
-            admit = [(packable[i][0], packable[i][3]) for i in admitted[:n_adm].tolist()]
+            if compiled is not None:
+                admit = [(waiting[j].rid, float(gain[j])) for j in cands[admitted[:n_adm]].tolist()]
+            else:
+                packable = self._packable
+                admit = [(packable[i][0], packable[i][3]) for i in admitted[:n_adm].tolist()]
             preempt = sorted(r.rid for a in self._busy_order if a not in resident for r in self.running_by_agent[a])
             p = self.p
             terms = {

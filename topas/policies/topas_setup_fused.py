@@ -15,10 +15,10 @@ The readable set-up (``topas_decision``: ``_DecisionCtx.__init__`` with ``_looka
 the same attributes (values, Python types, dict orders). Every float is computed by the same
 operations in the same order, so the scores do not change.
 
-Measured (docs/design.md "Performance"): reading the views' attributes is a small part of the
-set-up; what costs is building and reading the dicts keyed by request, task and stage ids, a few
-operations of arithmetic per entry, so fewer passes help and compiling the arithmetic alone does
-not (a numba kernel for the longest paths, fed by arrays built at each decision, was slower).
+Where the compiled search runs with the parameters this set-up covers, the compiled set-up
+(``topas_setup_compiled``) lays the search's arrays out instead, checked equal to those this
+set-up gives; this one then computes the decision's attributes only when the reference's code
+reads them (the liveness fallback, ``TopasRequestOnly``).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ def covers(p: Any) -> bool:
 
 def setup(ctx: Any, policy: Any, view: Any, est: Any, parts: dict[str, dict[tuple[int, int], tuple[float, float]]],
           prefill_time: Any, tasks: Any) -> None:
-    """Set ``ctx``'s per-decision attributes, as ``_DecisionCtx``'s readable set-up does before
-    ``_moves_setup`` (``parts``: ``Topas.residual_parts``; ``tasks``: the tasks' views)."""
+    """Set ``ctx``'s per-decision attributes, as ``_DecisionCtx``'s readable set-up does
+    (``parts``: ``Topas.residual_parts``; ``tasks``: the tasks' views)."""
     p = ctx.p
     tpot = ctx.tpot
     prefixes = view.prefixes
@@ -186,6 +186,7 @@ def setup(ctx: Any, policy: Any, view: Any, est: Any, parts: dict[str, dict[tupl
     ctx._busy_order = tuple(running_by_agent)
     ctx._aging_now = aging_now
     ctx.credit = credit
+    ctx._moves_setup(view)
 
 
 # What the readable set-up derives from the attributes above and the compiled search derives from

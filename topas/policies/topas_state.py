@@ -16,7 +16,11 @@ Kept:
   prefix set's memo key) and the compiled search's per-agent rows. An agent's entry is
   recomputed when the view shows its prefix changed (a load, an eviction, a copy written to
   host, the radix cache dropping it: its ``(tokens, on_host, cached)``), all of them when the
-  cost model or the agent set changes.
+  cost model or the agent set changes;
+* per agent, for the compiled set-up (``topas_setup_compiled``): the in-batch guard's cap
+  (``EngineView.admit_cap``) and whether its prefix is resident (R_t, as a bitmask and a set),
+  recomputed when the agent's prefix view is a new object (the engine keeps a prefix's view while
+  nothing it shows changes).
 
 What is not kept, and why (measured, docs/design.md "Performance"): a decision's other set-up
 passes (each task's residual times and Delta_task, the waiting requests' gains and ranking, the
@@ -32,7 +36,7 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
-from topas.engine.view import EngineView, PrefixView
+from topas.engine.view import EngineView, PrefixView, admit_cap
 
 #: Check the kept state against a rebuild at every decision (slow; tests and debugging).
 CHECK = os.environ.get("TOPAS_CHECK_STATE", "") not in ("", "0")
@@ -76,6 +80,13 @@ class DecisionState:
         self.pref_order: list[int] = []
         self.kernel_ints: list[int] = []  # l_a, the guard's cap (-1: none; set per decision)
         self.kernel_floats: list[float] = []  # move_in, move_out, reload, V_reuse's most (0.0; per decision)
+        #: per agent (in name order), the in-batch guard's cap (``EngineView.admit_cap``; -1: none),
+        #: and R_t, as a bitmask over the names and as a set, for the compiled set-up
+        #: (``topas_setup_compiled``)
+        self.caps: list[int] = []
+        self.rt_mask = 0
+        self.resident: frozenset[str] = frozenset()
+        self._pv: dict[str, PrefixView] = {}  # each agent's prefix view its entries hold for
 
     # ------------------------------------------------------------------ agents
     def agents(self, view: EngineView, move_times: Callable[[int], tuple[float, float]],
@@ -85,7 +96,8 @@ class DecisionState:
         order = tuple(view.prefixes)
         host_tier = view.host_tier
         recompute = reuse_engine and not host_tier
-        key = (order, view.cost, host_tier, engine_moves, recompute)
+        sharing = view.prefill_prefix_sharing
+        key = (order, view.cost, host_tier, engine_moves, recompute, sharing)
         if key != self._agents_for:  # a new agent set or cost model: start afresh
             self._agents_for = key
             self._agent_key = {}
@@ -96,8 +108,20 @@ class DecisionState:
             self.prefix_len, self.move_in, self.move_out, self.reload = {}, {}, {}, {}
             self.kernel_ints = [0, -1] * len(order)
             self.kernel_floats = [0.0] * (4 * len(order))
-        changed = self._agent_key
+            self.caps = [-1] * len(order)
+            self.rt_mask = 0
+            self.resident = frozenset()
+            self._pv = {}
+        changed, seen = self._agent_key, self._pv
+        rt = self.rt_mask
         for a, pv in view.prefixes.items():
+            if seen.get(a) is pv:  # (a prefix's view is kept while it is unchanged)
+                continue
+            seen[a] = pv
+            i = self.idx[a]
+            cap = admit_cap(pv.in_tree, pv.computing, not pv.resident and (pv.on_host or pv.cached), sharing)
+            self.caps[i] = -1 if cap is None else cap
+            rt = rt | (1 << i) if pv.resident else rt & ~(1 << i)
             k = (pv.tokens, pv.on_host, pv.cached)
             if changed.get(a) == k:
                 continue
@@ -107,6 +131,9 @@ class DecisionState:
             i = self.idx[a]
             self.kernel_ints[2 * i] = tokens
             self.kernel_floats[4 * i:4 * i + 3] = (mi, mo, rl)
+        if rt != self.rt_mask:
+            self.rt_mask = rt
+            self.resident = frozenset(a for i, a in enumerate(self.names) if (rt >> i) & 1)
 
     # ------------------------------------------------------------------ the check
     def comparable(self) -> dict[str, Any]:
@@ -115,7 +142,8 @@ class DecisionState:
             "prefix_len": dict(self.prefix_len), "move_in": dict(self.move_in), "move_out": dict(self.move_out),
             "reload": dict(self.reload), "bit": dict(self.bit), "names": list(self.names), "idx": dict(self.idx),
             "pref_order": list(self.pref_order), "kernel_ints": list(self.kernel_ints),
-            "kernel_floats": list(self.kernel_floats),
+            "kernel_floats": list(self.kernel_floats), "caps": list(self.caps), "rt_mask": self.rt_mask,
+            "resident": self.resident,
         }
 
     def check(self, fresh: "DecisionState") -> None:
