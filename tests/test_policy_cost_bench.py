@@ -70,3 +70,11 @@ def test_a_replay_that_departs_from_the_recorded_run_is_refused(policy_cost, mon
     monkeypatch.setattr(policy_cost, "simulate", simulate)
     with pytest.raises(RuntimeError, match="replayed end with mean JCT"):
         policy_cost.replayed_cpu(trace, cost, 1)
+
+
+def test_a_replay_that_reads_every_request_into_arrays_ends_as_topas_run_did(policy_cost):
+    from topas.engine.cost import DEFAULT_PROFILE, load_profile
+
+    trace, cost = policy_cost.trace_at_load("dag-4", 20, 1.0, 0), load_profile(DEFAULT_PROFILE)
+    floor, run, n = policy_cost.replayed_cpu(trace, cost, 1, read=True)  # raises if the replay ends otherwise
+    assert 0 < floor < run and n > 0
