@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from topas.experiments import Experiment, run_experiment
-from topas.policies import topas_decision, topas_search_compiled, topas_setup_fused
+from topas.policies import make_policy, topas_decision, topas_search_compiled, topas_setup_fused
 from topas.policies.topas_decision import _DecisionCtx
 from topas.policies.topas_search import PrefixSearch
 from topas.policies.topas_search_compiled import CompiledSearch
@@ -146,6 +146,9 @@ def test_the_compiled_set_up_lays_out_what_the_fused_one_does_at_every_decision(
     at every decision it runs (the configurations it does not cover run the fused or readable
     set-up in both)."""
     exp = RUNS.get(name) or MORE.get(name) or SET_UP[name]
+    policy = make_policy(exp.policy, dict(exp.params))
+    if not (topas_setup_fused.covers(policy.params) and policy.plans_admissions):
+        pytest.skip("parameters the compiled set-up does not cover: the fused or readable set-up runs")
     monkeypatch.setattr(topas_search_compiled, "LOAD_AFTER_S", 0.0)
     topas_search_compiled.load()
     init = _DecisionCtx.__init__
