@@ -84,7 +84,8 @@ def topas_split(trace, cost) -> dict[str, float]:
     the engine, its views, the policy's bookkeeping and the timers) and what an average decision
     sees (``waiting``, ``running``, ``tasks``: with a waiting request, ``pending``: stages whose
     parents are all ready, ``agents``, ``sets``: distinct prefix sets scored, ``full``: of them
-    scored in full, not rejected from their sums); ``decisions``: how many. The timers wrap the
+    scored in full, not rejected from their sums); ``decisions``: how many, ``empty``: the share
+    of them that admitted, preempted, evicted and loaded nothing. The timers wrap the
     set-up, the search, the search kernel and ``_evaluate`` (counted) for this run only; the counts
     are read without computing what the compiled set-up leaves out."""
     from topas.policies import topas_decision
@@ -130,7 +131,7 @@ def topas_split(trace, cost) -> dict[str, float]:
     topas_search_compiled._kernel = timed_kernel
     try:
         t0 = time.perf_counter()
-        simulate(trace, make_policy("topas"), cost)
+        decisions = simulate(trace, make_policy("topas"), cost).decisions
         run = time.perf_counter() - t0
     finally:  # as they were: an inherited method is deleted, not set on the class
         topas_search_compiled._kernel = kernel
@@ -141,7 +142,9 @@ def topas_split(trace, cost) -> dict[str, float]:
                 delattr(ctx, k)
     n = max(seen["decisions"], 1)
     spent["search"] += spent.pop("kernel")
-    out = {"run": run, **spent, "rest": run - spent["setup"] - spent["search"], "decisions": float(seen["decisions"])}
+    moved = decisions[["n_admitted", "n_preempt", "n_evict", "n_load"]].sum(axis=1)
+    out = {"run": run, **spent, "rest": run - spent["setup"] - spent["search"], "decisions": float(seen["decisions"]),
+           "empty": float((moved == 0).mean()) if len(decisions) else 0.0}
     out.update({k: seen[k] / n for k in seen if k != "decisions"})
     return out
 
@@ -262,8 +265,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\ntarget     TOPAS <= {TOPAS_RATIO_TARGET:g}x FCFS's CPU on both: "
               f"{'MET' if worst <= TOPAS_RATIO_TARGET else 'MISSED'} (worst {worst:.2f}x)")
 
-        print("\nwhere TOPAS's time goes (one run each, wall s in this process; per decision: us, and what it sees on average)")
-        print(f"{'workload':14s}{'run':>7s}{'rest':>8s}{'set-up':>8s}{'search':>8s}{'decisions':>10s}"
+        print("\nwhere TOPAS's time goes (one run each, wall s in this process; empty: its decisions that admit, preempt, "
+              "evict and load nothing; per decision: us, and what it sees on average)")
+        print(f"{'workload':14s}{'run':>7s}{'rest':>8s}{'set-up':>8s}{'search':>8s}{'decisions':>10s}{'empty':>7s}"
               f"{'FCFS run':>9s}{'FCFS dec':>9s}{'us/dec':>8s}  waiting running tasks pending agents sets (full)")
         for w in WORKLOADS:
             tr = trace_at_load(w, args.tasks, args.load, args.seed)
@@ -272,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
             fcfs_decisions = len(simulate(tr, make_policy("fcfs"), cost).decisions)  # its scheduling points
             n = sp["decisions"]
             print(f"{w:14s}{sp['run']:7.2f}{sp['rest']:8.2f}{sp['setup']:8.2f}{sp['search']:8.2f}{n:10.0f}"
-                  f"{fcfs:9.2f}{fcfs_decisions:9d}{(sp['setup'] + sp['search']) / n * 1e6:8.0f}  {sp['waiting']:7.1f}"
+                  f"{sp['empty']:7.0%}{fcfs:9.2f}{fcfs_decisions:9d}{(sp['setup'] + sp['search']) / n * 1e6:8.0f}  {sp['waiting']:7.1f}"
                   f"{sp['running']:8.1f}{sp['tasks']:6.1f}{sp['pending']:8.1f}{sp['agents']:7.1f}{sp['sets']:5.1f}"
                   f" ({sp['full']:.1f})")
 

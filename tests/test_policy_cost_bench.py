@@ -37,6 +37,8 @@ def test_a_topas_run_splits_into_set_up_search_and_the_rest(policy_cost):
     assert min(sp["rest"], sp["setup"], sp["search"]) > 0
     assert (_DecisionCtx.__init__, _DecisionCtx.search, _DecisionCtx._evaluate) == methods  # restored
     decisions = simulate(trace, make_policy("topas"), cost).decisions
+    moved = decisions[["n_admitted", "n_preempt", "n_evict", "n_load"]].sum(axis=1)
+    assert sp["empty"] == pytest.approx((moved == 0).mean()) and 0 < sp["empty"] < 1
     decisions = decisions[decisions["n_waiting"] > 0]  # an empty queue is not searched
     assert sp["decisions"] == len(decisions)
     assert sp["waiting"] == pytest.approx(decisions["n_waiting"].mean())
