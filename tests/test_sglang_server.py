@@ -341,8 +341,9 @@ def test_make_passes_args_and_the_new_variables_through():
 
 
 def test_a_free_port_for_a_server_is_one_no_socket_bound_to_port_0_can_take(monkeypatch):
-    """The server binds its port minutes after it is chosen: below the ephemeral range, no other
-    socket is handed it in between; where the range cannot be read, the kernel picks one."""
+    """The server binds its port minutes after it is chosen: below the ephemeral range and below
+    the range SGLang picks its own torch.distributed port from, no other socket is handed it in
+    between; where the range cannot be read, the kernel picks one."""
     import socket
 
     from topas.sglang import launcher
@@ -351,7 +352,7 @@ def test_a_free_port_for_a_server_is_one_no_socket_bound_to_port_0_can_take(monk
     for _ in range(20):
         port = launcher.free_port()
         if low is not None:
-            assert launcher.PORT_FLOOR <= port < low
+            assert launcher.PORT_FLOOR <= port < min(low, launcher.PORT_CEILING)  # nor SGLang's own range
         with socket.socket() as s:
             s.bind(("127.0.0.1", port))  # free
     monkeypatch.setattr(launcher, "_ephemeral_low", lambda: None)

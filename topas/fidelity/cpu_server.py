@@ -23,6 +23,15 @@ from topas.sglang.launcher import cpu_test_args, eviction_args
 
 VENV = REPO_ROOT / ".venvs" / "sglang-cpu"
 MODEL = VENV / "tiny-llama"
+#: what the server logs when another socket took its port before it bound it; it then does not
+#: exit but waits, its scheduler still running
+PORT_TAKEN = b"address already in use"
+#: starts tried, each on a fresh port, when the port chosen was taken before the server bound it
+PORT_TRIES = 3
+
+
+class PortTaken(RuntimeError):
+    """The server could not bind its port: another socket took it after it was chosen."""
 
 
 def cpu_server_args(port: int, max_total_tokens: int = 4096, schedule_policy: str | None = None,
@@ -61,29 +70,61 @@ def cpu_server(port: int | None = None, policy: str = "fcfs", log_path: str | Pa
     ``extra_args``: more SGLang flags (e.g. ``--enable-hierarchical-cache``)."""
     if not (VENV / ".ready").exists():
         raise RuntimeError(f"{VENV} is not built: run tools/sglang_cpu/build_env.sh (make test-sglang builds it)")
-    port = port or launcher.free_port()
     env = (launcher.server_env(policy, decision_log=decision_log, profile=os.fspath(profile) if profile else None)
            if plugin else launcher.plain_env())
     env["OMP_NUM_THREADS"] = "1"
     if niceness is not None:
         raise_priority(niceness)
-    proc = launcher.start([*cpu_server_args(port, max_total_tokens, schedule_policy, eviction, eviction_config),
-                           *extra_args], env, log_path=log_path, python=str(VENV / "bin" / "python"))
-    url = f"http://127.0.0.1:{port}"
+    tries = 1 if port else PORT_TRIES  # a port given is the caller's: not replaced
+    for attempt in range(1, tries + 1):
+        chosen = port or launcher.free_port()
+        log_from = Path(log_path).stat().st_size if log_path and Path(log_path).exists() else 0
+        proc = launcher.start([*cpu_server_args(chosen, max_total_tokens, schedule_policy, eviction, eviction_config),
+                               *extra_args], env, log_path=log_path, python=str(VENV / "bin" / "python"))
+        url = f"http://127.0.0.1:{chosen}"
+        try:
+            wait_until_up(proc, url, startup_s, log_path, log_from)
+        except PortTaken as e:
+            launcher.stop(proc)
+            if attempt == tries:
+                raise RuntimeError(f"{e}, at each of {tries} start(s)") from None
+            continue
+        except BaseException:
+            launcher.stop(proc)
+            raise
+        break
     try:
-        t0 = time.time()
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"the CPU server exited with {proc.returncode} during startup (log: {log_path})")
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.time() - t0 > startup_s:
-                raise RuntimeError(f"the CPU server did not come up in {startup_s:g} s (log: {log_path})")
-            time.sleep(1.0)
         yield url
     finally:
         launcher.stop(proc)
+
+
+def wait_until_up(proc: Any, url: str, startup_s: float, log_path: str | Path | None = None,
+                  log_from: int = 0) -> None:
+    """Wait until the server started as ``proc`` answers ``url``/health; raise
+    :class:`PortTaken` as soon as its log (from byte ``log_from`` on: what this start wrote)
+    says its port was taken, RuntimeError if it exits or is not up in ``startup_s`` seconds."""
+    t0 = time.time()
+    while True:
+        if log_path is not None and _port_taken(Path(log_path), log_from):
+            raise PortTaken(f"the CPU server could not bind {url}: address already in use (log: {log_path})")
+        if proc.poll() is not None:
+            raise RuntimeError(f"the CPU server exited with {proc.returncode} during startup (log: {log_path})")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        if time.time() - t0 > startup_s:
+            raise RuntimeError(f"the CPU server did not come up in {startup_s:g} s (log: {log_path})")
+        time.sleep(1.0)
+
+
+def _port_taken(log_path: Path, log_from: int) -> bool:
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(log_from)
+            return PORT_TAKEN in f.read().lower()
+    except OSError:
+        return False

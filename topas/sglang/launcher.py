@@ -64,19 +64,27 @@ def launch_command(sglang_args: Sequence[str], python: str | None = None) -> lis
 
 #: where :func:`free_port` looks below the kernel's ephemeral range
 PORT_FLOOR = 10000
+#: SGLang picks its own torch.distributed port (``PortArgs.nccl_port``, bound by the scheduler
+#: before the server binds its HTTP port) at random from 22000-29999 when that is below the
+#: ephemeral range (``sglang.srt.utils.network.get_free_port_below_ephemeral``): :func:`free_port`
+#: stays below it, so that no server starting meanwhile, this one included, takes the port chosen
+PORT_CEILING = 22000
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port free on ``host`` now, for a server to bind later. Chosen at random below the
-    kernel's ephemeral port range where that range can be read (Linux): a server binds its port
-    only once its model is loaded, and until then a port from that range can be handed to any
-    socket bound to port 0 or connecting out (SGLang's own processes open several), which then
-    holds the server's address ("address already in use"). Elsewhere, one the kernel picks."""
+    """A port free on ``host`` now, for a server to bind later. Chosen at random from
+    :data:`PORT_FLOOR` up to the kernel's ephemeral port range, where that range can be read
+    (Linux), and below :data:`PORT_CEILING`: a server binds its port only once its model is
+    loaded, and until then a port from the ephemeral range can be handed to any socket bound to
+    port 0 or connecting out (SGLang's own processes open several), and one from SGLang's own
+    range to a starting server's torch.distributed store, which then holds the server's address
+    ("address already in use"). Elsewhere, one the kernel picks."""
     low = _ephemeral_low()
     if low is not None and low > PORT_FLOOR + 100:
+        high = min(low, PORT_CEILING)
         pick = random.Random()  # unseeded: two test sessions at once should not pick the same
         for _ in range(200):
-            port = pick.randrange(PORT_FLOOR, low)
+            port = pick.randrange(PORT_FLOOR, high)
             with socket.socket() as s:
                 try:
                     s.bind((host, port))
