@@ -96,6 +96,17 @@ def _same(fast, ref, path: str) -> None:
         assert fast is ref or fast == ref, path
 
 
+def _set_up_twice(monkeypatch, flag: str, init, ctx, policy, view):
+    """The decision's set-up with ``topas_decision.<flag>`` off, into a new context (returned: the
+    reference), then with it on, into ``ctx`` (the fast path under test)."""
+    monkeypatch.setattr(topas_decision, flag, False)
+    ref = _DecisionCtx.__new__(type(ctx))
+    init(ref, policy, view)
+    monkeypatch.setattr(topas_decision, flag, True)
+    init(ctx, policy, view)
+    return ref
+
+
 @pytest.mark.parametrize("name", sorted(RUNS) + sorted(MORE))
 def test_the_fused_set_up_leaves_what_the_readable_one_does_at_every_decision(name, monkeypatch):
     """``topas_setup_fused`` against ``_DecisionCtx._readable_setup``: every attribute of the
@@ -106,11 +117,7 @@ def test_the_fused_set_up_leaves_what_the_readable_one_does_at_every_decision(na
     fused = []
 
     def both(self, policy, view):
-        monkeypatch.setattr(topas_decision, "FUSED", False)
-        ref = _DecisionCtx.__new__(type(self))
-        init(ref, policy, view)
-        monkeypatch.setattr(topas_decision, "FUSED", True)
-        init(self, policy, view)
+        ref = _set_up_twice(monkeypatch, "FUSED", init, self, policy, view)
         assert "_compiled" not in vars(self)
         assert set(vars(self)) | DERIVED >= set(vars(ref))
         for k, v in vars(ref).items():  # what the fused set-up leaves out is computed as it is read
@@ -155,11 +162,7 @@ def test_the_compiled_set_up_lays_out_what_the_fused_one_does_at_every_decision(
     compiled = []
 
     def both(self, policy, view):
-        monkeypatch.setattr(topas_decision, "COMPILED", False)
-        ref = _DecisionCtx.__new__(type(self))
-        init(ref, policy, view)
-        monkeypatch.setattr(topas_decision, "COMPILED", True)
-        init(self, policy, view)
+        ref = _set_up_twice(monkeypatch, "COMPILED", init, self, policy, view)
         fast = vars(self).get("_compiled")
         compiled.append(fast is not None)
         if fast is None:
