@@ -94,3 +94,14 @@ def test_a_server_that_exits_is_reported_with_its_status(tmp_path):
     proc.wait()
     with pytest.raises(RuntimeError, match="exited with 3"):
         cs.wait_until_up(proc, "http://127.0.0.1:9", 30, Path(tmp_path / "none.log"))
+
+
+def test_a_server_that_exits_is_reported_with_the_last_lines_of_its_start(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text("an earlier start's line\n")
+    with open(log, "ab") as out:
+        proc = subprocess.Popen([sys.executable, "-c", "print('no model here'); raise SystemExit(2)"], stdout=out)
+        proc.wait()
+    with pytest.raises(RuntimeError, match="exited with 2") as e:
+        cs.wait_until_up(proc, "http://127.0.0.1:9", 30, log, log_from=len("an earlier start's line\n"))
+    assert "no model here" in str(e.value) and "earlier" not in str(e.value)

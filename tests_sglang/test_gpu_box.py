@@ -47,22 +47,16 @@ def _start(d: Path, name: str, pool: int, plugins: str | None = None):
 
 
 def _wait(servers, timeout_s=300.0):
-    import urllib.request
+    """Every server answers /health within ``timeout_s`` seconds in all (``wait_until_up``: its log
+    read for a port taken, its last lines in the error)."""
+    from topas.fidelity.cpu_server import wait_until_up
 
     t0 = time.time()
     for s in servers:
-        while True:
-            if s["proc"].poll() is not None:
-                raise RuntimeError(f"server {s['name']} exited: {s['log'].read_text()[-3000:]}")
-            try:
-                with urllib.request.urlopen(s["url"] + "/health", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.time() - t0 > timeout_s:
-                raise RuntimeError(f"server {s['name']} not up after {timeout_s:g} s")
-            time.sleep(0.5)
+        try:
+            wait_until_up(s["proc"], s["url"], timeout_s - (time.time() - t0), s["log"])
+        except RuntimeError as e:
+            raise RuntimeError(f"server {s['name']}: {e}") from None
 
 
 @pytest.fixture(scope="module")

@@ -103,13 +103,15 @@ def wait_until_up(proc: Any, url: str, startup_s: float, log_path: str | Path | 
                   log_from: int = 0) -> None:
     """Wait until the server started as ``proc`` answers ``url``/health; raise
     :class:`PortTaken` as soon as its log (from byte ``log_from`` on: what this start wrote)
-    says its port was taken, RuntimeError if it exits or is not up in ``startup_s`` seconds."""
+    says its port was taken, RuntimeError if it exits or is not up in ``startup_s`` seconds (with
+    the last lines this start logged)."""
     t0 = time.time()
     while True:
-        if log_path is not None and _port_taken(Path(log_path), log_from):
+        if log_path is not None and PORT_TAKEN in _logged(Path(log_path), log_from).lower():
             raise PortTaken(f"the CPU server could not bind {url}: address already in use (log: {log_path})")
         if proc.poll() is not None:
-            raise RuntimeError(f"the CPU server exited with {proc.returncode} during startup (log: {log_path})")
+            raise RuntimeError(f"the CPU server exited with {proc.returncode} during startup "
+                               f"(log: {log_path}){_tail(log_path, log_from)}")
         try:
             with urllib.request.urlopen(url + "/health", timeout=5) as r:
                 if r.status == 200:
@@ -117,14 +119,23 @@ def wait_until_up(proc: Any, url: str, startup_s: float, log_path: str | Path | 
         except OSError:
             pass
         if time.time() - t0 > startup_s:
-            raise RuntimeError(f"the CPU server did not come up in {startup_s:g} s (log: {log_path})")
+            raise RuntimeError(f"the CPU server did not come up in {startup_s:g} s "
+                               f"(log: {log_path}){_tail(log_path, log_from)}")
         time.sleep(1.0)
 
 
-def _port_taken(log_path: Path, log_from: int) -> bool:
+def _logged(log_path: Path, log_from: int) -> bytes:
+    """What the log holds from byte ``log_from`` on (nothing if it cannot be read)."""
     try:
         with open(log_path, "rb") as f:
             f.seek(log_from)
-            return PORT_TAKEN in f.read().lower()
+            return f.read()
     except OSError:
-        return False
+        return b""
+
+
+def _tail(log_path: str | Path | None, log_from: int, chars: int = 3000) -> str:
+    if log_path is None:
+        return ""
+    text = _logged(Path(log_path), log_from).decode(errors="replace")[-chars:]
+    return f"; its last lines:\n{text}" if text else ""
