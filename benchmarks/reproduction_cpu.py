@@ -11,6 +11,14 @@ and prints them per policy, so that a speed-up can be aimed where the reproducti
     python benchmarks/reproduction_cpu.py
     python benchmarks/reproduction_cpu.py --by workload
 
+``--timeline`` shows instead how busy the reproduction kept its cores with simulations: each run
+is placed from ``created - sim_wall_s`` to ``created`` (its result's stamp, written once its
+tables are stored, so each interval sits a few ms late), and the span from the first start to the
+last end is split by how many simulations ran at once, with the longest stretches where none ran
+(between notebooks, or while a notebook's kernel analyses) and the runs on either side of each.
+Two at once on two cores is the most a reproduction can get from its simulations; the rest of the
+span is the runs' own set-up and storing, sweeps' tails, and notebooks' kernels.
+
 Nothing is simulated; it reads the pack's summaries (a few seconds).
 """
 
@@ -69,6 +77,77 @@ def attribute(summaries: pd.DataFrame, by: str = "policy") -> pd.DataFrame:
     return pd.concat([body, out.loc[["all"]]]).reindex(columns=list(COLUMNS))
 
 
+def concurrency(summaries: pd.DataFrame, gaps: int = 5) -> tuple[pd.Series, pd.DataFrame]:
+    """How many simulations ran at once over the span of the runs in ``summaries`` (each from
+    ``created - sim_wall_s`` to ``created``): minutes by that number (an index from 0 to the
+    most), and the ``gaps`` longest stretches where none ran (``start_min`` from the first run's
+    start, ``seconds``, and the labels of the runs that ended before and started after)."""
+    need = {"key", "created", "sim_wall_s"}
+    missing = sorted(need - set(summaries.columns))
+    if missing:
+        raise ValueError(f"the summaries lack column(s) {', '.join(missing)}")
+    if summaries.empty:
+        raise ValueError("no runs to place on a timeline")
+    end = pd.to_datetime(summaries["created"], utc=True, format="ISO8601", errors="coerce")
+    wall = summaries["sim_wall_s"].astype(float)
+    bad = summaries.loc[end.isna() | wall.isna() | (wall < 0), "key"]
+    if len(bad):
+        raise ValueError(f"run {bad.iloc[0]} has no creation stamp or simulation time (created, sim_wall_s)")
+    e = ((end - end.min()).dt.total_seconds()).to_numpy()
+    b = e - wall.to_numpy()
+    b, e = b - b.min(), e - b.min()
+    label = _labels(summaries)
+    # each start +1, each end -1; ends before starts at the same instant (a run handing over)
+    events = sorted([(t, 1, i) for i, t in enumerate(b)] + [(t, -1, i) for i, t in enumerate(e)],
+                    key=lambda x: (x[0], x[1]))
+    seconds: dict[int, float] = {}
+    stretches = []
+    running, last, ended = 0, 0.0, None
+    for t, step, i in events:
+        seconds[running] = seconds.get(running, 0.0) + (t - last)
+        if running == 0 and t > last and ended is not None:
+            stretches.append((last / 60, t - last, label[ended], label[i]))
+        running += step
+        if step < 0:
+            ended = i
+        last = t
+    levels = range(max(seconds) + 1)
+    minutes = pd.Series([seconds.get(k, 0.0) / 60 for k in levels], index=pd.Index(levels, name="at once"))
+    top = sorted(stretches, key=lambda x: -x[1])[:gaps]
+    return minutes, pd.DataFrame(top, columns=["start_min", "seconds", "after", "before"])
+
+
+def _labels(summaries: pd.DataFrame) -> list[str]:
+    """Each run as ``workload/policy@load,tasks`` with its engine model where not the stock one,
+    what of it the summaries hold (else its key)."""
+    cols = [c for c in ("workload", "policy", "load", "n_tasks_limit", "engine_model") if c in summaries.columns]
+    if len(cols) < 2:
+        return [str(k) for k in summaries["key"]]
+    out = []
+    for row in summaries[cols].itertuples(index=False):
+        r = dict(zip(cols, row))
+        tail = ",".join(f"{k}={r[k]:g}" for k in ("load", "n_tasks_limit") if k in r and pd.notna(r[k]))
+        model = r.get("engine_model")
+        out.append(f"{r['workload']}/{r['policy']}" + (f"@{tail}" if tail else "")
+                   + (f" [{model}]" if isinstance(model, str) and model != "stock" else ""))
+    return out
+
+
+def print_timeline(summaries: pd.DataFrame, pack: Path) -> None:
+    minutes, gaps = concurrency(summaries)
+    span = float(minutes.sum())
+    busy = float((minutes * minutes.index).sum())
+    print(f"the simulations of {len(summaries)} runs in {pack} over their span, {span:.1f} min (each run from "
+          "its stamp less its simulation time to its stamp):")
+    for k, m in minutes.items():
+        print(f"  {k} at once: {m:6.1f} min ({m / span:.0%})")
+    print(f"simulation time {busy:.1f} min: on two cores, {busy / (2 * span):.0%} of what the span could hold")
+    print("the longest stretches with no simulation running (start, seconds, the run that ended before, the "
+          "run that started after):")
+    for g in gaps.itertuples(index=False):
+        print(f"  {g.start_min:5.1f} min  {g.seconds:5.1f} s  {g.after}  ->  {g.before}")
+
+
 def read_pack(pack: Path = PACK) -> pd.DataFrame:
     """The summaries of every run in ``pack`` (nothing else: no local store)."""
     from topas.experiments.result_store import ResultStore
@@ -85,7 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--by", default="policy", choices=("policy", "workload", "n_tasks_limit", "load"),
                     help="group the runs by this summary column (default: policy)")
     ap.add_argument("--pack", type=Path, default=PACK, help="a results pack (default: data/results/sim)")
+    ap.add_argument("--timeline", action="store_true",
+                    help="how many simulations ran at once over the reproduction, and where none did")
     args = ap.parse_args(argv)
+    if args.timeline:
+        print_timeline(read_pack(args.pack), args.pack)
+        return 0
     table = attribute(read_pack(args.pack), args.by)
     fmt = {"sim_min": "{:.2f}", "decide_min": "{:.2f}", "engine_min": "{:.2f}", "share": "{:.1%}",
            "decide_share": "{:.1%}", "us_per_point": "{:.0f}", "decide_us_per_point": "{:.0f}"}
