@@ -15,7 +15,10 @@ TOPAS in every other respect (``replayed_cpu``): the CPU of the engine alone on 
 points, and what the 2x target leaves for each of TOPAS's decisions (all its own work: the set-up,
 the search and its bookkeeping) beside what one costs now; and the same replay reading every
 request into arrays for one compiled call (``read_into_arrays``), the least any compiled decision
-reading the view does, and what the target leaves past that.
+reading the view does, and what the target leaves past that; and the replay reading no view
+at all but running TOPAS's two kernels on the arrays each decision gave them in the recorded run
+(``kernels``): what a decision costs whose arrays the engine's events keep up to date (the design
+that would not read the view), before any cost of keeping them.
 
 Part 2, decision latency: ``benchmarks/decision_latency.py``'s DAG-10-Wide run (its first
 ``--latency-tasks`` tasks at 1.5x nominal) under TOPAS and TOPAS+: wall time per decision, mean
@@ -179,39 +182,67 @@ def _summing_kernel():
     return total
 
 
-def replayed_cpu(trace, cost, repeat: int, read: bool = False) -> tuple[float, float, int]:
+def replayed_cpu(trace, cost, repeat: int, read: bool = False, kernels: bool = False) -> tuple[float, float, int]:
     """The engine's own cost of TOPAS's run: TOPAS's decisions recorded in one run, then replayed
     at no cost by a policy that is TOPAS in every other respect (its hooks, its task views, and it
     reads every running request's view as TOPAS's set-up does; with ``read``, it also reads every
-    request into arrays and makes one compiled call, ``read_into_arrays``). The least CPU seconds of
-    ``repeat`` replays, the recorded run's CPU seconds and its number of decisions. A replay that does not end as the recorded run
-    did (its mean JCT) raises: the floor would not be TOPAS's."""
+    request into arrays and makes one compiled call, ``read_into_arrays``). With ``kernels``, the
+    replay reads no request's view and runs TOPAS's two kernels (``topas_kernel_setup``, then the
+    search) on the arrays each decision gave them in the recorded run, and builds the recorded
+    Decision afresh: what a decision whose arrays were kept up to date by the engine's events
+    would still cost, before any cost of keeping them. The least CPU seconds of ``repeat``
+    replays, the recorded run's CPU seconds and its number of decisions. A replay that does not end
+    as the recorded run did (its mean JCT) raises: the floor would not be TOPAS's."""
+    from topas.engine.view import Decision
+    from topas.policies import topas_setup_compiled
+    from topas.policies.topas_kernel_setup import cached_setup_kernel
+
     base = policy_class("topas")
     decisions: list = []
+    inputs: list[list[tuple[np.ndarray, np.ndarray]]] = []  # per decision, each set-up kernel call's arrays
+
+    def capturing_setup(ii, ff):
+        inputs[-1].append((ii.copy(), ff.copy()))
+        return cached_setup_kernel(ii, ff)
 
     class Recorded(base):  # type: ignore[misc, valid-type]
         def decide(self, view):
+            inputs.append([])
             d = super().decide(view)
             decisions.append(d)
             return d
 
     kernel = _summing_kernel() if read else None
+    search = topas_search_compiled.load()
 
     class Replayed(base):  # type: ignore[misc, valid-type]
         def reset(self) -> None:
             super().reset()
-            self._replayed = iter(decisions)
+            self._replayed = iter(zip(decisions, inputs))
 
         def decide(self, view):
+            d, calls = next(self._replayed)
+            if kernels:
+                for ii, ff in calls:
+                    ints, floats, cands, _ = cached_setup_kernel(ii, ff)
+                    search(ints, floats, np.empty(len(cands) + 1, np.int64), np.empty(6))
+                return Decision(admit=d.admit, preempt=d.preempt, evict=d.evict, load=d.load, info=dict(d.info))
             if kernel is not None:
                 read_into_arrays(view, kernel)
             for _ in view.running:  # build every running request's view, as TOPAS's set-up does
                 pass
-            return next(self._replayed)
+            return d
 
-    t0 = time.process_time()
-    recorded = simulate(trace, Recorded(), cost).summary["jct_mean"]
-    run = time.process_time() - t0
+    before = topas_setup_compiled._kernel
+    topas_setup_compiled._kernel = capturing_setup
+    try:
+        t0 = time.process_time()
+        recorded = simulate(trace, Recorded(), cost).summary["jct_mean"]
+        run = time.process_time() - t0
+    finally:
+        topas_setup_compiled._kernel = before
+    if kernels and not any(inputs):
+        raise RuntimeError("the recorded run never ran the compiled set-up: nothing to replay its kernels on")
     best = float("inf")
     for _ in range(repeat):
         t0 = time.process_time()
@@ -283,18 +314,22 @@ def main(argv: list[str] | None = None) -> int:
         print("\nthe engine's floor: TOPAS's decisions replayed at no cost (CPU s, best of "
               f"{args.repeat}); what the {TOPAS_RATIO_TARGET:g}x target leaves TOPAS per decision for all its own work;"
               "\nthen the same replay reading every request into arrays for one compiled call (read_into_arrays), and "
-              "what the target leaves past that")
+              "what the target leaves past that;\nthen the replay reading no view but running TOPAS's two kernels on "
+              "each decision's recorded arrays (kernels only: a decision whose arrays the engine's events keep), x FCFS, "
+              "and what the target leaves for keeping those arrays")
         print(f"{'workload':14s}{'FCFS':>7s}{'TOPAS':>8s}{'replay':>8s}{'x FCFS':>8s}{'TOPAS us/dec':>14s}"
-              f"{'target leaves':>15s}{'+ reading':>11s}{'leaves':>8s}")
+              f"{'target leaves':>15s}{'+ reading':>11s}{'leaves':>8s}{'kernels only':>14s}{'x FCFS':>8s}{'leaves':>8s}")
         for w in WORKLOADS:
             tr = trace_at_load(w, args.tasks, args.load, args.seed)
             fcfs = per_k[w, "fcfs"] * len(tr.tasks) / 1000
             topas = per_k[w, "topas"] * len(tr.tasks) / 1000
             floor, _, n = replayed_cpu(tr, cost, args.repeat)
             read, _, _ = replayed_cpu(tr, cost, args.repeat, read=True)
+            only, _, _ = replayed_cpu(tr, cost, args.repeat, kernels=True)
             print(f"{w:14s}{fcfs:7.3f}{topas:8.3f}{floor:8.3f}{floor / fcfs:8.2f}{(topas - floor) / n * 1e6:14.0f}"
                   f"{(TOPAS_RATIO_TARGET * fcfs - floor) / n * 1e6:15.0f}{read:11.3f}"
-                  f"{(TOPAS_RATIO_TARGET * fcfs - read) / n * 1e6:8.0f}")
+                  f"{(TOPAS_RATIO_TARGET * fcfs - read) / n * 1e6:8.0f}{only:14.3f}{only / fcfs:8.2f}"
+                  f"{(TOPAS_RATIO_TARGET * fcfs - only) / n * 1e6:8.0f}")
 
     tr = dag10wide(args.latency_tasks, 1.5, args.seed)
     print(f"\ndecision latency (wall ms per decision), DAG-10-Wide, first {len(tr.tasks)} tasks at 1.5x nominal; "

@@ -80,3 +80,22 @@ def test_a_replay_that_reads_every_request_into_arrays_ends_as_topas_run_did(pol
     trace, cost = policy_cost.trace_at_load("dag-4", 20, 1.0, 0), load_profile(DEFAULT_PROFILE)
     floor, run, n = policy_cost.replayed_cpu(trace, cost, 1, read=True)  # raises if the replay ends otherwise
     assert 0 < floor < run and n > 0
+
+
+def test_a_replay_of_the_kernels_alone_runs_each_recorded_set_up_again_and_ends_as_topas_run_did(policy_cost, monkeypatch):
+    from topas.engine.cost import DEFAULT_PROFILE, load_profile
+    from topas.policies import topas_kernel_setup
+
+    real = topas_kernel_setup.cached_setup_kernel
+    calls = []
+
+    def counted(ii, ff):
+        calls.append(ii.sum())
+        return real(ii, ff)
+
+    monkeypatch.setattr(topas_kernel_setup, "cached_setup_kernel", counted)
+    trace, cost = policy_cost.trace_at_load("dag-4", 20, 1.0, 0), load_profile(DEFAULT_PROFILE)
+    only, run, n = policy_cost.replayed_cpu(trace, cost, 1, kernels=True)  # raises if the replay ends otherwise
+    assert 0 < only < run and n > 0
+    recorded = len(calls) // 2
+    assert recorded > 0 and calls[recorded:] == calls[:recorded]  # the same arrays, in the same order, once more
