@@ -8,34 +8,17 @@ import re
 import pytest
 
 from topas import __version__
-from conftest import run_cli as run
+from conftest import good_trace_dict, run_cli as run
 from topas.paths import REPO_ROOT
 
 TRACES = REPO_ROOT / "data" / "traces"
 
 
 def good() -> dict:
-    stages = [
-        {"id": "A", "agent": "a", "input_tokens": 10, "output_tokens": 5, "parents": []},
-        {"id": "B", "agent": "b", "input_tokens": 20, "output_tokens": 5, "parents": ["A"]},
-        {"id": "C", "agent": "b", "input_tokens": 30, "output_tokens": 5, "parents": ["A"]},
-        {"id": "D", "agent": "a", "input_tokens": 40, "output_tokens": 5, "parents": ["B", "C"]},
-    ]
-    return {
-        "schema": "topas.trace/1",
-        "name": "tiny",
-        "meta": {},
-        "agents": [
-            {"name": "a", "prefix_tokens": 100, "expected_output_tokens": 5.0},
-            {"name": "b", "prefix_tokens": 200, "expected_output_tokens": 5.0},
-        ],
-        "tasks": [
-            {"id": "t00000", "arrival": 0.0, "workflow": "tiny", "stages": json.loads(json.dumps(stages))},
-            {"id": "t00001", "arrival": 2.0, "workflow": "tiny", "stages": json.loads(json.dumps(stages))},
-        ],
-    }
-
-
+    """conftest's valid two-task trace, its second task arriving at 2 s (the tests read that span)."""
+    d = good_trace_dict()
+    d["tasks"][1]["arrival"] = 2.0
+    return d
 
 
 def write(tmp_path, d, name="x.json"):
