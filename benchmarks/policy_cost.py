@@ -234,7 +234,8 @@ def replayed_cpu(trace, cost, repeat: int, read: bool = False, kernels: bool = F
             return d
 
     before = topas_setup_compiled._kernel
-    topas_setup_compiled._kernel = capturing_setup
+    if kernels:  # (the other replays need only the decisions)
+        topas_setup_compiled._kernel = capturing_setup
     try:
         t0 = time.process_time()
         recorded = simulate(trace, Recorded(), cost).summary["jct_mean"]
