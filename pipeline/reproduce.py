@@ -61,7 +61,8 @@ working store lacks and ignore the shipped ones (``$TOPAS_USE_PACKS=0``); ``--en
 --server URL`` replays every experiment on a running SGLang server instead of simulating
 (one at a time; results stored under their own keys, labelled ``engine=sglang``; figures and
 tables in ``figures/sglang/``),
-``--jobs N`` (worker processes; default: all cores), ``--ray-address ADDR`` (run every sweep on a
+``--jobs N`` (worker processes, also the notebooks' sweeps', through ``$TOPAS_JOBS``; default:
+``$TOPAS_JOBS`` or all cores), ``--ray-address ADDR`` (run every sweep on a
 Ray cluster instead of local processes: ``local``, ``auto`` or ``HOST:PORT``; it reaches the
 notebooks through ``$TOPAS_RAY_ADDRESS``, see :mod:`topas.experiments.ray_backend`).
 """
@@ -124,7 +125,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="arrival rate as a multiple of each trace's nominal rate (default: 1.2)")
     ap.add_argument("--seeds", type=int, default=None, help="arrival seeds 0..N-1 (default: 3; quick: 1)")
     ap.add_argument("--tasks", type=int, default=None, help="tasks per run (default: 500; quick: 100)")
-    ap.add_argument("--jobs", type=int, default=None, help="worker processes (default: all cores)")
+    ap.add_argument("--jobs", type=int, default=None,
+                    help="worker processes, the notebooks' sweeps' too (default: $TOPAS_JOBS, else all cores)")
     ap.add_argument("--ray-address", default=None,
                     help="run the sweeps on Ray: 'local', 'auto' or HOST:PORT (needs the ray extra)")
     ap.add_argument("--profile", default=None, help="engine profile (default: the paper's A100 + Qwen2.5-32B)")
@@ -274,11 +276,12 @@ def measured_plan(args: argparse.Namespace, ident, stages_exps: list[tuple[str, 
 def simulated_plan(args: argparse.Namespace, stages_exps: list[tuple[str, list]], policies: list[str]) -> int:
     """Print the simulator's plan (:mod:`topas.experiments.sim_plan`; calibrated on this machine
     the first time per code version); 0 to go on, -1 for ``--plan``."""
+    from topas.experiments.dispatch import default_jobs
     from topas.experiments.sim_plan import calibrate, sim_plan_lines
     from topas.experiments.store import ResultStore
 
     store = ResultStore()
-    jobs = args.jobs or os.cpu_count() or 1
+    jobs = args.jobs or default_jobs()
     print("planning (a short calibration run of each policy on each of its workloads the first time per code "
           "version) ...", flush=True)
     notebooks = args.grid != "gpu-afternoon" and not args.no_notebooks
@@ -377,6 +380,10 @@ def reproduce(args: argparse.Namespace, ident) -> int:
         from topas.experiments.ray_backend import RAY_ADDRESS_ENV
 
         os.environ[RAY_ADDRESS_ENV] = args.ray_address  # the notebooks' kernels inherit it
+    if args.jobs:
+        from topas.experiments.dispatch import JOBS_ENV
+
+        os.environ[JOBS_ENV] = str(args.jobs)  # the notebooks' kernels inherit it: their sweeps' workers
     measured = args.engine == "sglang"
     noun = "replays" if measured else "simulations"
     profile = args.profile or DEFAULT_PROFILE
@@ -485,7 +492,9 @@ def run_notebooks(args: argparse.Namespace) -> int:
         executed = executed / args.engine
         paths = [p for p in paths if p.stem not in NOT_MEASURED]
         write_atomic(args.out_dir / "NOT_MEASURED.md", not_measured_text())
-    jobs = (args.jobs or os.cpu_count() or 1) if args.figures_only else 1
+    from topas.experiments.dispatch import default_jobs
+
+    jobs = (args.jobs or default_jobs()) if args.figures_only else 1
     print(f"\nnotebooks -> figures in {args.out_dir}, executed copies in {executed}"
           + (f", {jobs} at a time" if jobs > 1 else ""), flush=True)
     t, cpu0 = time.perf_counter(), children_cpu()

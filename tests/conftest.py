@@ -314,3 +314,15 @@ def counted(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(sweep_mod, "run_experiment", counting)
     return runs
+
+
+@pytest.fixture(autouse=True)
+def _environment_as_it_was():
+    """Each test leaves the process's environment as it found it: a command run in-process (the
+    reproduce script's ``cli``, which sets variables for its notebooks' kernels) does not reach
+    the tests after it in the same worker."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)

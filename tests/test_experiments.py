@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import pickle
+import re
 import os
 import subprocess
 import sys
@@ -214,6 +215,35 @@ def test_run_many_checks_specs_before_running():
     assert run_many([], progress=False) == []
     with pytest.raises(ValueError, match="jobs"):
         run_many([exp()], jobs=0, progress=False)
+
+
+def test_topas_jobs_sets_the_workers_of_a_sweep_that_does_not_say(monkeypatch):
+    from topas.experiments import dispatch
+
+    seen = []
+    real = dispatch.map_experiments
+
+    def spy(fn, exps, jobs=1, progress=True, desc="experiments"):
+        seen.append(jobs)
+        return real(fn, exps, jobs=1, progress=progress, desc=desc)  # (in this process: the count is the point)
+
+    monkeypatch.setattr("topas.experiments.local.map_experiments", spy)
+    exps = [exp(n_tasks=4, seed=s) for s in range(3)]
+    monkeypatch.setenv("TOPAS_JOBS", "1")
+    run_many(exps, progress=False, store=False)
+    monkeypatch.setenv("TOPAS_JOBS", " 2 ")
+    run_many(exps, progress=False, store=False)
+    run_many(exps, jobs=3, progress=False, store=False)  # a sweep that says wins
+    monkeypatch.delenv("TOPAS_JOBS")
+    run_many(exps, progress=False, store=False)
+    assert seen == [1, 2, 3, min(len(exps), os.cpu_count() or 1)]
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "two", "1.5"])
+def test_a_bad_topas_jobs_is_refused_naming_it(monkeypatch, value):
+    monkeypatch.setenv("TOPAS_JOBS", value)
+    with pytest.raises(ValueError, match=rf"\$TOPAS_JOBS='{re.escape(value)}': worker processes must be a whole number"):
+        run_many([exp(n_tasks=4)], progress=False, store=False)
 
 
 def test_run_many_names_a_failing_experiment(monkeypatch, tmp_path):

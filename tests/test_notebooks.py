@@ -198,6 +198,9 @@ def test_notebook_runs_quick_and_writes_its_outputs(name, tmp_path, monkeypatch)
     figs = tmp_path / "figures"
     # anything written without out_dir lands here too, never in the repository's figures/
     monkeypatch.setenv("TOPAS_FIGURES", str(figs))
+    # pytest-xdist already runs a test on each core: the notebook's sweeps run in its kernel,
+    # not on worker processes of their own that would each load the simulator again
+    monkeypatch.setenv("TOPAS_JOBS", "1")
     params = {"quick": True, "out_dir": str(figs)}
     if "store_dir" in _parameter_names(name):  # (papermill warns of a parameter a notebook does not take)
         # quick results go to a temporary store, never the repository's data/results/store

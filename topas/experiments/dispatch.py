@@ -25,21 +25,40 @@ from topas.experiments.ray_backend import resolve_address
 from topas.experiments.replay_time import replay_order
 from topas.experiments.spec import Experiment
 
-__all__ = ["check_sweep", "map_experiments", "workers"]
+__all__ = ["JOBS_ENV", "check_sweep", "default_jobs", "map_experiments", "workers"]
 
 T = TypeVar("T")
+
+#: Worker processes for a sweep that does not say (``jobs=None``): every notebook's and study's
+#: sweeps, and ``make reproduce`` without ``--jobs``. Unset: one per CPU core.
+JOBS_ENV = "TOPAS_JOBS"
+
+
+def default_jobs() -> int:
+    """``$TOPAS_JOBS`` (a whole number >= 1), else ``os.cpu_count()``; ``ValueError`` naming the
+    variable and its value where it is set to anything else."""
+    raw = os.environ.get(JOBS_ENV, "").strip()
+    if not raw:
+        return os.cpu_count() or 1
+    try:
+        jobs = int(raw)
+    except ValueError:
+        jobs = 0
+    if jobs < 1:
+        raise ValueError(f"${JOBS_ENV}={raw!r}: worker processes must be a whole number >= 1 (unset it to use every core)")
+    return jobs
 
 
 def check_sweep(experiments: Iterable[Experiment], jobs: int | None, caller: str) -> tuple[list[Experiment], int]:
     """Check every spec (resolving each input, so a bad one is named before anything runs) and
-    ``jobs`` (``None`` = all cores); return the experiments as a list and the job count."""
+    ``jobs`` (``None``: :func:`default_jobs`); return the experiments as a list and the job count."""
     exps = list(experiments)
     for e in exps:
         if not isinstance(e, Experiment):
             raise TypeError(f"{caller} takes Experiment objects, got {e!r}")
         e.key()  # resolves and checks every input; raises naming the bad item
     if jobs is None:
-        jobs = os.cpu_count() or 1
+        jobs = default_jobs()
     if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"jobs must be an integer >= 1 or None, got jobs={jobs!r}")
     return exps, jobs

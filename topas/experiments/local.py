@@ -65,7 +65,7 @@ def run_many(
     ``store``: the results store read first and written as each run finishes (a
     :class:`~topas.experiments.result_store.ResultStore` or its root folder; ``None``: the default
     store, ``data/results/store`` plus the shipped packs unless ``$TOPAS_USE_PACKS=0``; ``False``: no
-    store, everything runs and nothing is kept). ``jobs``: worker processes (``None``: ``os.cpu_count()``; never more than there are
+    store, everything runs and nothing is kept). ``jobs``: worker processes (``None``: ``$TOPAS_JOBS`` or one per core, ``dispatch.default_jobs``; never more than there are
     experiments; ``1`` runs in this process). ``ray_address`` (or ``$TOPAS_RAY_ADDRESS``): run
     on Ray instead, one task per experiment (see :mod:`topas.experiments.ray_backend`; ``jobs``
     is then ignored). ``progress``: show a tqdm bar on stderr labelled
