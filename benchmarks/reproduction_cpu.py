@@ -81,7 +81,7 @@ def concurrency(summaries: pd.DataFrame, gaps: int = 5) -> tuple[pd.Series, pd.D
     """How many simulations ran at once over the span of the runs in ``summaries`` (each from
     ``created - sim_wall_s`` to ``created``): minutes by that number (an index from 0 to the
     most), and the ``gaps`` longest stretches where none ran (``start_min`` from the first run's
-    start, ``seconds``, and the labels of the runs that ended before and started after)."""
+    start, ``seconds``, and the keys of the runs that ended before and started after)."""
     need = {"key", "created", "sim_wall_s"}
     missing = sorted(need - set(summaries.columns))
     if missing:
@@ -96,7 +96,7 @@ def concurrency(summaries: pd.DataFrame, gaps: int = 5) -> tuple[pd.Series, pd.D
     e = ((end - end.min()).dt.total_seconds()).to_numpy()
     b = e - wall.to_numpy()
     b, e = b - b.min(), e - b.min()
-    label = _labels(summaries)
+    key = summaries["key"].to_list()
     # each start +1, each end -1; ends before starts at the same instant (a run handing over)
     events = sorted([(t, 1, i) for i, t in enumerate(b)] + [(t, -1, i) for i, t in enumerate(e)],
                     key=lambda x: (x[0], x[1]))
@@ -106,7 +106,7 @@ def concurrency(summaries: pd.DataFrame, gaps: int = 5) -> tuple[pd.Series, pd.D
     for t, step, i in events:
         seconds[running] = seconds.get(running, 0.0) + (t - last)
         if running == 0 and t > last and ended is not None:
-            stretches.append((last / 60, t - last, label[ended], label[i]))
+            stretches.append((last / 60, t - last, key[ended], key[i]))
         running += step
         if step < 0:
             ended = i
@@ -117,24 +117,10 @@ def concurrency(summaries: pd.DataFrame, gaps: int = 5) -> tuple[pd.Series, pd.D
     return minutes, pd.DataFrame(top, columns=["start_min", "seconds", "after", "before"])
 
 
-def _labels(summaries: pd.DataFrame) -> list[str]:
-    """Each run as ``workload/policy@load,tasks`` with its engine model where not the stock one,
-    what of it the summaries hold (else its key)."""
-    cols = [c for c in ("workload", "policy", "load", "n_tasks_limit", "engine_model") if c in summaries.columns]
-    if len(cols) < 2:
-        return [str(k) for k in summaries["key"]]
-    out = []
-    for row in summaries[cols].itertuples(index=False):
-        r = dict(zip(cols, row))
-        tail = ",".join(f"{k}={r[k]:g}" for k in ("load", "n_tasks_limit") if k in r and pd.notna(r[k]))
-        model = r.get("engine_model")
-        out.append(f"{r['workload']}/{r['policy']}" + (f"@{tail}" if tail else "")
-                   + (f" [{model}]" if isinstance(model, str) and model != "stock" else ""))
-    return out
-
-
 def print_timeline(summaries: pd.DataFrame, pack: Path) -> None:
     minutes, gaps = concurrency(summaries)
+    store = _pack_store(pack)
+    label = {k: store.meta(k).get("label", k) for k in {*gaps["after"], *gaps["before"]}}  # (Experiment.label)
     span = float(minutes.sum())
     busy = float((minutes * minutes.index).sum())
     print(f"the simulations of {len(summaries)} runs in {pack} over their span, {span:.1f} min (each run from "
@@ -145,18 +131,23 @@ def print_timeline(summaries: pd.DataFrame, pack: Path) -> None:
     print("the longest stretches with no simulation running (start, seconds, the run that ended before, the "
           "run that started after):")
     for g in gaps.itertuples(index=False):
-        print(f"  {g.start_min:5.1f} min  {g.seconds:5.1f} s  {g.after}  ->  {g.before}")
+        print(f"  {g.start_min:5.1f} min  {g.seconds:5.1f} s  {label[g.after]}  ->  {label[g.before]}")
 
 
-def read_pack(pack: Path = PACK) -> pd.DataFrame:
-    """The summaries of every run in ``pack`` (nothing else: no local store)."""
+def _pack_store(pack: Path):
+    """A results store that reads ``pack`` alone (no local store)."""
     from topas.experiments.result_store import ResultStore
     from topas.experiments.store_layout import MANIFEST
 
     if not (pack / MANIFEST).is_file():
         raise FileNotFoundError(f"{pack} is not a results pack (no {MANIFEST}); run `make pack` after `make reproduce`")
     empty = ROOT / "build" / "empty-store"  # (a root that holds nothing: the pack alone is read)
-    return ResultStore(root=empty, packs=[pack]).summaries()
+    return ResultStore(root=empty, packs=[pack])
+
+
+def read_pack(pack: Path = PACK) -> pd.DataFrame:
+    """The summaries of every run in ``pack`` (nothing else: no local store)."""
+    return _pack_store(pack).summaries()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -71,33 +71,32 @@ def test_the_shipped_pack_is_attributed_whole(bench, capsys):
 def stamped(*rows):
     """Runs as (key, seconds from a common origin at which the result was stamped, simulation seconds)."""
     t0 = pd.Timestamp("2026-01-01T00:00:00+00:00")
-    return pd.DataFrame([{"key": k, "workload": "dag-4", "policy": p, "created": (t0 + pd.Timedelta(seconds=end)).isoformat(),
-                          "sim_wall_s": float(wall)} for k, p, end, wall in rows],
-                        columns=["key", "workload", "policy", "created", "sim_wall_s"])
+    return pd.DataFrame([{"key": k, "created": (t0 + pd.Timedelta(seconds=end)).isoformat(), "sim_wall_s": float(wall)}
+                         for k, end, wall in rows], columns=["key", "created", "sim_wall_s"])
 
 
 def test_the_timeline_splits_the_span_by_how_many_simulations_ran_at_once(bench):
     # k1 runs 0-10 s, k2 5-15 s (together 5-10), nothing 15-45, k3 45-60
-    minutes, gaps = bench.concurrency(stamped(("k1", "fcfs", 10, 10), ("k2", "lpm", 15, 10), ("k3", "topas", 60, 15)))
+    minutes, gaps = bench.concurrency(stamped(("k1", 10, 10), ("k2", 15, 10), ("k3", 60, 15)))
     assert list(minutes.index) == [0, 1, 2]
     assert minutes.to_list() == pytest.approx([30 / 60, 25 / 60, 5 / 60])
     assert minutes.sum() == pytest.approx(1.0)  # the span: the first start to the last end
     assert len(gaps) == 1
     g = gaps.iloc[0]
     assert g["start_min"] == pytest.approx(15 / 60) and g["seconds"] == pytest.approx(30)
-    assert g["after"] == "dag-4/lpm" and g["before"] == "dag-4/topas"  # the run that ended, the one that started
+    assert g["after"] == "k2" and g["before"] == "k3"  # the run that ended, the one that started
 
 
 def test_a_run_that_starts_as_another_ends_leaves_no_gap(bench):
-    minutes, gaps = bench.concurrency(stamped(("k1", "fcfs", 10, 10), ("k2", "lpm", 20, 10)))
+    minutes, gaps = bench.concurrency(stamped(("k1", 10, 10), ("k2", 20, 10)))
     assert minutes.to_list() == pytest.approx([0.0, 20 / 60])
     assert gaps.empty
 
 
 def test_the_timeline_refuses_runs_it_cannot_place(bench):
     with pytest.raises(ValueError, match="created"):
-        bench.concurrency(stamped(("k1", "fcfs", 10, 10)).drop(columns="created"))
-    bad = stamped(("k1", "fcfs", 10, 10), ("k7", "lpm", 20, 10))
+        bench.concurrency(stamped(("k1", 10, 10)).drop(columns="created"))
+    bad = stamped(("k1", 10, 10), ("k7", 20, 10))
     bad.loc[1, "created"] = "not a time"
     with pytest.raises(ValueError, match="run k7 has no creation stamp"):
         bench.concurrency(bad)
@@ -109,6 +108,8 @@ def test_the_shipped_packs_timeline_covers_its_simulation_time(bench, capsys):
     assert bench.main(["--timeline"]) == 0
     out = capsys.readouterr().out
     assert "0 at once:" in out and "1 at once:" in out
+    gap = out.split("run that started after):\n", 1)[1].splitlines()[0]
+    assert "/" in gap and "@" in gap and "->" in gap  # the runs on either side by their labels (Experiment.label)
     line = next(x for x in out.splitlines() if x.startswith("simulation time "))
     busy = float(line.split()[2])
     assert busy == pytest.approx(bench.attribute(bench.read_pack()).loc["all", "sim_min"], abs=0.05)
