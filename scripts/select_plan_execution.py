@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
-import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -48,6 +47,7 @@ from tqdm import tqdm
 
 from topas.engine.cost import load_profile
 from topas.engine.simulator import simulate
+from topas.experiments.dispatch import default_jobs
 from topas.experiments.protocol.seeds import TUNING_SEEDS, first
 from topas.paths import data_dir, traces_dir
 from topas.policies import make_policy
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", type=int, default=400)
     ap.add_argument("--loads", type=float, nargs="+", default=[1.0, 1.3])
     ap.add_argument("--seeds", type=int, default=2, help="the first N tuning seeds (100, 101, ...)")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count())
+    ap.add_argument("--jobs", type=int, default=None, help="worker processes (default: $TOPAS_JOBS, else all cores)")
     ap.add_argument("--out", type=Path, default=data_dir() / "results" / "selection", help="folder of the CSVs")
     args = ap.parse_args(argv)
     points = [(w, l, s) for w in WORKLOADS for l in args.loads for s in first(TUNING_SEEDS, args.seeds, "--seeds")]
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         jobs += [(w, l, s, args.tasks, policy, c) for (w, l, s) in points for c in combos]
     # longest first (TOPAS on DAG-10-Wide), so the pool does not end on one long run
     jobs.sort(key=lambda j: (j[4] != "topas", j[0] != "dag-10-wide"))
-    with ProcessPoolExecutor(args.jobs) as pool:
+    with ProcessPoolExecutor(args.jobs or default_jobs()) as pool:
         rows = list(tqdm(pool.map(_run, jobs), total=len(jobs), desc="selection", unit="run"))
     runs = pd.DataFrame(rows).sort_values(["policy", "params", "workload", "load", "seed"], kind="stable")
     ranking = rank(runs)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import math
-import os
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -37,6 +36,7 @@ from tqdm import tqdm
 
 from topas.engine.cost import load_profile
 from topas.engine.simulator import simulate
+from topas.experiments.dispatch import default_jobs
 from topas.experiments.protocol.seeds import TUNING_SEEDS, first
 from topas.paths import data_dir, traces_dir
 from topas.policies import make_policy
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", type=int, help="tasks per run (default: the stage's)")
     ap.add_argument("--loads", type=float, nargs="+", default=[1.0, 1.3])
     ap.add_argument("--seeds", type=int, help="the first N tuning seeds (100, 101, ...; default: the stage's N)")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count())
+    ap.add_argument("--jobs", type=int, default=None, help="worker processes (default: $TOPAS_JOBS, else all cores)")
     ap.add_argument("--out", type=Path, help="CSV of the runs (default: data/results/<stage's file>)")
     args = ap.parse_args(argv)
     grid, tasks, seeds, fname = STAGES[args.stage]
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     points = [(w, l, s) for w in WORKLOADS for l in args.loads for s in first(SEEDS, args.seeds, "--seeds")]
     jobs = [(w, l, s, args.tasks, b, ()) for (w, l, s) in points for b in BASELINES]
     jobs += [(w, l, s, args.tasks, "topas", c) for (w, l, s) in points for c in combos]
-    with ProcessPoolExecutor(args.jobs) as pool:
+    with ProcessPoolExecutor(args.jobs or default_jobs()) as pool:
         rows = list(tqdm(pool.map(_run, jobs), total=len(jobs), desc="sweep", unit="run"))
     df = pd.DataFrame(rows)
     args.out.parent.mkdir(parents=True, exist_ok=True)
